@@ -1,0 +1,31 @@
+"""Celery Beat entries of the crawler; the only place that schedules periodic work.
+
+- ``wake`` (every WAKE_INTERVAL_S, 0.25 s by default): lease hosts whose earliest
+  contact time has passed and send fetch batches to the per-shard queues. Stale wakes
+  expire instead of piling up behind a busy control worker.
+- ``maintenance`` (every MAINTENANCE_INTERVAL_S): expire dead leases, log stats,
+  decide when the crawl is finished.
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from crawler_tasks.settings import Settings
+
+CONTROL_QUEUE = "crawl.control"
+
+
+def build(settings: Settings) -> dict[str, dict[str, Any]]:
+    return {
+        "wake": {
+            "task": "crawler.wake",
+            "schedule": timedelta(seconds=settings.WAKE_INTERVAL_S),
+            "options": {"queue": CONTROL_QUEUE, "expires": max(1.0, 4 * settings.WAKE_INTERVAL_S)},
+        },
+        "maintenance": {
+            "task": "crawler.maintenance",
+            "schedule": timedelta(seconds=settings.MAINTENANCE_INTERVAL_S),
+            "options": {"queue": CONTROL_QUEUE, "expires": max(2.0, 2 * settings.MAINTENANCE_INTERVAL_S)},
+        },
+    }

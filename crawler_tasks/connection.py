@@ -1,0 +1,82 @@
+"""Redis clients: one place that builds them, sets timeouts and the retry policy.
+
+Shard ``s`` lives on ``REDIS_SHARD_URLS[crc32("s<s>") % n]`` when that list is set,
+else on ``REDIS_URL``; global keys (stats, control) always live on ``REDIS_URL``.
+Clients are cached per process (and rebuilt after a fork, since sockets must not
+be shared between a Celery parent and its children).
+"""
+from __future__ import annotations
+
+import os
+import threading
+import zlib
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from .exceptions import ConfigError
+from .settings import Settings
+
+_lock = threading.Lock()
+_clients: dict[str, redis.Redis] = {}
+_pid = os.getpid()
+
+
+def make_client(url: str, timeout_s: float = 10.0) -> redis.Redis:
+    """A client that retries transient connection errors (Redis restarts) with backoff."""
+    return redis.Redis.from_url(
+        url,
+        decode_responses=True,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        health_check_interval=30,
+        retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=8),
+        retry_on_error=[redis.ConnectionError, redis.TimeoutError],
+    )
+
+
+def _cached(url: str, timeout_s: float) -> redis.Redis:
+    global _pid
+    with _lock:
+        if os.getpid() != _pid:
+            _clients.clear()
+            _pid = os.getpid()
+        client = _clients.get(url)
+        if client is None:
+            client = _clients[url] = make_client(url, timeout_s)
+        return client
+
+
+def main_url(settings: Settings) -> str:
+    if not settings.REDIS_URL:
+        raise ConfigError("no Redis configured: set CRAWLER_REDIS_URL or use `manage.py crawl` (embedded Redis)")
+    return settings.REDIS_URL
+
+
+def global_client(settings: Settings) -> redis.Redis:
+    """Client for the global keys (stats, control, fingerprints)."""
+    return _cached(main_url(settings), settings.REDIS_TIMEOUT_S)
+
+
+def shard_url(settings: Settings, shard: int) -> str:
+    urls = settings.REDIS_SHARD_URLS
+    if not urls:
+        return main_url(settings)
+    return urls[zlib.crc32(f"s{shard}".encode()) % len(urls)]
+
+
+def shard_client(settings: Settings, shard: int) -> redis.Redis:
+    """Client for one frontier shard's keys."""
+    return _cached(shard_url(settings, shard), settings.REDIS_TIMEOUT_S)
+
+
+def broker_url(settings: Settings) -> str:
+    """The Celery broker: its own database so task messages never mix with frontier state."""
+    if settings.BROKER_URL:
+        return settings.BROKER_URL
+    base = main_url(settings)
+    head, _, tail = base.rpartition("/")
+    if head.startswith("redis") and tail.isdigit():
+        return f"{head}/{int(tail) + 1}"
+    return base.rstrip("/") + "/1"

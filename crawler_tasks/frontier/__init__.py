@@ -1,0 +1,239 @@
+"""The Mercator frontier in Redis: front queues, back queues, ready heap, leases.
+
+Vocabulary follows URLFrontier: ``put_discovered`` (new links), ``get_urls`` (lease
+ready hosts, one URL each), ``complete`` (a leased host's fetch is over). Every
+multi-key change is one Lua script (files beside this module); the clock is always
+an argument, so tests can freeze time.
+
+Invariants (tests/test_frontier.py): at most one lease per host; a host's URLs come
+out in FIFO order; a URL that entered the frontier is fetched, dropped with a reason,
+or still queued (the head URL stays in its back queue while leased, so a dead worker
+loses nothing); a host is never leased before its ``te``.
+"""
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import redis
+
+from ..connection import shard_client
+from ..dedup.bloom import BloomSpec
+from ..keys import ShardKeys, shard_of
+from ..settings import Settings
+
+_HERE = Path(__file__).parent
+
+
+def _script(name: str) -> str:
+    return (_HERE / f"{name}.lua").read_text()
+
+
+_SCRIPTS = {name: _script(name) for name in ("add", "lease", "complete", "renew", "expire")}
+
+# Most front-queue URLs moved into back queues by one wake, per shard.
+MAX_REFILL_MOVES = 2000
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One queued URL with what the frontier needs to know about it."""
+
+    url: str
+    depth: int = 0
+    tries: int = 0
+    hops: int = 0   # redirect hops that led here
+
+    def encode(self) -> str:
+        return f"{self.depth} {self.tries} {self.hops} {self.url}"
+
+    @classmethod
+    def decode(cls, raw: str) -> "Entry":
+        depth, tries, hops, url = raw.split(" ", 3)
+        return cls(url, int(depth), int(tries), int(hops))
+
+
+@dataclass(frozen=True, slots=True)
+class Discovered:
+    """A URL to add: already normalized and filtered, with its politeness key."""
+
+    url: str
+    host: str
+    depth: int = 0
+    priority: int = 0       # 0 = highest
+    force: bool = False     # seeds: decided by an exact set, never lost to a Bloom false positive
+    hops: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    shard: int
+    host: str
+    raw: str        # the head entry as stored (complete() checks it is still the head)
+    token: str      # lease deadline; proves the lease is still ours
+
+    @property
+    def entry(self) -> Entry:
+        return Entry.decode(self.raw)
+
+
+class Frontier:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.shards = settings.SHARDS
+        self.levels = settings.PRIORITY_LEVELS
+        per_shard = max(1, settings.BLOOM_EXPECTED_URLS // self.shards)
+        self.bloom = BloomSpec.for_capacity(per_shard, settings.BLOOM_ERROR_RATE)
+        self._scripts: dict[tuple[int, str], redis.commands.core.Script] = {}
+
+    # -- plumbing ---------------------------------------------------------------------
+    def keys(self, shard: int) -> ShardKeys:
+        return ShardKeys(self.settings.KEY_PREFIX, shard)
+
+    def client(self, shard: int) -> redis.Redis:
+        return shard_client(self.settings, shard)
+
+    def _run(self, shard: int, name: str, keys: list[str], args: list) -> object:
+        client = self.client(shard)
+        script = self._scripts.get((id(client), name))
+        if script is None:
+            script = self._scripts[(id(client), name)] = client.register_script(_SCRIPTS[name])
+        return script(keys=keys, args=args, client=client)
+
+    def shard_of(self, host: str) -> int:
+        return shard_of(host, self.shards)
+
+    # -- adding -----------------------------------------------------------------------
+    def put_discovered(self, items: Iterable[Discovered]) -> list[bool]:
+        """Add URLs not seen before to their shard's front queue.
+
+        Returns, per item in input order, True if it was enqueued and False if the
+        URL-seen test said it was already seen (a Bloom false positive is possible
+        for non-forced items, at the configured rate).
+        """
+        items = list(items)
+        by_shard: dict[int, list[int]] = {}
+        for i, item in enumerate(items):
+            by_shard.setdefault(self.shard_of(item.host), []).append(i)
+        result = [False] * len(items)
+        top = self.levels - 1
+        for shard, indexes in by_shard.items():
+            k = self.keys(shard)
+            args: list = [self.levels, self.bloom.segments, self.bloom.hashes]
+            for i in indexes:
+                item = items[i]
+                segment, positions = self.bloom.positions(item.url)
+                entry = f"{item.host} {Entry(item.url, item.depth, 0, item.hops).encode()}"
+                args += ["1" if item.force else "0", min(max(item.priority, 0), top), entry, segment + 1]
+                args += positions
+            keys = k.fronts(self.levels) + [k.bloom(s) for s in range(self.bloom.segments)] + [k.seen]
+            flags = self._run(shard, "add", keys, args)
+            for i, flag in zip(indexes, flags):  # type: ignore[call-overload]
+                result[i] = bool(flag)
+        return result
+
+    # -- leasing ----------------------------------------------------------------------
+    def get_urls(self, shard: int, max_hosts: int, lease_s: float | None = None,
+                 now: float | None = None, seed: int | None = None) -> list[Lease]:
+        """Refill back queues, then lease up to ``max_hosts`` ready hosts of one shard.
+
+        Each lease carries the host's head URL; the host is not given out again until
+        ``complete`` or lease expiry. ``max_hosts=0`` only refills.
+        """
+        now = time.time() if now is None else now
+        lease_s = self.settings.LEASE_S if lease_s is None else lease_s
+        k = self.keys(shard)
+        out = self._run(shard, "lease", [k.active, k.ready, k.lease, k.te] + k.fronts(self.levels), [
+            now, lease_s, max_hosts, self.settings.MAX_ACTIVE_HOSTS, k.queue_prefix,
+            random.getrandbits(31) if seed is None else seed, MAX_REFILL_MOVES,
+        ])
+        flat = list(out)[1:]  # type: ignore[call-overload]
+        return [Lease(shard, flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)]
+
+    def renew(self, leases: list[Lease], lease_s: float | None = None,
+              now: float | None = None) -> list[Lease | None]:
+        """Extend leases about to be used; None where the lease was lost (skip that host)."""
+        now = time.time() if now is None else now
+        deadline = now + (self.settings.LEASE_S if lease_s is None else lease_s)
+        out: list[Lease | None] = [None] * len(leases)
+        by_shard: dict[int, list[int]] = {}
+        for i, lease in enumerate(leases):
+            by_shard.setdefault(lease.shard, []).append(i)
+        for shard, indexes in by_shard.items():
+            args: list = [deadline]
+            for i in indexes:
+                args += [leases[i].host, leases[i].token]
+            tokens = self._run(shard, "renew", [self.keys(shard).lease], args)
+            for i, token in zip(indexes, tokens):  # type: ignore[call-overload]
+                if token:
+                    out[i] = Lease(shard, leases[i].host, leases[i].raw, token)
+        return out
+
+    def complete(self, lease: Lease, te: float, action: str = "done") -> bool:
+        """Finish a lease: ``done`` pops the head URL, ``retry`` moves it to the tail with
+        one more try, ``keep`` leaves it for later. Returns False if the lease had
+        expired and been given to someone else (then nothing changed)."""
+        if action not in ("done", "retry", "keep"):
+            raise ValueError(f"unknown action {action!r}")
+        k = self.keys(lease.shard)
+        retry_raw = ""
+        if action == "retry":
+            e = lease.entry
+            retry_raw = Entry(e.url, e.depth, e.tries + 1, e.hops).encode()
+        res = self._run(lease.shard, "complete",
+                        [k.active, k.ready, k.lease, k.te, k.queue(lease.host)],
+                        [lease.host, lease.token, action, te, lease.raw, retry_raw])
+        return res == 1
+
+    def expire(self, shard: int, now: float | None = None) -> list[str]:
+        """Return hosts whose lease deadline passed to the ready heap."""
+        now = time.time() if now is None else now
+        k = self.keys(shard)
+        return list(self._run(shard, "expire", [k.lease, k.ready], [now]))  # type: ignore[call-overload]
+
+    # -- observing --------------------------------------------------------------------
+    def sizes(self, shard: int) -> dict[str, int]:
+        """Queue sizes of one shard (front URLs, back-queued URLs, hosts by state)."""
+        k = self.keys(shard)
+        client = self.client(shard)
+        pipe = client.pipeline(transaction=False)
+        for key in k.fronts(self.levels):
+            pipe.llen(key)
+        pipe.scard(k.active)
+        pipe.zcard(k.ready)
+        pipe.zcard(k.lease)
+        pipe.smembers(k.active)
+        res = pipe.execute()
+        front = sum(res[: self.levels])
+        active, ready, leased, hosts = res[self.levels:]
+        back = 0
+        if hosts:
+            pipe = client.pipeline(transaction=False)
+            for host in hosts:
+                pipe.llen(k.queue(host))
+            back = sum(pipe.execute())
+        return {"front": front, "back": back, "active_hosts": active,
+                "ready_hosts": ready, "leased_hosts": leased}
+
+    def host_queue(self, shard: int, host: str) -> list[Entry]:
+        return [Entry.decode(raw) for raw in self.client(shard).lrange(self.keys(shard).queue(host), 0, -1)]
+
+    def bloom_fill(self) -> tuple[int, float]:
+        """(bits set over all shards, estimated false-positive rate of the fullest shard)."""
+        total, worst = 0, 0.0
+        for shard in range(self.shards):
+            k = self.keys(shard)
+            client = self.client(shard)
+            bits = sum(int(client.bitcount(k.bloom(s))) for s in range(self.bloom.segments))
+            total += bits
+            worst = max(worst, self.bloom.false_positive_rate(bits))
+        return total, worst
+
+    def next_ready_in(self, shard: int, now: float | None = None) -> float | None:
+        """Seconds until the shard's earliest host becomes ready (None if none waits)."""
+        now = time.time() if now is None else now
+        first = self.client(shard).zrange(self.keys(shard).ready, 0, 0, withscores=True)
+        return max(0.0, first[0][1] - now) if first else None

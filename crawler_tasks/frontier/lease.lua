@@ -1,0 +1,72 @@
+-- lease.lua: refill back queues from the front queues, then lease ready hosts (get_urls).
+-- KEYS[1] active set, KEYS[2] ready zset, KEYS[3] lease zset, KEYS[4] te hash,
+-- KEYS[5..4+F] front queues (priority 0 first).
+-- ARGV[1] now, ARGV[2] lease seconds, ARGV[3] max hosts to lease, ARGV[4] B (max active
+-- hosts), ARGV[5] back-queue key prefix, ARGV[6] random seed, ARGV[7] max refill moves.
+-- Back queues ``<prefix><host>`` share the shard's hash tag, so they are in the same slot.
+-- Refill (Mercator): while fewer than B hosts are active, draw a front queue weighted
+-- 2^(F-1-level) among the non-empty ones, pop its head; a URL of an active host joins
+-- that host's back queue, any other host becomes active and enters the ready heap at
+-- its remembered te (or now).
+-- Lease: hosts with te <= now leave the ready heap and get a lease deadline; the head
+-- URL stays in the back queue until complete.lua consumes it, so a dead worker loses
+-- nothing.
+-- Returns {moved, host1, entry1, deadline1, host2, ...}.
+local active, ready, lease, te_hash = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local F = #KEYS - 4
+local now = tonumber(ARGV[1])
+local deadline = now + tonumber(ARGV[2])
+local max_hosts = tonumber(ARGV[3])
+local B = tonumber(ARGV[4])
+local qprefix = ARGV[5]
+math.randomseed(tonumber(ARGV[6]))
+local max_moves = tonumber(ARGV[7])
+
+local moved = 0
+while moved < max_moves and redis.call('SCARD', active) < B do
+  local total, weights = 0, {}
+  for l = 1, F do
+    if redis.call('LLEN', KEYS[4 + l]) > 0 then
+      weights[l] = 2 ^ (F - l)
+      total = total + weights[l]
+    end
+  end
+  if total == 0 then break end
+  local r = math.random() * total
+  local pick = F
+  for l = 1, F do
+    if weights[l] then
+      if r < weights[l] then pick = l break end
+      r = r - weights[l]
+    end
+  end
+  local entry = redis.call('LPOP', KEYS[4 + pick])
+  local host, rest = string.match(entry, '^([^ ]+) (.*)$')
+  if host then
+    redis.call('RPUSH', qprefix .. host, rest)
+    if redis.call('SADD', active, host) == 1 then
+      local te = tonumber(redis.call('HGET', te_hash, host) or now)
+      redis.call('HDEL', te_hash, host)
+      redis.call('ZADD', ready, te, host)
+    end
+  end
+  moved = moved + 1
+end
+
+local out = {moved}
+if max_hosts > 0 then
+  local hosts = redis.call('ZRANGEBYSCORE', ready, '-inf', now, 'LIMIT', 0, max_hosts)
+  for _, host in ipairs(hosts) do
+    redis.call('ZREM', ready, host)
+    local head = redis.call('LINDEX', qprefix .. host, 0)
+    if head then
+      redis.call('ZADD', lease, deadline, host)
+      out[#out + 1] = host
+      out[#out + 1] = head
+      out[#out + 1] = tostring(deadline)
+    else
+      redis.call('SREM', active, host)
+    end
+  end
+end
+return out

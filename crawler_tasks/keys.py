@@ -1,0 +1,109 @@
+"""The Redis key schema: every key the crawler touches is built here.
+
+All keys start with ``<prefix>:``. Per-shard keys carry the shard in a hash tag
+(``{s3}``) so one shard's keys live in one Redis Cluster slot and a shard can be
+moved to its own server; fingerprint keys are tagged by fingerprint (``{f1}``).
+
+Per shard ``s`` (``<prefix>:{s<s>}:...``):
+
+========================  ======  ===================================================
+``front:<level>``         list    front queue of one priority level; entries
+                                  ``"<host> <depth> <tries> <hops> <url>"``
+``q:<host>``              list    the host's back queue; entries ``"<depth> <tries> <hops> <url>"``;
+                                  the head stays in place while it is being fetched
+``active``                set     hosts holding a back queue (Mercator's host table, <= B)
+``ready``                 zset    host -> earliest next contact ``te`` (epoch s)
+``lease``                 zset    host -> lease deadline (epoch s); one fetch in flight per host
+``te``                    hash    host -> ``te`` of hosts without a back queue, kept so a host
+                                  that comes back still waits out its delay
+``hs:<host>``             hash    the host's politeness state (failures, crawl delay, ...)
+``robots:<host>``         hash    cached robots.txt: status, body, fetched_at, expires
+``bloom:<segment>``       string  URL-seen Bloom filter bitmap segment
+``seen``                  set     exact URL-seen set for URLs that must never be lost (seeds)
+========================  ======  ===================================================
+
+Global (``<prefix>:{g}:...``): ``stats`` (hash of counters with slash paths),
+``control`` (hash: state, started_at, ...), ``inflight`` (zset batch id -> deadline).
+Content (``<prefix>:{f<k>}:fp``): exact content fingerprint -> first URL.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+
+
+def shard_of(host: str, shards: int) -> int:
+    """Stable host -> shard assignment (the host splitter); never Python's hash()."""
+    return zlib.crc32(host.encode("utf-8", "surrogatepass")) % shards
+
+
+@dataclass(frozen=True, slots=True)
+class ShardKeys:
+    prefix: str
+    shard: int
+
+    @property
+    def base(self) -> str:
+        return f"{self.prefix}:{{s{self.shard}}}"
+
+    def front(self, level: int) -> str:
+        return f"{self.base}:front:{level}"
+
+    def fronts(self, levels: int) -> list[str]:
+        return [self.front(level) for level in range(levels)]
+
+    @property
+    def queue_prefix(self) -> str:
+        return f"{self.base}:q:"
+
+    def queue(self, host: str) -> str:
+        return self.queue_prefix + host
+
+    @property
+    def active(self) -> str:
+        return f"{self.base}:active"
+
+    @property
+    def ready(self) -> str:
+        return f"{self.base}:ready"
+
+    @property
+    def lease(self) -> str:
+        return f"{self.base}:lease"
+
+    @property
+    def te(self) -> str:
+        return f"{self.base}:te"
+
+    def host_state(self, host: str) -> str:
+        return f"{self.base}:hs:{host}"
+
+    def robots(self, host: str) -> str:
+        return f"{self.base}:robots:{host}"
+
+    def bloom(self, segment: int) -> str:
+        return f"{self.base}:bloom:{segment}"
+
+    @property
+    def seen(self) -> str:
+        return f"{self.base}:seen"
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalKeys:
+    prefix: str
+
+    @property
+    def stats(self) -> str:
+        return f"{self.prefix}:{{g}}:stats"
+
+    @property
+    def control(self) -> str:
+        return f"{self.prefix}:{{g}}:control"
+
+    @property
+    def inflight(self) -> str:
+        return f"{self.prefix}:{{g}}:inflight"
+
+    def fingerprints(self, part: int) -> str:
+        return f"{self.prefix}:{{f{part}}}:fp"

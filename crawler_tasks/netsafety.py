@@ -1,0 +1,445 @@
+"""Network safety for fetches: which addresses a crawler may connect to, and DNS caching.
+
+A crawler follows links written by strangers, so a URL can point at
+127.0.0.1, the cloud metadata service or an intranet box (SSRF). The fetcher
+must resolve the host once with ``DnsCache.resolve``, run ``check_address`` on
+that exact address, and connect to it; checking a name and then letting the
+HTTP library resolve it again would open a DNS-rebinding window.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+__all__ = [
+    "ALWAYS_REFUSED",
+    "AddressRefused",
+    "DnsCache",
+    "ResolveError",
+    "check_address",
+    "classify_address",
+    "parse_resolve_overrides",
+    "system_resolver",
+]
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+#: Categories refused even with ``allow_private``: nothing a crawl may want is
+#: there, and the metadata service hands out cloud credentials.
+ALWAYS_REFUSED = frozenset({"cloud-metadata", "multicast", "broadcast"})
+
+
+class AddressRefused(Exception):
+    """The fetcher must not connect to this address; ``reason`` says why, for the crawl log."""
+
+    def __init__(self, reason: str, *, ip: str | None = None, category: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.ip = ip
+        self.category = category
+
+
+class ResolveError(Exception):
+    """A host name could not be resolved; ``temporary`` is True for EAI_AGAIN-style failures."""
+
+    def __init__(
+        self, reason: str, *, host: str | None = None, temporary: bool = False, cached: bool = False
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.host = host
+        self.temporary = temporary
+        self.cached = cached
+
+
+# --- Classification -----------------------------------------------------------
+
+_V4 = ipaddress.IPv4Network
+_V6 = ipaddress.IPv6Network
+
+# Checked in order, so a more specific range must come before the one holding it.
+_V4_RANGES: tuple[tuple[ipaddress.IPv4Network, str], ...] = (
+    (_V4("0.0.0.0/32"), "unspecified"),
+    (_V4("0.0.0.0/8"), "this-network"),
+    (_V4("10.0.0.0/8"), "private"),
+    (_V4("100.64.0.0/10"), "carrier-grade-nat"),
+    (_V4("127.0.0.0/8"), "loopback"),
+    (_V4("169.254.169.254/32"), "cloud-metadata"),
+    (_V4("169.254.0.0/16"), "link-local"),
+    (_V4("172.16.0.0/12"), "private"),
+    (_V4("192.0.0.0/24"), "ietf-protocol"),
+    (_V4("192.0.2.0/24"), "documentation"),
+    (_V4("192.88.99.0/24"), "reserved"),  # deprecated 6to4 relay anycast
+    (_V4("192.168.0.0/16"), "private"),
+    (_V4("198.18.0.0/15"), "benchmark"),
+    (_V4("198.51.100.0/24"), "documentation"),
+    (_V4("203.0.113.0/24"), "documentation"),
+    (_V4("224.0.0.0/4"), "multicast"),
+    (_V4("255.255.255.255/32"), "broadcast"),
+    (_V4("240.0.0.0/4"), "reserved"),
+)
+
+_V6_RANGES: tuple[tuple[ipaddress.IPv6Network, str], ...] = (
+    (_V6("100::/64"), "reserved"),  # discard-only
+    (_V6("2001:2::/48"), "benchmark"),
+    (_V6("2001:10::/28"), "reserved"),  # deprecated ORCHID
+    (_V6("2001:db8::/32"), "documentation"),
+    (_V6("3fff::/20"), "documentation"),
+    (_V6("fd00:ec2::254/128"), "cloud-metadata"),  # AWS IMDS over IPv6
+    (_V6("fc00::/7"), "private"),  # unique local
+    (_V6("fe80::/10"), "link-local"),
+    (_V6("fec0::/10"), "site-local"),  # deprecated, still not global
+    (_V6("ff00::/8"), "multicast"),
+)
+
+_GLOBAL_UNICAST = _V6("2000::/3")
+_IPV4_TRANSLATED = _V6("::ffff:0:0:0/96")  # SIIT, RFC 2765
+_IPV4_COMPATIBLE = _V6("::/96")  # deprecated
+_NAT64_WELL_KNOWN = _V6("64:ff9b::/96")
+_NAT64_LOCAL = _V6("64:ff9b:1::/48")
+
+
+def _parse_ip(ip: str) -> IPAddress:
+    text = ip.strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    return ipaddress.ip_address(text)
+
+
+def _embedded_v4(addr: ipaddress.IPv6Address) -> ipaddress.IPv4Address:
+    return ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
+
+
+def _classify_v4(addr: ipaddress.IPv4Address) -> str | None:
+    for net, category in _V4_RANGES:
+        if addr in net:
+            return category
+    return None
+
+
+def _classify(addr: IPAddress) -> tuple[str | None, ipaddress.IPv4Address | None]:
+    """(category, the IPv4 address it was derived from if the IPv6 form embeds one)."""
+    if isinstance(addr, ipaddress.IPv4Address):
+        return _classify_v4(addr), None
+
+    # A scope id ("%eth0") does not change which range the address is in.
+    plain = ipaddress.IPv6Address(int(addr))
+    if int(plain) == 0:
+        return "unspecified", None
+    if int(plain) == 1:
+        return "loopback", None
+
+    # Forms whose packets end up at an IPv4 address: judge that address.
+    embedded: ipaddress.IPv4Address | None = plain.ipv4_mapped
+    if embedded is None and (
+        plain in _IPV4_TRANSLATED or plain in _IPV4_COMPATIBLE or plain in _NAT64_WELL_KNOWN
+    ):
+        embedded = _embedded_v4(plain)
+    if embedded is None and plain.sixtofour is not None:
+        embedded = plain.sixtofour
+    if embedded is None and plain.teredo is not None:
+        embedded = plain.teredo[1]  # the client, where traffic is delivered
+    if embedded is not None:
+        category = _classify_v4(embedded)
+        if category is None and plain in _IPV4_COMPATIBLE:
+            category = "reserved"  # deprecated form, never routed globally
+        return category, embedded
+
+    if plain in _NAT64_LOCAL:
+        # Local-use NAT64 (RFC 8215): the translator is inside some network.
+        return "private", None
+    for net, category in _V6_RANGES:
+        if plain in net:
+            return category, None
+    if plain not in _GLOBAL_UNICAST:
+        return "reserved", None
+    return None, None
+
+
+def classify_address(ip: str) -> str | None:
+    """Category of a non-public address ("loopback", "private", ...), or None if public.
+
+    Accepts IPv4, IPv6 (brackets and a zone id tolerated) and IPv6 forms that
+    carry an IPv4 address (mapped, translated, compatible, NAT64, 6to4,
+    Teredo), which are judged by that IPv4 address because that is where the
+    packets go. Raises ValueError if ``ip`` is not an IP address.
+    """
+    return _classify(_parse_ip(ip))[0]
+
+
+def check_address(ip: str, allow_private: bool) -> None:
+    """Raise AddressRefused unless the fetcher may connect to ``ip``.
+
+    ``allow_private`` (for crawling a test site on localhost or an intranet)
+    lets non-public unicast through, but never the categories in
+    ``ALWAYS_REFUSED``. Anything that is not an IP address is refused.
+    """
+    try:
+        addr = _parse_ip(ip)
+    except ValueError:
+        raise AddressRefused(f"invalid address {ip!r} refused", ip=ip, category="invalid") from None
+    category, embedded = _classify(addr)
+    if category is None:
+        return
+    shown = f"{ip.strip()} (embeds {embedded})" if embedded is not None else ip.strip()
+    if category in ALWAYS_REFUSED:
+        why = "never allowed" if category == "cloud-metadata" else "not a unicast destination"
+        raise AddressRefused(
+            f"{category} address {shown} refused ({why}, even with allow_private)",
+            ip=ip,
+            category=category,
+        )
+    if not allow_private:
+        raise AddressRefused(
+            f"{category} address {shown} refused (allow_private is off)",
+            ip=ip,
+            category=category,
+        )
+
+
+# --- DNS ---------------------------------------------------------------------
+
+
+def system_resolver(host: str) -> list[str]:
+    """All addresses getaddrinfo gives for ``host``, deduplicated, in its order."""
+    infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    out: list[str] = []
+    for family, _type, _proto, _canon, sockaddr in infos:
+        if family in (socket.AF_INET, socket.AF_INET6):
+            address = str(sockaddr[0])
+            if address not in out:
+                out.append(address)
+    return out
+
+
+def _literal(host: str) -> str | None:
+    text = host.strip()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    return text
+
+
+def _pick(addresses: Iterable[str]) -> str | None:
+    """First valid IPv4 address, else the first valid IPv6 one (IPv6 is often half-configured)."""
+    first_v6: str | None = None
+    for address in addresses:
+        if not isinstance(address, str):
+            continue
+        try:
+            parsed = _parse_ip(address)
+        except ValueError:
+            continue
+        if isinstance(parsed, ipaddress.IPv4Address):
+            return str(parsed)
+        if first_v6 is None:
+            first_v6 = address.strip().strip("[]")
+    return first_v6
+
+
+def _normalise_overrides(overrides: dict[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for host, address in overrides.items():
+        key = host.strip().lower().rstrip(".")
+        if not key:
+            raise ValueError(f"DNS override with an empty host name: {host!r} -> {address!r}")
+        picked = _literal(address)
+        if picked is None:
+            raise ValueError(f"DNS override for {host!r} is not an IP address: {address!r}")
+        out[key] = picked
+    return out
+
+
+@dataclass(slots=True)
+class _Entry:
+    expires: float
+    address: str | None = None
+    error: ResolveError | None = None
+
+
+@dataclass(slots=True)
+class DnsCache:
+    """Per-process DNS cache: fewer lookups and one stable address per host per TTL.
+
+    Positive and negative answers are cached (a dead domain is not re-asked for
+    every one of its URLs), temporary failures (EAI_AGAIN) are retried a few
+    times first, and ``overrides`` pins hosts like ``curl --resolve``. The lock
+    is not held while the resolver runs, so one slow name does not stall the
+    other threads; two threads missing the same name at once may both ask.
+    """
+
+    positive_ttl_s: float = 300.0
+    negative_ttl_s: float = 60.0
+    attempts: int = 2
+    overrides: dict[str, str] = field(default_factory=dict)
+    max_entries: int = 100_000
+    resolver: Callable[[str], list[str]] = system_resolver
+    retry_backoff_s: float = 0.05
+    sleep: Callable[[float], None] = time.sleep
+    _entries: OrderedDict[str, _Entry] = field(default_factory=OrderedDict, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _counts: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"DnsCache.attempts must be >= 1, got {self.attempts!r}")
+        if self.max_entries < 1:
+            raise ValueError(f"DnsCache.max_entries must be >= 1, got {self.max_entries!r}")
+        if self.positive_ttl_s < 0 or self.negative_ttl_s < 0 or self.retry_backoff_s < 0:
+            raise ValueError("DnsCache TTLs and retry_backoff_s must be >= 0")
+        self.overrides = _normalise_overrides(self.overrides)
+        self._counts = dict.fromkeys(
+            ("hits", "misses", "negative_hits", "errors", "retries", "evictions"), 0
+        )
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Snapshot of the counters (hits, misses, negative_hits, errors, retries, evictions)."""
+        with self._lock:
+            return dict(self._counts)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def clear(self) -> None:
+        """Forget every cached answer (not the overrides or the counters)."""
+        with self._lock:
+            self._entries.clear()
+
+    def resolve(self, host: str, now: float | None = None) -> str:
+        """One address for ``host`` (IPv4 preferred); raises ResolveError, which is cached too.
+
+        IP literals come back as given, without brackets; overrides win over
+        DNS. ``now`` (epoch seconds) exists for tests; it defaults to time.time().
+        The caller must still pass the result through ``check_address``.
+        """
+        literal = _literal(host)
+        if literal is not None:
+            return literal
+        key = host.strip().lower()
+        if not key:
+            raise ResolveError("empty host name", host=host)
+        pinned = self.overrides.get(key.rstrip("."))
+        if pinned is not None:
+            return pinned
+        if now is None:
+            now = time.time()
+
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                if now < entry.expires:
+                    self._entries.move_to_end(key)
+                    if entry.error is None and entry.address is not None:
+                        self._counts["hits"] += 1
+                        return entry.address
+                    self._counts["negative_hits"] += 1
+                    error = entry.error
+                    assert error is not None
+                    raise ResolveError(
+                        error.reason, host=host, temporary=error.temporary, cached=True
+                    )
+                del self._entries[key]
+            self._counts["misses"] += 1
+
+        address, error = self._lookup(key)
+        with self._lock:
+            if error is None:
+                self._store(key, _Entry(now + self.positive_ttl_s, address=address))
+            else:
+                self._counts["errors"] += 1
+                self._store(key, _Entry(now + self.negative_ttl_s, error=error))
+        if error is not None:
+            raise ResolveError(error.reason, host=host, temporary=error.temporary)
+        assert address is not None
+        return address
+
+    def _store(self, key: str, entry: _Entry) -> None:
+        self._entries[key] = entry
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.max_entries:
+            self._entries.popitem(last=False)
+            self._counts["evictions"] += 1
+
+    def _lookup(self, key: str) -> tuple[str | None, ResolveError | None]:
+        """Ask the resolver, retrying only temporary failures; never raises."""
+        for attempt in range(1, self.attempts + 1):
+            try:
+                answers = self.resolver(key)
+            except socket.gaierror as exc:
+                temporary = exc.errno == socket.EAI_AGAIN
+                if temporary and attempt < self.attempts:
+                    with self._lock:
+                        self._counts["retries"] += 1
+                    self.sleep(self.retry_backoff_s * attempt)
+                    continue
+                what = "temporary DNS failure" if temporary else "DNS lookup failed"
+                return None, ResolveError(
+                    f"{what} for {key!r}: {exc.strerror or exc}", host=key, temporary=temporary
+                )
+            except ValueError as exc:  # incl. UnicodeError: IDNA encoding of a bad label
+                return None, ResolveError(f"invalid host name {key!r}: {exc}", host=key)
+            except OSError as exc:
+                return None, ResolveError(f"DNS lookup failed for {key!r}: {exc}", host=key)
+            picked = _pick(answers or ())
+            if picked is None:
+                return None, ResolveError(f"no usable address for {key!r}", host=key)
+            return picked, None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+def parse_resolve_overrides(items: Iterable[str]) -> dict[str, str]:
+    """Turn "--resolve" strings into a host -> address map for ``DnsCache.overrides``.
+
+    Each item is "host=addr" or curl's "host:port:addr" (a leading "+" and
+    several comma-separated addresses are accepted; IPv4 is preferred as in
+    ``resolve``). The port is validated but dropped: pins are per host. A host
+    given two different addresses is an error, not a silent last-one-wins.
+    """
+    out: dict[str, str] = {}
+    for item in items:
+        if not isinstance(item, str):
+            raise ValueError(f"--resolve item must be a string, got {item!r}")
+        text = item.strip()
+        form = "expected host=addr or host:port:addr"
+        if "=" in text:
+            host, _, addr_part = text.partition("=")
+        else:
+            body = text[1:] if text.startswith("+") else text
+            if body.startswith("-"):
+                raise ValueError(f"--resolve item {item!r}: removal entries are not supported")
+            parts = body.split(":", 2)
+            if len(parts) != 3:
+                raise ValueError(f"--resolve item {item!r} is malformed: {form}")
+            host, port, addr_part = parts
+            if not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"--resolve item {item!r}: port {port!r} is not in 1-65535")
+        host = host.strip().lower().rstrip(".")
+        if not host:
+            raise ValueError(f"--resolve item {item!r} has an empty host: {form}")
+        if any(c.isspace() or c in "/[]@*:" for c in host):
+            raise ValueError(f"--resolve item {item!r}: {host!r} is not a host name")
+        addresses = [a.strip() for a in addr_part.split(",") if a.strip()]
+        if not addresses:
+            raise ValueError(f"--resolve item {item!r} has no address: {form}")
+        bad = [a for a in addresses if _literal(a) is None]
+        if bad:
+            raise ValueError(f"--resolve item {item!r}: {bad[0]!r} is not an IP address")
+        address = _pick(addresses)
+        assert address is not None
+        if host in out and out[host] != address:
+            raise ValueError(
+                f"--resolve item {item!r}: {host!r} is already pinned to {out[host]}"
+            )
+        out[host] = address
+    return out

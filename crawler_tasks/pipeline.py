@@ -1,0 +1,385 @@
+"""The three stages of one batch: fetch -> parse -> dedup. Celery tasks call these.
+
+Messages between stages are plain JSON dicts (see ``tasks.py``):
+- fetch returns one *page* per leased host that produced an outcome: the URL's
+  record fields plus, for HTML, the decoded body as base64 zlib (``body_z``), the only
+  time a body crosses the broker;
+- parse returns *records*: the page fields plus title, fingerprint, outlinks, with
+  the body dropped;
+- dedup marks content duplicates, filters and enqueues links and redirect targets,
+  writes ``pages.jsonl`` and counts.
+
+Policy: one bad URL never fails a batch. Anything unexpected while handling one URL
+is logged once per kind, counted as ``error/<Type>`` and recorded on that URL.
+"""
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import random
+import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from .connection import global_client, shard_client
+from .dedup.fingerprint import content_fingerprint
+from .fetcher import Fetcher, FetchResult
+from .filters import UrlFilter
+from .frontier import Discovered, Frontier, Lease
+from .keys import GlobalKeys
+from .parser import is_html, parse_html
+from .politeness import FetchOutcome, HostState, PolitenessPolicy, crawl_delay_verdict, next_contact
+from .robotscache import RULES, UNREACHABLE, RobotsCache
+from .settings import Settings
+from .storage import WarcStore, append_jsonl, warc_date
+from .urls import DEFAULT_SESSION_PARAMS, DEFAULT_TRACKING_PARAMS, host_key, normalize_url
+
+log = logging.getLogger(__name__)
+
+# Response headers worth keeping in records (the parser and indexers use them).
+KEEP_HEADERS = ("x-robots-tag", "link", "content-language", "last-modified", "etag")
+RETRYABLE_KINDS = {"timeout", "connect", "protocol", "dns"}
+
+
+@dataclass(slots=True)
+class Worker:
+    """Per-process state of a stage worker: clients, caches, writers."""
+
+    settings: Settings
+    frontier: Frontier
+    fetcher: Fetcher
+    robots: RobotsCache
+    warc: WarcStore
+    filter: UrlFilter
+    policy: PolitenessPolicy
+    drop_params: frozenset[str]
+
+    @classmethod
+    def create(cls, settings: Settings) -> "Worker":
+        drop = frozenset(p.lower() for p in settings.DROP_PARAMS) or (DEFAULT_TRACKING_PARAMS | DEFAULT_SESSION_PARAMS)
+        policy = PolitenessPolicy(
+            min_delay_s=settings.MIN_DELAY_S, delay_factor=settings.DELAY_FACTOR,
+            max_factor_delay_s=settings.MAX_FACTOR_DELAY_S, honour_crawl_delay=settings.HONOUR_CRAWL_DELAY,
+            max_crawl_delay_s=settings.MAX_CRAWL_DELAY_S,
+            skip_host_over_max_crawl_delay=settings.SKIP_HOST_OVER_MAX_CRAWL_DELAY,
+            max_retry_after_s=settings.MAX_RETRY_AFTER_S, backoff_base_s=settings.BACKOFF_BASE_S,
+            backoff_max_s=settings.BACKOFF_MAX_S, park_after_failures=settings.PARK_AFTER_FAILURES,
+            park_s=settings.PARK_S)
+        return cls(settings, Frontier(settings), Fetcher(settings),
+                   RobotsCache(settings.ROBOTS_TTL_S, settings.ROBOTS_ERROR_TTL_S),
+                   WarcStore(settings.OUT_DIR, settings.WARC_MAX_BYTES, operator=settings.USER_AGENT),
+                   UrlFilter(settings), policy, drop)
+
+    @property
+    def gkeys(self) -> GlobalKeys:
+        return GlobalKeys(self.settings.KEY_PREFIX)
+
+    def count(self, counters: dict[str, int]) -> None:
+        if not counters:
+            return
+        pipe = global_client(self.settings).pipeline(transaction=False)
+        for name, n in counters.items():
+            pipe.hincrby(self.gkeys.stats, name, n)
+        pipe.execute()
+
+    def normalize(self, href: str, base: str | None = None) -> str | None:
+        return normalize_url(href, base, drop_params=self.drop_params)
+
+
+_errors_logged: set[str] = set()
+
+
+def _log_once(kind: str, message: str, *args: Any) -> None:
+    if kind not in _errors_logged:
+        _errors_logged.add(kind)
+        log.exception(message, *args)
+
+
+def _bump(counters: dict[str, int], name: str, n: int = 1) -> None:
+    counters[name] = counters.get(name, 0) + n
+
+
+# ----------------------------------------------------------------------------- fetch
+def fetch_stage(w: Worker, leases: list[Lease], batch_id: str) -> list[dict]:
+    """Fetch the head URL of each leased host concurrently (one connection per host),
+    write WARC records, release each host with its next contact time."""
+    renewed = [lease for lease in w.frontier.renew(leases) if lease is not None]
+    counters: dict[str, int] = {}
+    if len(renewed) < len(leases):
+        _bump(counters, "frontier/lease_lost", len(leases) - len(renewed))
+    pages: list[dict] = []
+    if renewed:
+        states = _load_host_states(w, renewed)
+        with ThreadPoolExecutor(max_workers=min(len(renewed), 32)) as pool:
+            futures = {pool.submit(_fetch_one, w, lease, states[lease.host]): lease for lease in renewed}
+            for future in as_completed(futures):
+                lease = futures[future]
+                try:
+                    page = future.result()
+                except Exception as exc:  # a bug must not cost the batch or the URL
+                    _log_once(f"fetch/{type(exc).__name__}", "unexpected error fetching %s", lease.entry.url)
+                    _bump(counters, f"error/{type(exc).__name__}")
+                    w.frontier.complete(lease, te=time.time() + w.settings.MIN_DELAY_S, action="keep")
+                    continue
+                if page is not None:
+                    pages.append(page)
+    w.warc.flush()
+    for page in pages:
+        _bump(counters, "fetch/pages")
+        if page.get("status") is not None:
+            _bump(counters, f"fetch/status/{page['status']}")
+            _bump(counters, "fetch/bytes", page.get("bytes", 0))
+        if page.get("error_kind"):
+            _bump(counters, f"fetch/error/{page['error_kind']}")
+    w.count(counters)
+    return pages
+
+
+def _load_host_states(w: Worker, leases: list[Lease]) -> dict[str, HostState]:
+    states = {}
+    for lease in leases:
+        raw = shard_client(w.settings, lease.shard).hgetall(w.frontier.keys(lease.shard).host_state(lease.host))
+        states[lease.host] = HostState.from_fields(raw) if raw else HostState()
+    return states
+
+
+def _save_host_state(w: Worker, lease: Lease, state: HostState) -> None:
+    key = w.frontier.keys(lease.shard).host_state(lease.host)
+    shard_client(w.settings, lease.shard).hset(key, mapping=state.to_fields())
+
+
+def _release(w: Worker, lease: Lease, state: HostState, res: FetchResult | None, action: str) -> None:
+    """Compute the host's next contact from this exchange and give the host back."""
+    if res is None or (res.status is None and res.error_kind in ("refused", "bad_url", "url_too_long")):
+        # no request reached the host: its previous te (<= now) still holds
+        w.frontier.complete(lease, te=time.time(), action=action)
+        return
+    failed = res.status is None or res.status >= 500 or res.status == 429
+    outcome = FetchOutcome(end=res.ended, duration_s=res.duration_s, status=res.status,
+                           retry_after=res.header("retry-after"), failed=failed)
+    te, new_state, _reason = next_contact(w.policy, state, outcome)
+    _save_host_state(w, lease, new_state)
+    w.frontier.complete(lease, te=te, action=action)
+
+
+def _fetch_one(w: Worker, lease: Lease, state: HostState) -> dict | None:
+    s = w.settings
+    entry = lease.entry
+    url = entry.url
+    parts = urlsplit(url)
+    keys = w.frontier.keys(lease.shard)
+    client = shard_client(s, lease.shard)
+    if s.OBEY_ROBOTS:
+        robots = w.robots.get(client, keys, lease.host)
+        if robots is None:
+            robots, res = w.robots.fetch_and_store(w.fetcher, client, keys, parts.scheme, lease.host)
+            w.count({f"robots/{robots.kind}": 1, **({f"robots/status/{res.status}": 1} if res.status else {})})
+            if robots.kind == RULES:
+                delay = robots.rules.crawl_delay(s.robots_agent)
+                state.crawl_delay_s, skip = crawl_delay_verdict(w.policy, delay)
+                if skip:
+                    w.frontier.complete(lease, te=time.time() + w.policy.park_s, action="keep")
+                    return None
+            _release(w, lease, state, res, "keep")
+            return None
+        if robots.kind == UNREACHABLE:
+            # disallow all for now; the URL waits for the next robots.txt attempt
+            w.frontier.complete(lease, te=max(robots.expires, time.time() + s.MIN_DELAY_S), action="keep")
+            return None
+        if not robots.rules.is_allowed(url, s.robots_agent):
+            _release(w, lease, state, None, "done")
+            return _page(entry, None, error_kind="robots", error="disallowed by robots.txt")
+    res = w.fetcher.fetch(url)
+    action = "done"
+    retryable = (res.error_kind in RETRYABLE_KINDS) or (res.status is not None and (res.status >= 500 or res.status == 429))
+    if retryable and entry.tries < s.MAX_RETRIES:
+        action = "retry"
+    if res.status is not None:
+        try:
+            w.warc.write_exchange(res)
+        except (ValueError, UnicodeError):  # warcio on odd headers: record the URL, keep going
+            _log_once("warc", "cannot write WARC record for %s", url)
+    _release(w, lease, state, res, action)
+    if action == "retry":
+        return None
+    return _page(entry, res)
+
+
+def _page(entry: Any, res: FetchResult | None, *, error_kind: str | None = None, error: str | None = None) -> dict:
+    page: dict[str, Any] = {"url": entry.url, "depth": entry.depth, "hops": entry.hops, "status": None,
+                            "error_kind": error_kind, "error": error}
+    if res is None:
+        page["fetched_at"] = warc_date(time.time())
+        return page
+    page.update({
+        "final_url": res.url, "status": res.status, "content_type": res.content_type,
+        "bytes": len(res.content), "fetched_at": warc_date(res.started),
+        "fetch_ms": round(res.duration_s * 1000, 1), "ip": res.ip, "truncated": res.truncated,
+        "error_kind": res.error_kind, "error": res.error,
+    })
+    headers = {k: v for k, v in ((name, res.header(name)) for name in KEEP_HEADERS) if v is not None}
+    if headers:
+        page["headers"] = headers
+    if res.location:
+        page["location"] = res.location
+    if res.status is not None and 200 <= res.status < 300 and is_html(res.content_type, res.content[:512]):
+        page["body_z"] = base64.b64encode(zlib.compress(res.content, 1)).decode("ascii")
+    return page
+
+
+# ----------------------------------------------------------------------------- parse
+def parse_stage(w: Worker, pages: list[dict]) -> list[dict]:
+    """HTML -> title, text fingerprint, normalized outlinks; drop the body."""
+    records = []
+    for page in pages:
+        body_z = page.pop("body_z", None)
+        if body_z is not None:
+            try:
+                _parse_into(w, page, zlib.decompress(base64.b64decode(body_z)))
+            except Exception as exc:
+                _log_once(f"parse/{type(exc).__name__}", "cannot parse %s", page.get("url"))
+                page["error_kind"], page["error"] = "parse", f"{type(exc).__name__}: {exc}"
+                w.count({f"error/{type(exc).__name__}": 1})
+        if page.get("location"):
+            page["redirect_to"] = w.normalize(page.pop("location"), page["url"])
+        records.append(page)
+    return records
+
+
+def _parse_into(w: Worker, page: dict, body: bytes) -> None:
+    s = w.settings
+    parsed = parse_html(body, page["url"], content_type=page.get("content_type"),
+                        headers=page.get("headers"), agent=s.robots_agent, max_text_chars=s.MAX_TEXT_CHARS)
+    page["title"] = parsed.title
+    page["fingerprint"] = content_fingerprint(parsed.text)
+    page["text_chars"] = len(parsed.text)
+    if parsed.canonical:
+        page["canonical"] = w.normalize(parsed.canonical)
+    if parsed.noindex:
+        page["noindex"] = True
+    links: list[str] = []
+    seen: set[str] = set()
+    if parsed.meta_refresh:
+        target = w.normalize(parsed.meta_refresh)
+        if target and target != page["url"]:
+            page["redirect_to"] = target
+    if not parsed.nofollow:
+        for link in parsed.links:
+            if link.nofollow and not s.FOLLOW_NOFOLLOW:
+                continue
+            url = w.normalize(link.url)
+            if url and url not in seen:
+                seen.add(url)
+                links.append(url)
+    else:
+        page["nofollow"] = True
+    page["links"] = links
+    page["n_links"] = len(links)
+
+
+# ----------------------------------------------------------------------------- dedup
+def dedup_stage(w: Worker, records: list[dict], batch_id: str) -> int:
+    """Mark content duplicates, enqueue new links, write pages.jsonl, close the batch.
+    Returns the number of URLs enqueued."""
+    s = w.settings
+    counters: dict[str, int] = {}
+    _mark_duplicates(w, records, counters)
+    discovered: list[Discovered] = []
+    for rec in records:
+        depth = rec.get("depth", 0)
+        if not rec.get("duplicate_of"):
+            for url in rec.get("links", ()):
+                d = _candidate(w, url, depth + 1, 0, counters)
+                if d is not None:
+                    discovered.append(d)
+        target = rec.get("redirect_to")
+        if target:
+            hops = rec.get("hops", 0) + 1
+            if hops > s.MAX_REDIRECTS:
+                rec["error_kind"], rec["error"] = "redirects", f"more than {s.MAX_REDIRECTS} redirects"
+                _bump(counters, "filter/redirects")
+            else:
+                d = _candidate(w, target, depth, hops, counters)
+                if d is not None:
+                    discovered.append(d)
+    enqueued = 0
+    if discovered:
+        flags = w.frontier.put_discovered(discovered)
+        enqueued = sum(flags)
+        _bump(counters, "frontier/enqueued", enqueued)
+        _bump(counters, "frontier/dropped/seen", len(flags) - enqueued)
+    out = []
+    for rec in records:
+        rec.pop("links", None)
+        out.append(rec)
+        if rec.get("error_kind"):
+            _bump(counters, f"records/error/{rec['error_kind']}")
+    append_jsonl(os.path.join(s.OUT_DIR, "pages.jsonl"), out)
+    _bump(counters, "records/written", len(out))
+    w.count(counters)
+    global_client(s).zrem(w.gkeys.inflight, batch_id)
+    return enqueued
+
+
+def _candidate(w: Worker, url: str, depth: int, hops: int, counters: dict[str, int]) -> Discovered | None:
+    reason = w.filter.reason(url, depth)
+    if reason is not None:
+        _bump(counters, f"filter/{reason}")
+        return None
+    host = host_key(url)
+    level = min(depth, w.settings.PRIORITY_LEVELS - 1)
+    return Discovered(url=url, host=host, depth=depth, priority=level, hops=hops)
+
+
+def _mark_duplicates(w: Worker, records: list[dict], counters: dict[str, int]) -> None:
+    """Exact content dedup: fingerprints sharded by value, first URL wins."""
+    with_fp = [r for r in records if r.get("fingerprint") and r.get("status") == 200]
+    if not with_fp:
+        return
+    shards = w.settings.SHARDS
+    client = global_client(w.settings)
+    pipe = client.pipeline(transaction=False)
+    for rec in with_fp:
+        key = w.gkeys.fingerprints(int(rec["fingerprint"], 16) % shards)
+        pipe.hsetnx(key, rec["fingerprint"], rec["url"])
+        pipe.hget(key, rec["fingerprint"])
+    res = pipe.execute()
+    for i, rec in enumerate(with_fp):
+        first = res[2 * i + 1]
+        if not res[2 * i] and first and first != rec["url"]:
+            rec["duplicate_of"] = first
+            _bump(counters, "dedup/duplicate_content")
+
+
+# ----------------------------------------------------------------------------- seeds
+def seed_urls(settings: Settings, urls: list[str], frontier: Frontier | None = None) -> tuple[int, list[str]]:
+    """Normalize, filter and force-add seed URLs. Returns (added, rejected messages)."""
+    frontier = frontier or Frontier(settings)
+    flt = UrlFilter(settings)
+    drop = frozenset(p.lower() for p in settings.DROP_PARAMS) or (DEFAULT_TRACKING_PARAMS | DEFAULT_SESSION_PARAMS)
+    items, rejected = [], []
+    for raw in urls:
+        url = normalize_url(raw, drop_params=drop)
+        if url is None:
+            rejected.append(f"{raw!r}: not a crawlable http(s) URL")
+            continue
+        reason = flt.reason(url, 0)
+        if reason:
+            rejected.append(f"{raw!r}: filtered ({reason})")
+            continue
+        items.append(Discovered(url=url, host=host_key(url), depth=0, priority=0, force=True))
+    added = sum(frontier.put_discovered(items)) if items else 0
+    if added:
+        pipe = global_client(settings).pipeline(transaction=False)
+        pipe.hincrby(GlobalKeys(settings.KEY_PREFIX).stats, "frontier/seeds", added)
+        pipe.hincrby(GlobalKeys(settings.KEY_PREFIX).stats, "frontier/enqueued", added)
+        pipe.execute()
+    return added, rejected
+
+
+def new_batch_id() -> str:
+    return f"{int(time.time() * 1000):x}-{os.getpid():x}-{random.getrandbits(32):08x}"

@@ -1,0 +1,129 @@
+"""robots.txt fetching and caching, shared by all workers through Redis.
+
+Policy (RFC 9309 section 2.3.1): fetched just before the first fetch of a host and
+again once the cached copy is older than ROBOTS_TTL_S (at most 24 h);
+2xx -> parse (first 500 KiB); 3xx -> followed up to 5 hops, the rules apply to the
+original host; 4xx -> allow all; 429, 5xx, timeouts and network errors -> the site
+is "unreachable": disallow all, the host's URLs wait (they are not dropped) and
+robots.txt is asked again after ROBOTS_ERROR_TTL_S.
+
+Parsed rules are also kept in a small per-process cache keyed by the Redis copy's
+fetch time, so a worker parses a host's robots.txt once, not once per URL.
+"""
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from urllib.parse import urljoin, urlsplit
+
+import redis
+
+from .fetcher import Fetcher, FetchResult
+from .keys import ShardKeys
+from .robots import MAX_ROBOTS_BYTES, RobotsRules, parse_robots
+
+MAX_ROBOTS_REDIRECTS = 5
+LOCAL_CACHE_SIZE = 4096
+
+ALLOW = "allow"            # 4xx: no restrictions
+RULES = "rules"            # 2xx: parsed file
+UNREACHABLE = "unreachable"  # 5xx / network: disallow all for now
+
+
+@dataclass(slots=True)
+class RobotsEntry:
+    kind: str              # ALLOW | RULES | UNREACHABLE
+    rules: RobotsRules
+    fetched_at: float
+    expires: float
+    status: int | None
+    error: str | None = None
+
+
+class RobotsCache:
+    def __init__(self, ttl_s: float, error_ttl_s: float) -> None:
+        self.ttl_s = ttl_s
+        self.error_ttl_s = error_ttl_s
+        self._local: OrderedDict[str, RobotsEntry] = OrderedDict()
+
+    def get(self, client: redis.Redis, keys: ShardKeys, host: str, now: float | None = None) -> RobotsEntry | None:
+        """The cached entry, or None when robots.txt must be (re)fetched now."""
+        now = time.time() if now is None else now
+        entry = self._local.get(host)
+        if entry is not None and entry.expires > now:
+            self._local.move_to_end(host)
+            return entry
+        data = client.hgetall(keys.robots(host))
+        if not data or float(data.get("expires", 0)) <= now:
+            return None
+        entry = self._from_fields(data)
+        self._remember(host, entry)
+        return entry
+
+    def peek(self, client: redis.Redis, keys: ShardKeys, host: str) -> RobotsEntry | None:
+        """Like get() but also returns expired entries (for filtering links early)."""
+        entry = self._local.get(host)
+        if entry is not None:
+            return entry
+        data = client.hgetall(keys.robots(host))
+        return self._from_fields(data) if data else None
+
+    def fetch_and_store(self, fetcher: Fetcher, client: redis.Redis, keys: ShardKeys,
+                        scheme: str, host: str) -> tuple[RobotsEntry, FetchResult]:
+        """Fetch robots.txt for ``scheme://host`` (following redirects) and cache it."""
+        url = f"{scheme}://{host}/robots.txt"
+        res = fetcher.fetch(url, max_body_bytes=MAX_ROBOTS_BYTES)
+        first = res
+        for _ in range(MAX_ROBOTS_REDIRECTS):
+            if not (res.status and 300 <= res.status < 400 and res.location):
+                break
+            target = urljoin(res.url, res.location.strip())
+            if urlsplit(target).scheme not in ("http", "https"):
+                break
+            res = fetcher.fetch(target, max_body_bytes=MAX_ROBOTS_BYTES)
+        entry = self._classify(res, time.time())
+        # keep timing of the whole exchange for the politeness computation
+        res.started = first.started
+        fields = {"kind": entry.kind, "fetched_at": entry.fetched_at, "expires": entry.expires,
+                  "status": "" if entry.status is None else entry.status, "error": entry.error or ""}
+        if entry.kind == RULES:
+            fields["body"] = res.content.decode("utf-8", "replace")
+        pipe = client.pipeline(transaction=False)
+        pipe.delete(keys.robots(host))
+        pipe.hset(keys.robots(host), mapping=fields)
+        pipe.execute()
+        self._remember(host, entry)
+        return entry, res
+
+    def _classify(self, res: FetchResult, now: float) -> RobotsEntry:
+        status = res.status
+        if status is not None and 200 <= status < 300:
+            return RobotsEntry(RULES, parse_robots(res.content[:MAX_ROBOTS_BYTES]), now, now + self.ttl_s, status)
+        if status is not None and 400 <= status < 500 and status != 429:
+            return RobotsEntry(ALLOW, RobotsRules.allow_all(), now, now + self.ttl_s, status)
+        if status is not None and 300 <= status < 400:
+            # too many redirects: RFC 9309 says treat as unavailable (allow all)
+            return RobotsEntry(ALLOW, RobotsRules.allow_all(), now, now + self.ttl_s, status,
+                               "robots.txt redirect chain too long")
+        error = res.error or f"robots.txt answered {status}"
+        return RobotsEntry(UNREACHABLE, RobotsRules.disallow_all(), now, now + self.error_ttl_s, status, error)
+
+    @staticmethod
+    def _from_fields(data: dict[str, str]) -> RobotsEntry:
+        kind = data.get("kind", UNREACHABLE)
+        status = int(data["status"]) if data.get("status") else None
+        if kind == RULES:
+            rules = parse_robots(data.get("body", ""))
+        elif kind == ALLOW:
+            rules = RobotsRules.allow_all()
+        else:
+            rules = RobotsRules.disallow_all()
+        return RobotsEntry(kind, rules, float(data.get("fetched_at", 0)), float(data.get("expires", 0)),
+                           status, data.get("error") or None)
+
+    def _remember(self, host: str, entry: RobotsEntry) -> None:
+        self._local[host] = entry
+        self._local.move_to_end(host)
+        while len(self._local) > LOCAL_CACHE_SIZE:
+            self._local.popitem(last=False)

@@ -1,0 +1,261 @@
+"""``manage.py crawl``: one command that owns every process of a crawl.
+
+It starts (when no Redis is given) a private redis-server, then Celery worker
+processes (fetch, parse/dedup, control) and beat as children in their own process
+groups, shows progress, and stops everything (beat first, then workers with a warm
+shutdown, then Redis) when the crawl finishes, a limit is hit, on Ctrl-C or SIGTERM,
+or if a child dies. Children also get SIGTERM if this process is killed
+(PR_SET_PDEATHSIG), so no worker, beat or redis-server outlives it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TextIO
+
+from .celery import CONTROL_QUEUE, DEDUP_QUEUE, PARSE_QUEUE, fetch_queue
+from .connection import global_client
+from .embedded import EmbeddedRedis, die_with_parent
+from .exceptions import ConfigError
+from .frontier import Frontier
+from .keys import GlobalKeys
+from .maintenance import Progress, read_progress, set_state
+from .pipeline import seed_urls
+from .scheduler import FINISHED, RUNNING, STOPPING
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+STATE_FILE = "crawl.json"
+
+
+def read_seeds_file(path: str) -> list[str]:
+    """One URL per line; blank lines and ``#`` comments skipped."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise ConfigError(f"cannot read seeds file {path}: {exc.strerror or exc}") from None
+    seeds = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            seeds.append(line)
+    return seeds
+
+
+class Child:
+    def __init__(self, name: str, args: list[str], env: dict[str, str], log_path: Path) -> None:
+        self.name = name
+        self.log_path = log_path
+        self._log = open(log_path, "ab")
+        self.proc = subprocess.Popen(args, env=env, cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL,
+                                     stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True, preexec_fn=die_with_parent)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self, timeout_s: float) -> None:
+        if self.alive():
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                pass
+        try:  # the whole group: prefork children of a worker included
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            pass
+        self._log.close()
+
+
+class CrawlRunner:
+    def __init__(self, settings: Settings, *, seeds: list[str], workers: int = 2, parsers: int = 2,
+                 resume: bool = False, out: TextIO = sys.stderr) -> None:
+        self.settings = settings
+        self.seeds = seeds
+        self.workers = max(1, workers)
+        self.parsers = max(1, parsers)
+        self.resume = resume
+        self.out = out
+        self.out_dir = Path(settings.OUT_DIR)
+        self.redis: EmbeddedRedis | None = None
+        self.children: list[Child] = []
+        self._stop_requested = ""
+        self.started = time.time()
+
+    # -- lifecycle ------------------------------------------------------------------
+    def run(self) -> int:
+        old = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self._prepare()
+            self._start_children()
+            progress = self._watch()
+            self._summary(progress)
+            return 0 if progress.state == FINISHED or self._stop_requested else 1
+        finally:
+            self._shutdown()
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        if self._stop_requested:
+            raise KeyboardInterrupt  # second Ctrl-C: stop right now
+        self._stop_requested = signal.Signals(signum).name
+        self._say(f"\n{self._stop_requested}: stopping the crawl (again to force)")
+
+    def _say(self, message: str) -> None:
+        print(message, file=self.out, flush=True)
+
+    def _prepare(self) -> None:
+        s = self.settings
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        if not self.resume:
+            removed = [name for name in ("pages.jsonl", "warc", "redis", "logs", STATE_FILE, "celerybeat-schedule")
+                       if (self.out_dir / name).exists()]
+            for name in removed:
+                path = self.out_dir / name
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+            if removed:
+                self._say(f"fresh crawl: removed previous output in {self.out_dir} ({', '.join(removed)}); "
+                          "use --resume to continue a crawl")
+        (self.out_dir / "logs").mkdir(exist_ok=True)
+        if not s.REDIS_URL:
+            self.redis = EmbeddedRedis(self.out_dir / "redis").start()
+            s = self.settings = dataclasses.replace(s, REDIS_URL=self.redis.url)
+            self._say(f"embedded redis-server on {self.redis.url} (data in {self.out_dir / 'redis'})")
+        client = global_client(s)
+        client.ping()
+        g = GlobalKeys(s.KEY_PREFIX)
+        if not self.resume:
+            self._clear_keys()
+        elif not client.exists(g.control):
+            raise ConfigError(f"--resume: no crawl state found in {s.REDIS_URL} (prefix {s.KEY_PREFIX!r})")
+        client.hset(g.control, mapping={"state": RUNNING, "reason": "", "started_at": self.started})
+        if self.seeds:
+            added, rejected = seed_urls(s, self.seeds)
+            for message in rejected:
+                self._say(f"seed skipped: {message}")
+            self._say(f"{added} seed URL(s) queued")
+            if not added and not self.resume:
+                raise ConfigError("no usable seed URL")
+        elif not self.resume:
+            raise ConfigError("no seed URLs: give URLs or --seeds-file")
+        (self.out_dir / STATE_FILE).write_text(json.dumps({
+            "redis_url": s.REDIS_URL, "key_prefix": s.KEY_PREFIX, "shards": s.SHARDS, "pid": os.getpid(),
+            "started_at": self.started}))
+
+    def _clear_keys(self) -> None:
+        """A fresh crawl on a given Redis: drop this prefix's keys and our queues."""
+        s = self.settings
+        client = global_client(s)
+        for key in client.scan_iter(match=f"{s.KEY_PREFIX}:*", count=1000):
+            client.delete(key)
+        frontier = Frontier(s)
+        for shard in range(s.SHARDS):
+            c = frontier.client(shard)
+            for key in c.scan_iter(match=f"{s.KEY_PREFIX}:*", count=1000):
+                c.delete(key)
+
+    def _start_children(self) -> None:
+        s = self.settings
+        env = {**os.environ, **s.to_env(), "PYTHONPATH": os.pathsep.join(
+            [str(REPO_ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
+        tag = f"{os.getpid()}"
+        celery = [sys.executable, "-m", "celery", "-A", "crawler_tasks"]
+        common = ["--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO", "-E"]
+        fetch_queues = ",".join(fetch_queue(i) for i in range(s.SHARDS))
+        specs = [
+            ("worker-fetch", celery + ["worker", "-Q", fetch_queues, "-c", str(self.workers),
+                                       "-n", f"fetch-{tag}@%h", "-O", "fair"] + common),
+            ("worker-process", celery + ["worker", "-Q", f"{PARSE_QUEUE},{DEDUP_QUEUE}", "-c", str(self.parsers),
+                                         "-n", f"process-{tag}@%h", "-O", "fair"] + common),
+            ("worker-control", celery + ["worker", "-Q", CONTROL_QUEUE, "-P", "solo",
+                                         "-n", f"control-{tag}@%h"] + common),
+            ("beat", celery + ["beat", "-s", str(self.out_dir / "celerybeat-schedule"), "-l", "INFO"]),
+        ]
+        for name, args in specs:
+            self.children.append(Child(name, args, env, self.out_dir / "logs" / f"{name}.log"))
+        self._say(f"started {len(self.children)} processes (fetch x{self.workers}, parse/dedup x{self.parsers}, "
+                  f"control, beat); logs in {self.out_dir / 'logs'}")
+
+    def _watch(self) -> Progress:
+        s = self.settings
+        tty = self.out.isatty()
+        last_line = 0.0
+        last_pages, last_at = 0, time.time()
+        rate = 0.0
+        while True:
+            time.sleep(0.5)
+            progress = read_progress(s)
+            now = time.time()
+            if now - last_at >= 2.0:
+                rate = (progress.pages - last_pages) / (now - last_at)
+                last_pages, last_at = progress.pages, now
+            line = (f"{progress.state:9s} {now - self.started:7.1f}s  pages {progress.pages:7d}  "
+                    f"{rate:7.1f}/s  queued {progress.queued:7d}  leased {progress.leased:4d}  "
+                    f"errors {progress.errors:5d}")
+            if tty:
+                print("\r" + line, end="", file=self.out, flush=True)
+            elif now - last_line >= 10.0:
+                self._say(line)
+                last_line = now
+            if progress.state == FINISHED:
+                if tty:
+                    print(file=self.out)
+                return progress
+            dead = [c.name for c in self.children if not c.alive()]
+            if dead:
+                self._say(f"\nchild process exited unexpectedly: {', '.join(dead)} (see {self.out_dir / 'logs'})")
+                set_state(s, FINISHED, f"child died: {', '.join(dead)}")
+                progress.state, progress.reason = FINISHED, f"child died: {', '.join(dead)}"
+                return progress
+            if self._stop_requested and progress.state == RUNNING:
+                set_state(s, STOPPING, f"stopped by {self._stop_requested}")
+            if s.MAX_SECONDS and now - self.started >= s.MAX_SECONDS and progress.state == RUNNING:
+                set_state(s, STOPPING, f"max seconds ({s.MAX_SECONDS:g}) reached")
+            if progress.state == STOPPING and (self._stop_requested or s.MAX_SECONDS):
+                # maintenance finishes the crawl once in-flight batches are through;
+                # do not wait for that longer than a fetch can take
+                stopping_for = now - float(global_client(s).hget(GlobalKeys(s.KEY_PREFIX).control, "state_at") or now)
+                if stopping_for > s.TOTAL_TIMEOUT_S + 10:
+                    set_state(s, FINISHED, "stopped with batches still in flight")
+
+    def _summary(self, progress: Progress) -> None:
+        elapsed = time.time() - self.started
+        reason = global_client(self.settings).hget(GlobalKeys(self.settings.KEY_PREFIX).control, "reason") or progress.reason
+        self._say(f"crawl finished: {reason}")
+        self._say(f"  pages fetched {progress.pages} in {elapsed:.1f} s ({progress.pages / max(elapsed, 1e-9):.1f} pages/s), "
+                  f"still queued {progress.queued}")
+        statuses = {k.rsplit("/", 1)[1]: v for k, v in progress.stats.items() if k.startswith("fetch/status/")}
+        if statuses:
+            self._say("  status " + ", ".join(f"{k}: {v}" for k, v in sorted(statuses.items())))
+        errors = {k.split("/", 2)[2]: v for k, v in progress.stats.items() if k.startswith("records/error/")}
+        if errors:
+            self._say("  errors " + ", ".join(f"{k}: {v}" for k, v in sorted(errors.items())))
+        self._say(f"  output: {self.out_dir / 'pages.jsonl'}, {self.out_dir / 'warc'}")
+
+    def _shutdown(self) -> None:
+        order = {"beat": 0, "worker-control": 1, "worker-fetch": 2, "worker-process": 3}
+        for child in sorted(self.children, key=lambda c: order.get(c.name, 9)):
+            child.stop(timeout_s=15.0)
+        self.children.clear()
+        if self.redis is not None:
+            self.redis.stop()
+            self.redis = None

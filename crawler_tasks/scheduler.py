@@ -1,0 +1,71 @@
+"""Wake planning: which hosts to lease now and how to cut them into fetch batches.
+
+Back-pressure: at most MAX_INFLIGHT_BATCHES batches are between lease and dedup at
+any time, so leases never wait long in the broker (a lease that waited past its
+deadline would be handed to another worker and the host fetched twice). The
+``MAX_PAGES`` budget is enforced here too: pages fetched plus hosts in flight never
+exceed it (robots.txt fetches and retries do not count as pages).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from .connection import global_client
+from .frontier import Frontier, Lease
+from .keys import GlobalKeys
+from .pipeline import new_batch_id
+from .settings import Settings
+
+RUNNING, STOPPING, FINISHED = "running", "stopping", "finished"
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    shard: int
+    batch_id: str
+    leases: list[Lease]
+
+
+def crawl_state(settings: Settings) -> str:
+    return global_client(settings).hget(GlobalKeys(settings.KEY_PREFIX).control, "state") or RUNNING
+
+
+def plan_wake(settings: Settings, frontier: Frontier, now: float | None = None) -> list[Batch]:
+    """Lease ready hosts of every shard, within the in-flight and page budgets."""
+    now = time.time() if now is None else now
+    g = GlobalKeys(settings.KEY_PREFIX)
+    client = global_client(settings)
+    pipe = client.pipeline(transaction=False)
+    pipe.hget(g.control, "state")
+    pipe.zcard(g.inflight)
+    pipe.hget(g.stats, "fetch/pages")
+    state, inflight, fetched = pipe.execute()
+    if state in (STOPPING, FINISHED):
+        return []
+    slots = settings.MAX_INFLIGHT_BATCHES - int(inflight or 0)
+    budget = None
+    if settings.MAX_PAGES:
+        leased = sum(frontier.client(s).zcard(frontier.keys(s).lease) for s in range(settings.SHARDS))
+        budget = settings.MAX_PAGES - int(fetched or 0) - leased
+        if budget <= 0:
+            return []
+    batches: list[Batch] = []
+    shards = list(range(settings.SHARDS))
+    shards = shards[int(now * 4) % len(shards):] + shards[: int(now * 4) % len(shards)]  # no shard starves
+    for shard in shards:
+        max_hosts = max(0, slots - len(batches)) * settings.FETCH_BATCH
+        max_hosts = min(max_hosts, settings.WAKE_MAX_HOSTS)
+        if budget is not None:
+            max_hosts = min(max_hosts, budget)
+        leases = frontier.get_urls(shard, max_hosts, now=now)  # max_hosts 0 still refills
+        if not leases:
+            continue
+        if budget is not None:
+            budget -= len(leases)
+        for i in range(0, len(leases), settings.FETCH_BATCH):
+            batches.append(Batch(shard, new_batch_id(), leases[i:i + settings.FETCH_BATCH]))
+    if batches:
+        deadline = now + settings.BATCH_TIMEOUT_S
+        client.zadd(g.inflight, {b.batch_id: deadline for b in batches})
+    return batches

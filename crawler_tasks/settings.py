@@ -1,0 +1,268 @@
+"""Every crawler setting, its default and its meaning, in one place.
+
+Precedence (lowest first): the defaults below, ``CRAWLER_<NAME>`` environment
+variables, CLI flags of ``manage.py`` (which it hands to the worker and beat
+processes it starts as ``CRAWLER_*`` variables, so every process of one crawl
+sees the same settings).
+
+Lists are written in the environment as comma-separated values; booleans as
+``1/0``, ``true/false``, ``yes/no``, ``on/off``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, fields
+from typing import Any, Mapping
+
+from .exceptions import ConfigError
+
+ENV_PREFIX = "CRAWLER_"
+
+DEFAULT_USER_AGENT = "simbot/1.0 (+https://example.invalid/simbot; crawler contact)"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    # --- Redis -------------------------------------------------------------------------
+    # Frontier/state Redis. Empty: ``manage.py crawl`` starts an embedded redis-server.
+    REDIS_URL: str = ""
+    # Frontier shards may live on several Redis servers (shard -> server by stable hash).
+    # Empty: all shards on REDIS_URL.
+    REDIS_SHARD_URLS: tuple[str, ...] = ()
+    # Celery broker. Empty: the frontier Redis, database 1 (frontier state stays in db 0).
+    BROKER_URL: str = ""
+    # Prefix of every Redis key the crawler owns (two crawls can share one Redis).
+    KEY_PREFIX: str = "crawl"
+    # Socket timeout for Redis commands, seconds.
+    REDIS_TIMEOUT_S: float = 10.0
+
+    # --- Frontier (Mercator) -------------------------------------------------------------
+    # Number of frontier shards (hosts are assigned by crc32(host) % SHARDS).
+    SHARDS: int = 2
+    # Number of front-queue priority levels (0 = highest).
+    PRIORITY_LEVELS: int = 3
+    # Most hosts holding an active back queue per shard (Mercator's B, ~3x fetch slots).
+    MAX_ACTIVE_HOSTS: int = 512
+    # A leased host not returned by then is put back by maintenance, seconds.
+    LEASE_S: float = 120.0
+    # Most hosts one wake task leases per shard.
+    WAKE_MAX_HOSTS: int = 256
+    # Hosts per fetch task (fetched concurrently, one connection per host).
+    FETCH_BATCH: int = 16
+    # Most fetch batches dispatched and not yet through dedup (back-pressure).
+    MAX_INFLIGHT_BATCHES: int = 16
+    # A dispatched batch that did not finish by then is forgotten (its hosts' leases expire).
+    BATCH_TIMEOUT_S: float = 600.0
+    # Maximum link depth from a seed (0 = seeds only, -1 = unlimited).
+    MAX_DEPTH: int = -1
+
+    # --- Scope and URL filters (each drop is counted as filter/<rule>) ---------------------
+    # Only these hosts and their subdomains (empty = any host).
+    ALLOWED_DOMAINS: tuple[str, ...] = ()
+    # Never these hosts and their subdomains.
+    BLOCKED_DOMAINS: tuple[str, ...] = ()
+    # A URL must match one of these regexes (empty = all) and none of the exclude ones.
+    INCLUDE_PATTERNS: tuple[str, ...] = ()
+    EXCLUDE_PATTERNS: tuple[str, ...] = ()
+    # Most non-empty path segments in a URL.
+    MAX_PATH_SEGMENTS: int = 16
+    # A path segment repeated this many times marks a trap (/a/b/a/b/a/b).
+    MAX_REPEATED_SEGMENTS: int = 3
+    # Extensions that are never HTML: skipped before fetching.
+    SKIP_EXTENSIONS: tuple[str, ...] = (
+        "jpg", "jpeg", "png", "gif", "webp", "bmp", "ico", "svg", "tif", "tiff", "mp3", "mp4", "m4a",
+        "ogg", "wav", "avi", "mov", "mkv", "webm", "flv", "wmv", "zip", "gz", "tgz", "bz2", "xz", "7z",
+        "rar", "tar", "iso", "dmg", "exe", "msi", "bin", "apk", "deb", "rpm", "woff", "woff2", "ttf",
+        "otf", "eot", "css", "js", "pdf", "doc", "docx", "xls", "xlsx", "ppt", "pptx",
+    )
+    # Follow links marked rel=nofollow/ugc/sponsored (off: they are not taken).
+    FOLLOW_NOFOLLOW: bool = False
+    # Query parameters dropped by normalization (empty = the built-in tracking and
+    # session-id lists of urls.py).
+    DROP_PARAMS: tuple[str, ...] = ()
+
+    # --- Politeness ----------------------------------------------------------------------
+    # Identify ourselves: the robots.txt product token is derived from it.
+    USER_AGENT: str = DEFAULT_USER_AGENT
+    # robots.txt product token; empty = derived from USER_AGENT.
+    ROBOTS_AGENT: str = ""
+    # Minimum gap between two requests to one host, seconds.
+    MIN_DELAY_S: float = 1.0
+    # Gap is at least this times the last fetch duration (Mercator's rule).
+    DELAY_FACTOR: float = 10.0
+    # Cap of the factor term, seconds (Heritrix: 30).
+    MAX_FACTOR_DELAY_S: float = 30.0
+    # Obey Crawl-delay from robots.txt, up to MAX_CRAWL_DELAY_S.
+    HONOUR_CRAWL_DELAY: bool = True
+    MAX_CRAWL_DELAY_S: float = 60.0
+    # Hosts asking for a Crawl-delay over the cap: skip them (True) or crawl at the cap.
+    SKIP_HOST_OVER_MAX_CRAWL_DELAY: bool = False
+    # Cap for Retry-After on 429/503, seconds.
+    MAX_RETRY_AFTER_S: float = 3600.0
+    # Exponential backoff on consecutive failures: base x 2^(n-1), capped, +-25 % jitter.
+    BACKOFF_BASE_S: float = 5.0
+    BACKOFF_MAX_S: float = 600.0
+    # After this many consecutive failures a host is parked for PARK_S (its URLs stay).
+    PARK_AFTER_FAILURES: int = 8
+    PARK_S: float = 6 * 3600.0
+    # A URL whose fetch failed (network error, 5xx, 429) is retried this many times.
+    MAX_RETRIES: int = 2
+    # robots.txt: cached this long (RFC 9309: at most 24 h), seconds.
+    ROBOTS_TTL_S: float = 24 * 3600.0
+    # robots.txt unreachable (5xx/network): disallow all and ask again after this, seconds.
+    ROBOTS_ERROR_TTL_S: float = 600.0
+    # Obey robots.txt at all (turn off only for sites you own).
+    OBEY_ROBOTS: bool = True
+    # Permit private/loopback/link-local targets (tests and local webs need it).
+    ALLOW_PRIVATE: bool = False
+    # Static DNS answers, curl style: "host=addr" items.
+    RESOLVE: tuple[str, ...] = ()
+
+    # --- Fetching ------------------------------------------------------------------------
+    CONNECT_TIMEOUT_S: float = 5.0
+    READ_TIMEOUT_S: float = 15.0
+    # Whole-exchange cap (slow-drip servers), seconds.
+    TOTAL_TIMEOUT_S: float = 30.0
+    # Body cap in bytes; longer bodies are cut and flagged truncated.
+    MAX_BODY_BYTES: int = 1024 * 1024
+    # Cap on the decoded size of a compressed body (gzip bombs), bytes.
+    MAX_DECODED_BYTES: int = 8 * 1024 * 1024
+    # Cap on the response header block, bytes.
+    MAX_HEADER_BYTES: int = 64 * 1024
+    # Longest URL we fetch or enqueue, characters.
+    MAX_URL_LENGTH: int = 2048
+    # Redirect hops followed for one URL (each hop is enqueued as its own URL).
+    MAX_REDIRECTS: int = 5
+
+    # --- Dedup ---------------------------------------------------------------------------
+    # URL-seen Bloom filter sized for this many URLs at this false-positive rate.
+    BLOOM_EXPECTED_URLS: int = 10_000_000
+    BLOOM_ERROR_RATE: float = 0.01
+
+    # --- Storage -------------------------------------------------------------------------
+    # Output folder: pages.jsonl, warc/, redis/ (embedded), snapshots.
+    OUT_DIR: str = "crawl-out"
+    # Rotate WARC files past this size, bytes.
+    WARC_MAX_BYTES: int = 256 * 1024 * 1024
+    # Keep at most this many characters of page text in records.
+    MAX_TEXT_CHARS: int = 100_000
+
+    # --- Crawl control -------------------------------------------------------------------
+    # Stop after this many fetched pages (0 = no limit).
+    MAX_PAGES: int = 0
+    # Stop after this many seconds (0 = no limit; enforced by manage.py crawl).
+    MAX_SECONDS: float = 0.0
+    # Beat: how often the wake task runs, seconds.
+    WAKE_INTERVAL_S: float = 0.25
+    # Beat: how often maintenance logs stats, expires leases and decides stop, seconds.
+    MAINTENANCE_INTERVAL_S: float = 2.0
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
+        """Defaults, then ``CRAWLER_*`` variables, then keyword overrides (CLI flags)."""
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = env.get(ENV_PREFIX + f.name)
+            if raw is not None:
+                values[f.name] = _coerce(f.name, f.type, raw)
+        for name, value in overrides.items():
+            if value is None:
+                continue
+            if name not in _FIELD_TYPES:
+                raise ConfigError(f"unknown setting {name!r}")
+            values[name] = _coerce(name, _FIELD_TYPES[name], value) if isinstance(value, str) else value
+        settings = dataclasses.replace(cls(), **values)
+        settings.validate()
+        return settings
+
+    def to_env(self) -> dict[str, str]:
+        """The settings as ``CRAWLER_*`` variables, for child processes."""
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, tuple):
+                value = ",".join(value)
+            elif isinstance(value, bool):
+                value = "1" if value else "0"
+            out[ENV_PREFIX + f.name] = str(value)
+        return out
+
+    def validate(self) -> None:
+        """Refuse settings that would make the crawl misbehave, with a clear message."""
+        checks = [
+            (self.SHARDS >= 1, "SHARDS must be >= 1"),
+            (self.PRIORITY_LEVELS >= 1, "PRIORITY_LEVELS must be >= 1"),
+            (self.MAX_ACTIVE_HOSTS >= 1, "MAX_ACTIVE_HOSTS must be >= 1"),
+            (self.FETCH_BATCH >= 1, "FETCH_BATCH must be >= 1"),
+            (self.MIN_DELAY_S >= 0, "MIN_DELAY_S must be >= 0"),
+            (self.DELAY_FACTOR >= 0, "DELAY_FACTOR must be >= 0"),
+            (self.LEASE_S > self.TOTAL_TIMEOUT_S, "LEASE_S must exceed TOTAL_TIMEOUT_S"),
+            (0 < self.BLOOM_ERROR_RATE < 1, "BLOOM_ERROR_RATE must be in (0, 1)"),
+            (self.BLOOM_EXPECTED_URLS >= 1, "BLOOM_EXPECTED_URLS must be >= 1"),
+            (self.MAX_BODY_BYTES >= 1024, "MAX_BODY_BYTES must be >= 1024"),
+            (self.WAKE_INTERVAL_S > 0, "WAKE_INTERVAL_S must be > 0"),
+            (self.MAINTENANCE_INTERVAL_S > 0, "MAINTENANCE_INTERVAL_S must be > 0"),
+            (bool(self.USER_AGENT.strip()), "USER_AGENT must not be empty"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(message)
+
+    @property
+    def robots_agent(self) -> str:
+        from .robots import product_token
+
+        return self.ROBOTS_AGENT or product_token(self.USER_AGENT)
+
+    @property
+    def uses_default_contact(self) -> bool:
+        return self.USER_AGENT == DEFAULT_USER_AGENT
+
+
+_FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Settings)}
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _coerce(name: str, type_name: Any, raw: str) -> Any:
+    type_name = str(type_name)
+    try:
+        if type_name == "bool":
+            low = raw.strip().lower()
+            if low in _TRUE:
+                return True
+            if low in _FALSE:
+                return False
+            raise ValueError(raw)
+        if type_name == "int":
+            return int(raw.strip().replace("_", ""))
+        if type_name == "float":
+            return float(raw.strip())
+        if type_name.startswith("tuple"):
+            return tuple(item.strip() for item in raw.split(",") if item.strip())
+        return raw
+    except ValueError:
+        raise ConfigError(f"setting {name}: cannot read {raw!r} as {type_name}") from None
+
+
+_cached: Settings | None = None
+
+
+def get_settings() -> Settings:
+    """The process-wide settings, read from the environment once."""
+    global _cached
+    if _cached is None:
+        _cached = Settings.from_env()
+    return _cached
+
+
+def reset_settings(settings: Settings | None = None) -> None:
+    """Replace the process-wide settings (tests, manage.py)."""
+    global _cached
+    _cached = settings
+
+
+__all__ = ["Settings", "get_settings", "reset_settings", "ENV_PREFIX", "DEFAULT_USER_AGENT"]

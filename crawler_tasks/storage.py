@@ -1,0 +1,135 @@
+"""Where crawl output goes: raw exchanges in WARC files, one JSON record per URL.
+
+- ``OUT/warc/<prefix>-<UTC time>-<machine>-<pid>-<serial>.warc.gz``: one writer per
+  process (no locking between processes), a ``warcinfo`` record first, then a
+  ``request`` and a ``response`` record per fetch; rotated past WARC_MAX_BYTES.
+  The response payload is stored as transferred (content coding kept, chunking
+  removed), so digests match what the server sent.
+- ``OUT/pages.jsonl``: appended by whichever worker finishes a batch, one ``write``
+  of whole lines under an exclusive ``flock``, so lines never interleave.
+
+Policy: a storage failure (disk full...) is raised: losing output silently is worse
+than a visible failure, and the batch is retried by Celery.
+"""
+from __future__ import annotations
+
+import fcntl
+import io
+import json
+import os
+import socket
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterable
+
+from warcio.statusandheaders import StatusAndHeaders
+from warcio.warcwriter import WARCWriter
+
+from . import __version__
+from .fetcher import FetchResult
+
+_HOP_BY_HOP = {"transfer-encoding"}
+
+
+def append_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> int:
+    """Append records as JSON lines atomically with respect to other writers."""
+    data = "".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in records)
+    if not data:
+        return 0
+    raw = data.encode("utf-8", "surrogatepass")
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        view = memoryview(raw)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+    finally:
+        os.close(fd)
+    return len(raw)
+
+
+def warc_date(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class WarcStore:
+    """Rotating WARC/1.1 writer for one process; thread-safe."""
+
+    def __init__(self, out_dir: str | os.PathLike, max_bytes: int, prefix: str = "crawl",
+                 operator: str = "") -> None:
+        self.dir = Path(out_dir) / "warc"
+        self.max_bytes = max_bytes
+        self.prefix = prefix
+        self.operator = operator
+        self._lock = threading.Lock()
+        self._file: io.BufferedWriter | None = None
+        self._writer: WARCWriter | None = None
+        self._serial = 0
+        self.path: Path | None = None
+
+    def _open(self) -> WARCWriter:
+        if self._writer is not None and self._file is not None and self._file.tell() < self.max_bytes:
+            return self._writer
+        self.close()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%d%H%M%S")
+        self._serial += 1
+        name = f"{self.prefix}-{stamp}-{socket.gethostname()}-{os.getpid()}-{self._serial:05d}.warc.gz"
+        self.path = self.dir / name
+        self._file = open(self.path, "wb")
+        self._writer = WARCWriter(self._file, gzip=True, warc_version="WARC/1.1")
+        info = {"software": f"crawler_tasks/{__version__} (warcio)", "format": "WARC File Format 1.1",
+                "hostname": socket.gethostname()}
+        if self.operator:
+            info["http-header-user-agent"] = self.operator
+        self._writer.write_record(self._writer.create_warcinfo_record(name, info))
+        return self._writer
+
+    def write_exchange(self, res: FetchResult) -> str | None:
+        """Write request + response records of one fetch; returns the file name, or
+        None when there was no HTTP response to record."""
+        if res.status is None:
+            return None
+        with self._lock:
+            writer = self._open()
+            date = warc_date(res.started)
+            parts = res.url.split("/", 3)
+            target = "/" + (parts[3] if len(parts) > 3 else "")
+            req_headers = StatusAndHeaders(f"GET {target} HTTP/1.1", res.request_headers,
+                                           is_http_request=True)
+            req = writer.create_warc_record(res.url, "request", http_headers=req_headers,
+                                            warc_headers_dict={"WARC-Date": date})
+            headers = [(k, v) for k, v in res.headers if k.lower() not in _HOP_BY_HOP]
+            resp_headers = StatusAndHeaders(f"{res.status} {res.reason}".strip(), headers,
+                                            protocol="HTTP/1.1")
+            extra = {"WARC-Date": date, "WARC-Concurrent-To": req.rec_headers.get_header("WARC-Record-ID")}
+            if res.ip:
+                extra["WARC-IP-Address"] = res.ip
+            if res.truncated:
+                extra["WARC-Truncated"] = "time" if res.truncated == "time" else "length"
+            resp = writer.create_warc_record(res.url, "response", payload=io.BytesIO(res.body),
+                                             length=len(res.body), http_headers=resp_headers,
+                                             warc_headers_dict=extra)
+            writer.write_record(resp)
+            writer.write_record(req)
+            assert self.path is not None
+            return self.path.name
+
+    def flush(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        self._file = None
+        self._writer = None
+
+
+def now_iso() -> str:
+    return warc_date(time.time())

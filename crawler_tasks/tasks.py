@@ -1,0 +1,83 @@
+"""Thin Celery tasks: decode arguments, call a stage, hand on to the next one.
+
+Messages carry URLs, lease tokens and batch ids (JSON), never objects; page bodies
+cross the broker once, zlib-compressed, from fetch to parse.
+"""
+from __future__ import annotations
+
+import logging
+
+import redis
+from celery import chain
+from celery.signals import worker_process_init
+
+from .celery import DEDUP_QUEUE, PARSE_QUEUE, app, fetch_queue
+from .frontier import Lease
+from .maintenance import run_maintenance
+from .pipeline import Worker, dedup_stage, fetch_stage, parse_stage
+from .scheduler import Batch, plan_wake
+from .settings import get_settings
+
+log = logging.getLogger(__name__)
+
+_worker: Worker | None = None
+
+
+def get_worker() -> Worker:
+    """This process's stage state (created after fork: sockets are never shared)."""
+    global _worker
+    if _worker is None:
+        _worker = Worker.create(get_settings())
+    return _worker
+
+
+@worker_process_init.connect
+def _reset_after_fork(**_: object) -> None:
+    global _worker
+    _worker = None
+
+
+_REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
+
+
+def send_batch(batch: Batch) -> None:
+    leases = [[lease.host, lease.raw, lease.token] for lease in batch.leases]
+    chain(
+        fetch.si(batch.shard, batch.batch_id, leases).set(queue=fetch_queue(batch.shard)),
+        parse.s(batch.batch_id).set(queue=PARSE_QUEUE),
+        dedup.s(batch.batch_id).set(queue=DEDUP_QUEUE),
+    ).apply_async()
+
+
+@app.task(name="crawler.wake", ignore_result=True)
+def wake() -> int:
+    w = get_worker()
+    batches = plan_wake(w.settings, w.frontier)
+    for batch in batches:
+        send_batch(batch)
+    return len(batches)
+
+
+@app.task(name="crawler.fetch", acks_late=True, autoretry_for=_REDIS_DOWN,
+          retry_backoff=True, retry_backoff_max=30, max_retries=10)
+def fetch(shard: int, batch_id: str, leases: list[list[str]]) -> list[dict]:
+    w = get_worker()
+    return fetch_stage(w, [Lease(shard, host, raw, token) for host, raw, token in leases], batch_id)
+
+
+@app.task(name="crawler.parse", acks_late=True, autoretry_for=_REDIS_DOWN,
+          retry_backoff=True, retry_backoff_max=30, max_retries=10)
+def parse(pages: list[dict], batch_id: str) -> list[dict]:
+    return parse_stage(get_worker(), pages)
+
+
+@app.task(name="crawler.dedup", acks_late=True, autoretry_for=_REDIS_DOWN,
+          retry_backoff=True, retry_backoff_max=30, max_retries=10)
+def dedup(records: list[dict], batch_id: str) -> int:
+    return dedup_stage(get_worker(), records, batch_id)
+
+
+@app.task(name="crawler.maintenance", ignore_result=True)
+def maintenance() -> str:
+    progress = run_maintenance(get_settings(), get_worker().frontier)
+    return progress.state

@@ -1,0 +1,569 @@
+"""URL normalization for the crawler frontier.
+
+Every link found on a page goes through :func:`normalize_url` before it is
+deduplicated or queued, so two spellings of the same resource must map to the
+same string, and anything a crawler cannot fetch must map to ``None``.
+
+Resolution follows RFC 3986 section 5; normalization follows RFC 3986 section 6
+(case, percent-encoding, dot segments, default port).  Where browsers (the
+WHATWG URL standard) disagree with RFC 3986 on input that appears on real
+pages, we do what browsers do, because the link means what the browser that
+the page author tested with made of it:
+
+* tab/CR/LF are removed anywhere, C0 controls and spaces trimmed at the ends;
+* ``\\`` counts as ``/`` before the query of http(s) URLs;
+* ``http:g`` against an ``http:`` base is relative, ``http:g`` otherwise and
+  ``http:///g`` mean host ``g`` (extra slashes are ignored);
+* ``%2e`` counts as ``.`` in dot segments (falls out of RFC 6.2.2.2 anyway);
+* the host is percent-decoded, mapped with UTS 46 and numeric IPv4 forms
+  (``0x7f.1``) are canonicalized to dotted decimal, IPv6 to RFC 5952 form.
+
+Where RFC 3986 is stricter than browsers we keep RFC 3986 for the output:
+every character outside the RFC 3986 set (including ``[ ] { } | ^ ` \\``)
+is percent-encoded in the path and query, so the output is a valid URI and
+one resource has one spelling.
+
+The module is pure (no I/O) and :func:`normalize_url` never raises.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from functools import lru_cache
+from typing import NamedTuple
+from urllib.parse import unquote_to_bytes
+
+import idna
+
+__all__ = [
+    "DEFAULT_SESSION_PARAMS",
+    "DEFAULT_TRACKING_PARAMS",
+    "host_key",
+    "normalize_url",
+    "url_depth_of_path",
+]
+
+# Query parameters that only identify the campaign or click and never change
+# the content; kept so that one page is not crawled once per ad campaign.
+# Any name starting with ``utm_`` is also dropped (handled by prefix).
+DEFAULT_TRACKING_PARAMS: frozenset[str] = frozenset(
+    {
+        "gclid", "gclsrc", "dclid", "gbraid", "wbraid", "srsltid",  # Google
+        "_ga", "_gl",  # Google Analytics cross-domain linker
+        "fbclid", "igshid", "igsh",  # Meta
+        "msclkid",  # Microsoft Ads
+        "yclid", "ysclid",  # Yandex
+        "twclid", "ref_src", "ref_url",  # Twitter / X
+        "ttclid",  # TikTok
+        "li_fat_id",  # LinkedIn
+        "epik",  # Pinterest
+        "mc_cid", "mc_eid",  # Mailchimp
+        "_hsenc", "_hsmi", "__hstc", "__hssc", "__hsfp", "hsctatracking",  # HubSpot
+        "mkt_tok",  # Marketo
+        "oly_anon_id", "oly_enc_id",  # Omeda
+        "vero_conv", "vero_id",  # Vero
+        "wickedid",
+        "rb_clickid",
+        "s_cid",  # Adobe
+        "_openstat",
+    }
+)
+
+# Query parameters that carry a server-side session id: every visit produces
+# a new URL for the same page, which would make the frontier grow forever.
+DEFAULT_SESSION_PARAMS: frozenset[str] = frozenset(
+    {
+        "sid", "sessid", "sess_id", "sessionid", "session_id",
+        "jsessionid", "phpsessid", "aspsessionid",
+        "cfid", "cftoken",  # ColdFusion
+        "zenid",  # Zen Cart
+        "oscsid",  # osCommerce
+    }
+)
+
+_DEFAULT_DROP: frozenset[str] = DEFAULT_TRACKING_PARAMS | DEFAULT_SESSION_PARAMS
+_DROP_PREFIX = "utm_"
+
+_DEFAULT_PORTS = {"http": "80", "https": "443"}
+
+# Characters stripped from both ends: C0 controls, space, and the Unicode
+# spaces / BOM that scraped href attributes often carry (WHATWG only strips
+# C0 and space; stripping more loses nothing a server could want).
+_STRIP = "".join(chr(c) for c in range(0x21)) + "\x7f\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u200b\u2028\u2029\u202f\u205f\u3000\ufeff"
+_TAB_NL = str.maketrans("", "", "\t\n\r")
+
+_SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
+
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
+# RFC 3986: pchar = unreserved / pct-encoded / sub-delims / ":" / "@"
+_PATH_SAFE = r"A-Za-z0-9\-._~!$&'()*+,;=:@/"
+_QUERY_SAFE = _PATH_SAFE + "?"
+# One match per thing that needs rewriting: an escape, a stray "%", or a
+# character that is not allowed raw.
+_PATH_FIX_RE = re.compile(r"%([0-9A-Fa-f]{2})|%|[^" + _PATH_SAFE + "]")
+_QUERY_FIX_RE = re.compile(r"%([0-9A-Fa-f]{2})|%|[^" + _QUERY_SAFE + "]")
+
+# Fast paths: already clean ASCII links (the large majority on real pages).
+# No "%", ";", "\\", port, userinfo or upper-case host: those take the full
+# path so that there is only one place where they are handled.
+_CLEAN_PATH = r"A-Za-z0-9\-._~!$&'()*+,=:@/"
+_CLEAN_QUERY = _CLEAN_PATH + ";?"
+_FAST_ABS_RE = re.compile(
+    r"(?:(https?):)?//([a-z0-9][a-z0-9.\-]*)"
+    r"(/[" + _CLEAN_PATH + r"]*)?"
+    r"(?:\?([" + _CLEAN_QUERY + r"]*))?"
+    r"(?:#.*)?\Z",
+    re.S,
+)
+_FAST_REL_RE = re.compile(
+    r"([" + _CLEAN_PATH + r"]+)"
+    r"(?:\?([" + _CLEAN_QUERY + r"]*))?"
+    r"(?:#.*)?\Z",
+    re.S,
+)
+
+# RFC 3986 reg-name after decoding: unreserved / sub-delims.  Stricter than
+# WHATWG (which also lets through e.g. '"' and '{'), so output is a valid URI.
+_BAD_HOST_RE = re.compile(r"[^a-z0-9\-._~!$&'()*+,;=]")
+_HEX_RE = re.compile(r"[0-9A-Fa-f]*")
+
+
+class _Parts(NamedTuple):
+    """A resolved URL: lower-case scheme, normalized netloc, raw path/query."""
+
+    scheme: str
+    netloc: str
+    path: str
+    query: str | None
+
+
+def normalize_url(
+    href: str, base: str | None = None, *, drop_params: frozenset[str] | None = None
+) -> str | None:
+    """Resolve ``href`` against ``base`` and return the canonical http(s) URL.
+
+    Returns None for anything the crawler should not or cannot fetch
+    (other schemes, no host, relative link without base, malformed input),
+    so callers can filter with one ``if``.  Never raises.
+    """
+    try:
+        drop = _DEFAULT_DROP if drop_params is None else _lower_set(drop_params)
+        fast = _fast(href, base, drop)
+        if fast is not None:
+            return fast
+        return _normalize_slow(href, base, drop)
+    except Exception:  # noqa: BLE001 - the contract is "never raises"
+        return None
+
+
+def host_key(url: str) -> str:
+    """Return the politeness key of ``url``: punycode host plus non-default port.
+
+    Requests to one key share a rate limit, so ``http://A.com:80`` and
+    ``http://a.com/x`` must give the same key.  Returns "" when there is no
+    usable host.
+    """
+    norm = normalize_url(url, drop_params=frozenset())
+    if norm is None:
+        return ""
+    start = norm.index("://") + 3
+    end = norm.find("/", start)
+    return norm[start:end] if end >= 0 else norm[start:]
+
+
+def url_depth_of_path(url: str) -> int:
+    """Count the non-empty path segments, for depth filters (``/a//b/`` -> 2).
+
+    Accepts a full URL or a bare path; never raises.
+    """
+    if not isinstance(url, str):
+        return 0
+    s = url.split("#", 1)[0].split("?", 1)[0]
+    m = _SCHEME_RE.match(s)
+    if m is not None:
+        s = s[m.end():]
+    if s.startswith("//"):
+        slash = s.find("/", 2)
+        s = s[slash:] if slash >= 0 else ""
+    return sum(1 for seg in s.split("/") if seg)
+
+
+# --------------------------------------------------------------------------
+# Internals
+
+
+@lru_cache(maxsize=32)
+def _lower_set(names: frozenset[str]) -> frozenset[str]:
+    """Lower-case a caller's parameter set once (names compare case-insensitively)."""
+    return frozenset(n.lower() for n in names)
+
+
+def _dropped(name: str, drop: frozenset[str]) -> bool:
+    """Tell whether a query/path parameter name is tracking or session noise."""
+    low = name.lower()
+    return low in drop or low.startswith(_DROP_PREFIX)
+
+
+def _filter_query(query: str | None, drop: frozenset[str]) -> str:
+    """Remove dropped parameters and empty pairs; keep order and spelling."""
+    if not query:
+        return ""
+    kept = [
+        pair
+        for pair in query.split("&")
+        if pair and not _dropped(pair.partition("=")[0], drop)
+    ]
+    return "&".join(kept)
+
+
+def _serialize(scheme: str, netloc: str, path: str, query: str) -> str:
+    """Join the parts; an empty query gets no "?"."""
+    if query:
+        return f"{scheme}://{netloc}{path}?{query}"
+    return f"{scheme}://{netloc}{path}"
+
+
+def _fast(href: str, base: str | None, drop: frozenset[str]) -> str | None:
+    """Handle clean ASCII links cheaply; None means "use the full path".
+
+    Only accepts input for which the full path would do nothing but remove
+    dot segments, the fragment and dropped parameters (a property test
+    checks that both paths agree).
+    """
+    m = _FAST_ABS_RE.match(href)
+    if m is not None:
+        scheme, host, path, query = m.groups()
+        last = host[host.rfind(".") + 1:]
+        # Trailing dot, or a numeric last label (IPv4 forms): full path.
+        if not last or last[0] in "0123456789":
+            return None
+        if scheme is None:
+            if base is None or (b := _base_parts(base)) is None:
+                return None
+            scheme = b.scheme
+        if path is None:
+            path = "/"
+        elif "/." in path:
+            path = _remove_dot_segments(path)
+        return _serialize(scheme, host, path, _filter_query(query, drop))
+    if base is None:
+        return None
+    if not href or href[0] == "#":
+        b = _base_parts(base)
+        if b is None:
+            return None
+        return _serialize(b.scheme, b.netloc, b.path, _filter_query(b.query, drop))
+    m = _FAST_REL_RE.match(href)
+    if m is None:
+        return None
+    path, query = m.groups()
+    if path[0] == "/":
+        if path[:2] == "//":
+            return None
+    else:
+        colon = path.find(":")
+        if colon >= 0:
+            slash = path.find("/")
+            if slash < 0 or colon < slash:
+                return None  # could be a scheme
+    b = _base_parts(base)
+    if b is None:
+        return None
+    if path[0] != "/":
+        path = b.path[: b.path.rfind("/") + 1] + path
+    if "/." in path:
+        path = _remove_dot_segments(path)
+    return _serialize(b.scheme, b.netloc, path, _filter_query(query, drop))
+
+
+@lru_cache(maxsize=64)
+def _base_parts(base: str) -> _Parts | None:
+    """Parse and normalize a base once per page, not once per link."""
+    if not isinstance(base, str):
+        return None
+    try:
+        return _parse(base, None)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _normalize_slow(href: str, base: str | None, drop: frozenset[str]) -> str | None:
+    """The full algorithm: resolve, then normalize every component."""
+    b = _base_parts(base) if base is not None else None
+    p = _parse(href, b)
+    if p is None:
+        return None
+    return _serialize(p.scheme, p.netloc, p.path, _filter_query(p.query, drop))
+
+
+def _clean(s: str) -> str:
+    """Trim ends, drop tab/CR/LF anywhere and the fragment (WHATWG pre-processing)."""
+    s = s.strip(_STRIP).translate(_TAB_NL)
+    return s.partition("#")[0]
+
+
+def _backslashes(s: str) -> str:
+    """Treat "\\" as "/" before the query, as browsers do for http(s)."""
+    if "\\" not in s:
+        return s
+    q = s.find("?")
+    if q < 0:
+        return s.replace("\\", "/")
+    return s[:q].replace("\\", "/") + s[q:]
+
+
+def _parse(href: str, base: _Parts | None) -> _Parts | None:
+    """Resolve ``href`` against a parsed base (RFC 3986 5.2) and normalize it."""
+    s = _clean(href)
+    m = _SCHEME_RE.match(s)
+    if m is not None:
+        scheme = m.group(1).lower()
+        if scheme not in _DEFAULT_PORTS:
+            return None
+        rest = _backslashes(s[m.end():])
+        if base is not None and base.scheme == scheme and not rest.startswith("//"):
+            # "http:g" on an http page is relative (RFC 5.4.2 non-strict, WHATWG).
+            return _resolve(rest, base)
+        return _absolute(scheme, rest.lstrip("/"))
+    if base is None:
+        return None
+    return _resolve(_backslashes(s), base)
+
+
+def _absolute(scheme: str, rest: str) -> _Parts | None:
+    """Build parts from "authority/path?query" (leading slashes already gone)."""
+    end = len(rest)
+    for ch in "/?":
+        i = rest.find(ch)
+        if 0 <= i < end:
+            end = i
+    netloc = _normalize_netloc(scheme, rest[:end])
+    if netloc is None:
+        return None
+    path, query = _split_query(rest[end:])
+    return _Parts(scheme, netloc, _normalize_path(path), _normalize_query(query))
+
+
+def _split_query(s: str) -> tuple[str, str | None]:
+    """Split "path?query"; the query is None when there is no "?"."""
+    path, sep, query = s.partition("?")
+    return path, (query if sep else None)
+
+
+def _resolve(ref: str, base: _Parts) -> _Parts | None:
+    """RFC 3986 5.2.2 for a reference without scheme (fragment already gone)."""
+    if ref.startswith("//"):
+        # WHATWG ignores any number of slashes after the first two.
+        return _absolute(base.scheme, ref.lstrip("/"))
+    path, query = _split_query(ref)
+    if not path:
+        path = base.path
+        if query is None:
+            query = base.query
+    elif not path.startswith("/"):
+        path = base.path[: base.path.rfind("/") + 1] + path
+    return _Parts(base.scheme, base.netloc, _normalize_path(path), _normalize_query(query))
+
+
+# ---- components
+
+
+def _fix_escape(m: re.Match[str]) -> str:
+    """Rewrite one match of the *_FIX_RE patterns (RFC 3986 6.2.2.1/6.2.2.2)."""
+    hx = m.group(1)
+    if hx is not None:
+        ch = chr(int(hx, 16))
+        return ch if ch in _UNRESERVED else "%" + hx.upper()
+    text = m.group(0)
+    if text == "%":
+        return "%25"
+    return "".join(f"%{b:02X}" for b in text.encode("utf-8"))
+
+
+def _normalize_path(path: str) -> str:
+    """Normalize escapes, drop session path parameters and dot segments."""
+    path = _PATH_FIX_RE.sub(_fix_escape, path)
+    if ";" in path:
+        path = _strip_path_params(path)
+    path = _remove_dot_segments(path)
+    if not path.startswith("/"):
+        path = "/" + path
+    return path
+
+
+def _normalize_query(query: str | None) -> str | None:
+    """Normalize escapes in the query without touching its structure."""
+    if query is None:
+        return None
+    return _QUERY_FIX_RE.sub(_fix_escape, query)
+
+
+def _strip_path_params(path: str) -> str:
+    """Remove ``;jsessionid=...``-style session ids that servers put in the path."""
+    segs = []
+    for seg in path.split("/"):
+        if ";" in seg:
+            head, *params = seg.split(";")
+            kept = [p for p in params if p.partition("=")[0].lower() not in DEFAULT_SESSION_PARAMS]
+            seg = ";".join([head, *kept])
+        segs.append(seg)
+    return "/".join(segs)
+
+
+def _remove_dot_segments(path: str) -> str:
+    """RFC 3986 5.2.4, written on segments; ``%2e`` is already decoded to ".".
+
+    Equivalent to the RFC's buffer algorithm for absolute paths.
+    """
+    if "." not in path:
+        return path
+    segs = path.split("/")
+    out: list[str] = []
+    # segs[0] is "" for an absolute path; keep that leading empty segment.
+    for i, seg in enumerate(segs):
+        last = i == len(segs) - 1
+        if seg == ".":
+            if last:
+                out.append("")
+        elif seg == "..":
+            if len(out) > 1:
+                out.pop()
+            if last:
+                out.append("")
+        else:
+            out.append(seg)
+    result = "/".join(out)
+    if path.startswith("/") and not result.startswith("/"):
+        result = "/" + result
+    return result
+
+
+@lru_cache(maxsize=1024)
+def _normalize_netloc(scheme: str, authority: str) -> str | None:
+    """Return "host[:port]" without userinfo and default port, or None."""
+    at = authority.rfind("@")
+    if at >= 0:
+        authority = authority[at + 1:]  # credentials are never sent
+    if authority.startswith("["):
+        close = authority.find("]")
+        if close < 0:
+            return None
+        host = _normalize_ipv6(authority[1:close])
+        rest = authority[close + 1:]
+        if rest and not rest.startswith(":"):
+            return None
+        port = rest[1:] if rest else ""
+    else:
+        raw, _, port = authority.partition(":")
+        host = _normalize_host(raw)
+    if host is None:
+        return None
+    if port:
+        if not (port.isascii() and port.isdigit()) or int(port) > 65535:
+            return None
+        port = str(int(port))
+        if port != _DEFAULT_PORTS[scheme]:
+            return f"{host}:{port}"
+    return host
+
+
+def _normalize_ipv6(text: str) -> str | None:
+    """Validate an IPv6 literal and give it its RFC 5952 (lower-case) form."""
+    if "%" in text or not text:
+        return None  # zone ids are meaningless to a crawler and WHATWG rejects them
+    try:
+        return "[" + ipaddress.IPv6Address(text).compressed + "]"
+    except ValueError:
+        return None
+
+
+def _percent_decode_host(host: str) -> str | None:
+    """Percent-decode a host as UTF-8 (WHATWG does this before IDNA)."""
+    try:
+        return unquote_to_bytes(host).decode("utf-8")
+    except UnicodeError:
+        return None
+
+
+def _normalize_host(host: str) -> str | None:
+    """Lower-case, IDNA-encode and validate a registered name or IPv4 host."""
+    if "%" in host:
+        decoded = _percent_decode_host(host)
+        if decoded is None:
+            return None
+        host = decoded
+    if not host.isascii():
+        host = _idna_host(host)
+        if host is None:
+            return None
+    else:
+        host = host.lower()
+    if _BAD_HOST_RE.search(host):
+        return None
+    host = host.rstrip(".")
+    if not host:
+        return None
+    if _ends_in_number(host):
+        return _parse_ipv4(host)
+    return host
+
+
+def _idna_host(host: str) -> str | None:
+    """UTS 46 mapping, then punycode for each non-ASCII label.
+
+    Labels that are ASCII after mapping are kept as they are, so that hosts
+    like ``my_site.bücher.de`` (underscore is not valid IDNA 2008) still work.
+    """
+    try:
+        mapped = idna.uts46_remap(host, std3_rules=False)
+        labels = []
+        for label in mapped.split("."):
+            if label.isascii():
+                labels.append(label)
+            else:
+                labels.append(idna.alabel(label).decode("ascii"))
+    except (idna.IDNAError, UnicodeError, ValueError):
+        return None
+    return ".".join(labels)
+
+
+def _ends_in_number(host: str) -> bool:
+    """WHATWG "ends in a number": the host must then parse as IPv4."""
+    last = host[host.rfind(".") + 1:]
+    if last.isdigit():
+        return True
+    return last[:2] in ("0x", "0X") and _HEX_RE.fullmatch(last[2:]) is not None
+
+
+def _parse_ipv4_part(part: str) -> int | None:
+    """Parse one IPv4 part in decimal, octal (leading 0) or hex (0x)."""
+    if not part:
+        return None
+    if part[:2] in ("0x", "0X"):
+        digits = part[2:]
+        if _HEX_RE.fullmatch(digits) is None:
+            return None
+        return int(digits, 16) if digits else 0
+    if len(part) > 1 and part[0] == "0":
+        return int(part[1:], 8) if all(c in "01234567" for c in part[1:]) else None
+    return int(part) if part.isdigit() and part.isascii() else None
+
+
+def _parse_ipv4(host: str) -> str | None:
+    """WHATWG IPv4 parser: ``0x7f.1`` -> ``127.0.0.1``; invalid -> None."""
+    parts = host.split(".")
+    if len(parts) > 4:
+        return None
+    nums = []
+    for part in parts:
+        n = _parse_ipv4_part(part)
+        if n is None:
+            return None
+        nums.append(n)
+    if any(n > 255 for n in nums[:-1]) or nums[-1] >= 256 ** (5 - len(nums)):
+        return None
+    value = nums[-1]
+    for i, n in enumerate(nums[:-1]):
+        value += n * 256 ** (3 - i)
+    return ".".join(str((value >> shift) & 0xFF) for shift in (24, 16, 8, 0))

@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""The operator's tool.
+
+    python manage.py crawl URL... [--seeds-file F] [--out DIR] [--max-pages N] [--max-seconds S]
+                               [--min-delay S] [--user-agent UA] [--allow-private] [--workers N]
+    python manage.py seed URL... [--out DIR | --redis-url URL]     add URLs to a running crawl
+    python manage.py stats [--out DIR | --redis-url URL] [--watch]
+    python manage.py robots URL [--agent A]                        robots.txt verdict and matching rule
+    python manage.py testweb [--hosts N] [--pages P]               a local synthetic web for demos
+
+Settings: every flag overrides the matching CRAWLER_* environment variable, which
+overrides the defaults documented in crawler_tasks/settings.py.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+from crawler_tasks.exceptions import ConfigError
+from crawler_tasks.settings import Settings, reset_settings
+
+
+def _settings_from(args: argparse.Namespace, **extra: object) -> Settings:
+    overrides = {
+        "OUT_DIR": getattr(args, "out", None),
+        "REDIS_URL": getattr(args, "redis_url", None),
+        "MAX_PAGES": getattr(args, "max_pages", None),
+        "MAX_SECONDS": getattr(args, "max_seconds", None),
+        "MIN_DELAY_S": getattr(args, "min_delay", None),
+        "USER_AGENT": getattr(args, "user_agent", None),
+        "SHARDS": getattr(args, "shards", None),
+        "MAX_DEPTH": getattr(args, "max_depth", None),
+        "ALLOWED_DOMAINS": tuple(args.allow_domain) if getattr(args, "allow_domain", None) else None,
+        "RESOLVE": tuple(args.resolve) if getattr(args, "resolve", None) else None,
+        "ALLOW_PRIVATE": True if getattr(args, "allow_private", False) else None,
+        "OBEY_ROBOTS": False if getattr(args, "ignore_robots", False) else None,
+        **extra,
+    }
+    settings = Settings.from_env(**overrides)
+    reset_settings(settings)
+    return settings
+
+
+def _attach(args: argparse.Namespace) -> Settings:
+    """Settings of a crawl that runs elsewhere: from --redis-url or OUT/crawl.json."""
+    extra: dict[str, object] = {}
+    if not getattr(args, "redis_url", None) and not os.environ.get("CRAWLER_REDIS_URL"):
+        state = Path(args.out or Settings.from_env().OUT_DIR) / "crawl.json"
+        if not state.exists():
+            raise ConfigError(f"no running crawl found: {state} does not exist (give --out DIR or --redis-url)")
+        info = json.loads(state.read_text())
+        extra = {"REDIS_URL": info["redis_url"], "KEY_PREFIX": info["key_prefix"], "SHARDS": info["shards"]}
+    return _settings_from(args, **extra)
+
+
+def cmd_crawl(args: argparse.Namespace) -> int:
+    from crawler_tasks.runner import CrawlRunner, read_seeds_file
+
+    settings = _settings_from(args)
+    seeds = list(args.urls)
+    if args.seeds_file:
+        seeds += read_seeds_file(args.seeds_file)
+    if settings.uses_default_contact:
+        print("warning: using the default user agent; set --user-agent 'name/1.0 (+https://your.site/bot)' "
+              "so site owners can reach you", file=sys.stderr)
+    if not settings.ALLOW_PRIVATE:
+        print("note: private and loopback addresses are refused (use --allow-private for local webs)",
+              file=sys.stderr)
+    runner = CrawlRunner(settings, seeds=seeds, workers=args.workers, parsers=args.parsers, resume=args.resume)
+    return runner.run()
+
+
+def cmd_seed(args: argparse.Namespace) -> int:
+    from crawler_tasks.pipeline import seed_urls
+    from crawler_tasks.runner import read_seeds_file
+
+    settings = _attach(args)
+    urls = list(args.urls) + (read_seeds_file(args.seeds_file) if args.seeds_file else [])
+    added, rejected = seed_urls(settings, urls)
+    for message in rejected:
+        print(f"skipped: {message}", file=sys.stderr)
+    print(f"{added} URL(s) added")
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from crawler_tasks.maintenance import read_progress
+
+    settings = _attach(args)
+    while True:
+        p = read_progress(settings)
+        print(f"state {p.state} {p.reason}".rstrip())
+        print(f"pages {p.pages}  queued {p.queued}  leased hosts {p.leased}  batches in flight {p.inflight}")
+        for i, shard in enumerate(p.shards):
+            print(f"  shard {i}: " + "  ".join(f"{k} {v}" for k, v in shard.items()))
+        for key in sorted(p.stats):
+            print(f"  {key:40s} {p.stats[key]}")
+        if not args.watch:
+            return 0
+        time.sleep(2.0)
+        print()
+
+
+def cmd_robots(args: argparse.Namespace) -> int:
+    from urllib.parse import urlsplit
+
+    from crawler_tasks.fetcher import Fetcher
+    from crawler_tasks.robots import MAX_ROBOTS_BYTES, RobotsRules, parse_robots, product_token
+
+    settings = _settings_from(args)
+    agent = args.agent or settings.robots_agent
+    parts = urlsplit(args.url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"not an http(s) URL: {args.url!r}")
+    robots_url = f"{parts.scheme}://{parts.netloc}/robots.txt"
+    res = Fetcher(settings).fetch(robots_url, max_body_bytes=MAX_ROBOTS_BYTES)
+    if res.status is not None and 200 <= res.status < 300:
+        rules = parse_robots(res.content)
+        basis = f"{robots_url} answered {res.status}"
+    elif res.status is not None and 400 <= res.status < 500 and res.status != 429:
+        rules, basis = RobotsRules.allow_all(), f"{robots_url} answered {res.status}: allow all"
+    else:
+        rules = RobotsRules.disallow_all()
+        basis = f"{robots_url} unreachable ({res.error or res.status}): disallow all"
+    verdict = rules.explain(args.url, product_token(agent))
+    print(basis)
+    print(f"agent {product_token(agent)!r}: {'ALLOWED' if verdict.allowed else 'DISALLOWED'} {args.url}")
+    print(f"  {verdict}")
+    return 0 if verdict.allowed else 3
+
+
+def cmd_testweb(args: argparse.Namespace) -> int:
+    from crawler_tasks import testweb
+
+    argv = ["--hosts", str(args.hosts), "--pages", str(args.pages)]
+    if args.mean_bytes:
+        argv += ["--mean-bytes", str(args.mean_bytes)]
+    return testweb.main(argv) or 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="manage.py", description="Operate the crawler.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("crawl", help="run a whole crawl on this machine (embedded Redis unless CRAWLER_REDIS_URL)")
+    c.add_argument("urls", nargs="*", help="seed URLs")
+    c.add_argument("--seeds-file", help="file with one seed URL per line (# comments)")
+    c.add_argument("--out", help="output folder (default crawl-out)")
+    c.add_argument("--redis-url", help="use this Redis instead of an embedded one")
+    c.add_argument("--max-pages", type=int, help="stop after N pages")
+    c.add_argument("--max-seconds", type=float, help="stop after S seconds")
+    c.add_argument("--max-depth", type=int, help="link depth limit from the seeds (-1 = none)")
+    c.add_argument("--min-delay", type=float, help="minimum seconds between two requests to one host")
+    c.add_argument("--user-agent", help="user agent with a contact URL")
+    c.add_argument("--allow-private", action="store_true", help="permit private/loopback targets (local webs)")
+    c.add_argument("--allow-domain", action="append", help="stay within this domain (repeatable)")
+    c.add_argument("--resolve", action="append", help="static DNS answer host=addr (repeatable)")
+    c.add_argument("--ignore-robots", action="store_true", help="do not obey robots.txt (only for sites you own)")
+    c.add_argument("--shards", type=int, help="frontier shards")
+    c.add_argument("--workers", type=int, default=2, help="fetch worker processes (default 2)")
+    c.add_argument("--parsers", type=int, default=2, help="parse/dedup worker processes (default 2)")
+    c.add_argument("--resume", action="store_true", help="continue the crawl whose state is in --out / Redis")
+    c.set_defaults(func=cmd_crawl)
+
+    for name, func, text in (("seed", cmd_seed, "add URLs to a running crawl"),
+                             ("stats", cmd_stats, "print a running or finished crawl's counters")):
+        sp = sub.add_parser(name, help=text)
+        if name == "seed":
+            sp.add_argument("urls", nargs="*")
+            sp.add_argument("--seeds-file")
+        else:
+            sp.add_argument("--watch", action="store_true", help="refresh every 2 s")
+        sp.add_argument("--out", help="the crawl's output folder (finds its Redis)")
+        sp.add_argument("--redis-url")
+        sp.set_defaults(func=func)
+
+    r = sub.add_parser("robots", help="fetch a site's robots.txt and print the verdict for URL")
+    r.add_argument("url")
+    r.add_argument("--agent", help="product token or user agent (default: from settings)")
+    r.add_argument("--allow-private", action="store_true")
+    r.add_argument("--resolve", action="append")
+    r.set_defaults(func=cmd_robots)
+
+    t = sub.add_parser("testweb", help="serve a local synthetic web on 127.0.0.x until Ctrl-C")
+    t.add_argument("--hosts", type=int, default=5)
+    t.add_argument("--pages", type=int, default=20)
+    t.add_argument("--mean-bytes", type=int, default=0)
+    t.set_defaults(func=cmd_testweb)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

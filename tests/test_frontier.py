@@ -1,0 +1,159 @@
+"""Frontier invariants against a real redis-server."""
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections import Counter
+
+import pytest
+
+from crawler_tasks.frontier import Discovered, Entry, Frontier
+
+
+def d(url: str, depth: int = 0, priority: int = 0, force: bool = False) -> Discovered:
+    host = url.split("/")[2]
+    return Discovered(url=url, host=host, depth=depth, priority=priority, force=force)
+
+
+@pytest.fixture
+def frontier(settings) -> Frontier:
+    return Frontier(settings)
+
+
+def drain(frontier: Frontier, now: float = 1000.0, max_rounds: int = 10_000) -> list[str]:
+    """Lease and complete everything, host by host; returns URLs in fetch order."""
+    fetched = []
+    for _ in range(max_rounds):
+        leases = [lease for s in range(frontier.shards) for lease in frontier.get_urls(s, 100, now=now)]
+        if not leases:
+            if all(frontier.sizes(s)["front"] + frontier.sizes(s)["back"] == 0 for s in range(frontier.shards)):
+                return fetched
+            now += 1
+            continue
+        for lease in leases:
+            fetched.append(lease.entry.url)
+            assert frontier.complete(lease, te=now)
+    raise AssertionError("frontier did not drain")
+
+
+def test_entry_roundtrip():
+    e = Entry("http://a.example/x y", depth=3, tries=1, hops=2)
+    assert Entry.decode(e.encode()) == e
+
+
+def test_put_discovered_dedups(frontier):
+    added = frontier.put_discovered([d("http://a.test/1"), d("http://a.test/2"), d("http://a.test/1")])
+    assert added == [True, True, False]
+    assert frontier.put_discovered([d("http://a.test/2")]) == [False]
+
+
+def test_one_lease_per_host_and_fifo(frontier):
+    urls = [f"http://a.test/{i}" for i in range(5)]
+    frontier.put_discovered([d(u) for u in urls])
+    shard = frontier.shard_of("a.test")
+    first = frontier.get_urls(shard, 10, now=100.0)
+    assert [lease.host for lease in first] == ["a.test"]
+    assert first[0].entry.url == urls[0]
+    # leased: not handed out again, even though more URLs wait
+    assert frontier.get_urls(shard, 10, now=100.0) == []
+    assert frontier.complete(first[0], te=105.0)
+    # not ready before te
+    assert frontier.get_urls(shard, 10, now=104.9) == []
+    second = frontier.get_urls(shard, 10, now=105.0)
+    assert second[0].entry.url == urls[1]
+    frontier.complete(second[0], te=105.0)
+    assert drain(frontier, now=200.0) == urls[2:]
+
+
+def test_no_url_lost_across_many_hosts_and_shards(frontier):
+    rng = random.Random(7)
+    urls = [f"http://h{rng.randrange(40)}.test/p{i}" for i in range(600)]
+    results = frontier.put_discovered([d(u, priority=rng.randrange(3)) for u in urls])
+    assert all(results)
+    fetched = drain(frontier)
+    assert Counter(fetched) == Counter(urls)
+    # per-host FIFO within a priority level is preserved by the back queues
+    by_host: dict[str, list[str]] = {}
+    for u in fetched:
+        by_host.setdefault(u.split("/")[2], []).append(u)
+    assert len(by_host) == 40
+
+
+def test_active_hosts_bounded_and_refill(settings):
+    frontier = Frontier(dataclasses.replace(settings, MAX_ACTIVE_HOSTS=3, SHARDS=1))
+    frontier.put_discovered([d(f"http://h{i}.test/{j}") for i in range(10) for j in range(2)])
+    leases = frontier.get_urls(0, 100, now=10.0)
+    assert len(leases) == 3
+    assert frontier.sizes(0)["active_hosts"] == 3
+    for lease in leases:
+        frontier.complete(lease, te=10.0)
+    fetched = drain(frontier, now=20.0)
+    assert len(fetched) + 3 == 20
+
+
+def test_priority_weighting_favours_high_priority(settings):
+    frontier = Frontier(dataclasses.replace(settings, MAX_ACTIVE_HOSTS=1, SHARDS=1))
+    items = [d(f"http://hi{i}.test/", priority=0) for i in range(200)]
+    items += [d(f"http://lo{i}.test/", priority=2) for i in range(200)]
+    frontier.put_discovered(items)
+    order = drain(frontier)
+    first_half = order[:200]
+    high = sum(1 for u in first_half if "//hi" in u)
+    assert high > 140, high  # weights 4:1 -> ~80 % high priority while both are non-empty
+
+
+def test_lease_expiry_returns_host_and_stale_complete_is_refused(frontier):
+    frontier.put_discovered([d("http://a.test/1"), d("http://a.test/2")])
+    shard = frontier.shard_of("a.test")
+    lease = frontier.get_urls(shard, 10, lease_s=30, now=100.0)[0]
+    assert frontier.expire(shard, now=129.0) == []
+    assert frontier.expire(shard, now=131.0) == ["a.test"]
+    again = frontier.get_urls(shard, 10, now=131.0)
+    assert again and again[0].entry.url == "http://a.test/1"  # the URL was not lost
+    assert not frontier.complete(lease, te=131.0)  # the dead worker's late answer is ignored
+    assert frontier.complete(again[0], te=131.0)
+    assert drain(frontier, now=140.0) == ["http://a.test/2"]
+
+
+def test_renew(frontier):
+    frontier.put_discovered([d("http://a.test/1")])
+    shard = frontier.shard_of("a.test")
+    lease = frontier.get_urls(shard, 10, lease_s=10, now=100.0)[0]
+    renewed = frontier.renew([lease], lease_s=50, now=105.0)[0]
+    assert renewed is not None
+    assert frontier.expire(shard, now=120.0) == []
+    assert frontier.renew([lease], now=106.0) == [None]  # old token no longer valid
+    assert frontier.complete(renewed, te=106.0)
+
+
+def test_retry_moves_url_to_tail_and_keep_keeps_it(frontier):
+    frontier.put_discovered([d("http://a.test/1"), d("http://a.test/2")])
+    shard = frontier.shard_of("a.test")
+    lease = frontier.get_urls(shard, 1, now=1.0)[0]
+    assert frontier.complete(lease, te=1.0, action="keep")
+    lease = frontier.get_urls(shard, 1, now=1.0)[0]
+    assert lease.entry.url == "http://a.test/1"
+    assert frontier.complete(lease, te=1.0, action="retry")
+    queue = frontier.host_queue(shard, "a.test")
+    assert [e.url for e in queue] == ["http://a.test/2", "http://a.test/1"]
+    assert queue[1].tries == 1
+
+
+def test_te_remembered_when_host_leaves_and_returns(frontier):
+    frontier.put_discovered([d("http://a.test/1")])
+    shard = frontier.shard_of("a.test")
+    lease = frontier.get_urls(shard, 1, now=1.0)[0]
+    frontier.complete(lease, te=50.0)  # back queue empty -> host inactive, te kept
+    assert frontier.sizes(shard)["active_hosts"] == 0
+    frontier.put_discovered([d("http://a.test/2")])
+    assert frontier.get_urls(shard, 1, now=49.0) == []
+    assert frontier.get_urls(shard, 1, now=50.0)[0].entry.url == "http://a.test/2"
+
+
+def test_forced_seeds_use_exact_set(settings):
+    # a tiny Bloom filter saturates: non-forced URLs get false positives, seeds never do
+    frontier = Frontier(dataclasses.replace(settings, BLOOM_EXPECTED_URLS=1, SHARDS=1))
+    frontier.put_discovered([d(f"http://a.test/{i}") for i in range(500)])
+    seeds = [d(f"http://seed.test/{i}", force=True) for i in range(100)]
+    assert all(frontier.put_discovered(seeds))
+    assert not any(frontier.put_discovered(seeds))

@@ -1,0 +1,572 @@
+from __future__ import annotations
+
+import ipaddress
+import socket
+import threading
+from collections.abc import Callable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crawler_tasks.netsafety import (
+    ALWAYS_REFUSED,
+    AddressRefused,
+    DnsCache,
+    ResolveError,
+    check_address,
+    classify_address,
+    parse_resolve_overrides,
+)
+
+# --- classification ----------------------------------------------------------------
+
+CLASSIFICATION = [
+    # IPv4, walking the edges of every range
+    ("0.0.0.0", "unspecified"),
+    ("0.0.0.1", "this-network"),
+    ("0.255.255.255", "this-network"),
+    ("1.0.0.0", None),
+    ("1.1.1.1", None),
+    ("8.8.8.8", None),
+    ("9.255.255.255", None),
+    ("10.0.0.0", "private"),
+    ("10.255.255.255", "private"),
+    ("11.0.0.0", None),
+    ("100.63.255.255", None),
+    ("100.64.0.0", "carrier-grade-nat"),
+    ("100.100.100.200", "carrier-grade-nat"),
+    ("100.127.255.255", "carrier-grade-nat"),
+    ("100.128.0.0", None),
+    ("126.255.255.255", None),
+    ("127.0.0.0", "loopback"),
+    ("127.0.0.1", "loopback"),
+    ("127.255.255.255", "loopback"),
+    ("128.0.0.0", None),
+    ("169.253.255.255", None),
+    ("169.254.0.0", "link-local"),
+    ("169.254.169.253", "link-local"),
+    ("169.254.169.254", "cloud-metadata"),
+    ("169.254.255.255", "link-local"),
+    ("169.255.0.0", None),
+    ("172.15.255.255", None),
+    ("172.16.0.0", "private"),
+    ("172.31.255.255", "private"),
+    ("172.32.0.0", None),
+    ("192.0.0.0", "ietf-protocol"),
+    ("192.0.0.255", "ietf-protocol"),
+    ("192.0.1.0", None),
+    ("192.0.2.0", "documentation"),
+    ("192.0.2.255", "documentation"),
+    ("192.0.3.0", None),
+    ("192.88.99.1", "reserved"),
+    ("192.167.255.255", None),
+    ("192.168.0.0", "private"),
+    ("192.168.255.255", "private"),
+    ("192.169.0.0", None),
+    ("198.17.255.255", None),
+    ("198.18.0.0", "benchmark"),
+    ("198.19.255.255", "benchmark"),
+    ("198.20.0.0", None),
+    ("198.51.100.7", "documentation"),
+    ("203.0.113.9", "documentation"),
+    ("203.0.114.0", None),
+    ("223.255.255.255", None),
+    ("224.0.0.0", "multicast"),
+    ("239.255.255.255", "multicast"),
+    ("240.0.0.0", "reserved"),
+    ("255.255.255.254", "reserved"),
+    ("255.255.255.255", "broadcast"),
+    (" 8.8.4.4 ", None),
+    # IPv6
+    ("::", "unspecified"),
+    ("::1", "loopback"),
+    ("[::1]", "loopback"),
+    ("0:0:0:0:0:0:0:1", "loopback"),
+    ("2606:4700:4700::1111", None),
+    ("2001:4860:4860::8888", None),
+    ("2000::", None),
+    ("3fff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", None),  # just past 3fff::/20
+    ("1fff:ffff::1", "reserved"),
+    ("4000::1", "reserved"),
+    ("5f00::1", "reserved"),
+    ("100::1", "reserved"),
+    ("100:0:0:1::1", "reserved"),
+    ("2001:2::1", "benchmark"),
+    ("2001:10::1", "reserved"),
+    ("2001:db8::1", "documentation"),
+    ("2001:db8:ffff:ffff:ffff:ffff:ffff:ffff", "documentation"),
+    ("2001:db9::1", None),
+    ("3fff::1", "documentation"),
+    ("3fff:fff::1", "documentation"),
+    ("fbff:ffff::1", "reserved"),
+    ("fc00::", "private"),
+    ("fd12:3456:789a::1", "private"),
+    ("fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "private"),
+    ("fd00:ec2::254", "cloud-metadata"),
+    ("fd00:ec2::253", "private"),
+    ("fe7f:ffff::1", "reserved"),
+    ("fe80::", "link-local"),
+    ("fe80::1%eth0", "link-local"),
+    ("[fe80::1%25eth0]", "link-local"),
+    ("febf:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "link-local"),
+    ("fec0::1", "site-local"),
+    ("ff02::1", "multicast"),
+    ("ff0e::101", "multicast"),
+    # IPv6 forms that carry an IPv4 address are judged by it
+    ("::ffff:127.0.0.1", "loopback"),
+    ("::ffff:7f00:1", "loopback"),
+    ("::FFFF:10.1.2.3", "private"),
+    ("::ffff:169.254.169.254", "cloud-metadata"),
+    ("::ffff:0.0.0.0", "unspecified"),
+    ("::ffff:8.8.8.8", None),
+    ("::ffff:0:127.0.0.1", "loopback"),     # IPv4-translated (SIIT)
+    ("::ffff:0:8.8.8.8", None),
+    ("::127.0.0.1", "loopback"),            # deprecated IPv4-compatible
+    ("::192.168.1.1", "private"),
+    ("::8.8.8.8", "reserved"),
+    ("64:ff9b::127.0.0.1", "loopback"),     # NAT64 well-known prefix
+    ("64:ff9b::a9fe:a9fe", "cloud-metadata"),
+    ("64:ff9b::8.8.8.8", None),
+    ("64:ff9b:1::a00:1", "private"),        # local-use NAT64
+    ("64:ff9b:1::808:808", "private"),
+    ("2002:7f00:1::", "loopback"),          # 6to4
+    ("2002:c0a8:101::1", "private"),
+    ("2002:a9fe:a9fe::1", "cloud-metadata"),
+    ("2002:808:808::1", None),
+    ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "documentation"),  # Teredo, client 192.0.2.45
+    ("2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback"),       # Teredo, client 127.0.0.1
+    ("2001:0:4136:e378:8000:63bf:f7f7:f7f7", None),             # Teredo, client 8.8.8.8
+]
+
+
+@pytest.mark.parametrize("ip, expected", CLASSIFICATION)
+def test_classify_address(ip: str, expected: str | None) -> None:
+    assert classify_address(ip) == expected
+
+
+def test_classification_table_is_large_and_unique() -> None:
+    ips = [ip for ip, _ in CLASSIFICATION]
+    assert len(ips) >= 40 and len(set(ips)) == len(ips)
+
+
+@pytest.mark.parametrize("bad", ["", "localhost", "1.2.3", "256.1.1.1", "127.1", "0x7f.0.0.1",
+                                 "2130706433", "010.0.0.1", "::g", "[127.0.0.1", "1.2.3.4/32"])
+def test_classify_rejects_non_addresses(bad: str) -> None:
+    with pytest.raises(ValueError):
+        classify_address(bad)
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(st.ip_addresses(v=4))
+def test_mapped_forms_agree_with_ipv4(addr: ipaddress.IPv4Address) -> None:
+    expected = classify_address(str(addr))
+    assert classify_address(f"::ffff:{addr}") == expected
+    assert classify_address(f"64:ff9b::{addr}") == expected
+    six_to_four = ipaddress.IPv6Address((0x2002 << 112) | (int(addr) << 80) | 1)
+    assert classify_address(str(six_to_four)) == expected
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(st.ip_addresses())
+def test_public_by_us_is_global_by_python(addr: ipaddress.IPv4Address | ipaddress.IPv6Address) -> None:
+    # We may refuse more than the stdlib, never less.
+    if classify_address(str(addr)) is None:
+        embedded = getattr(addr, "ipv4_mapped", None) or getattr(addr, "sixtofour", None)
+        teredo = getattr(addr, "teredo", None)
+        target = embedded or (teredo[1] if teredo else None)
+        if target is not None:
+            assert target.is_global
+        elif addr not in ipaddress.ip_network("64:ff9b::/96") and addr not in ipaddress.ip_network("2001::/23"):
+            assert addr.is_global
+
+
+# --- check_address ------------------------------------------------------------------
+
+@pytest.mark.parametrize("ip", ["8.8.8.8", "2606:4700:4700::1111", "::ffff:1.1.1.1"])
+@pytest.mark.parametrize("allow_private", [False, True])
+def test_public_addresses_pass(ip: str, allow_private: bool) -> None:
+    check_address(ip, allow_private)
+
+
+@pytest.mark.parametrize(
+    "ip, category",
+    [
+        ("127.0.0.1", "loopback"), ("10.0.0.1", "private"), ("::1", "loopback"),
+        ("fe80::1", "link-local"), ("100.64.0.1", "carrier-grade-nat"), ("0.0.0.0", "unspecified"),
+        ("::ffff:192.168.0.1", "private"), ("fc00::1", "private"), ("240.0.0.1", "reserved"),
+        ("192.0.2.1", "documentation"),
+    ],
+)
+def test_private_refused_unless_allowed(ip: str, category: str) -> None:
+    with pytest.raises(AddressRefused) as info:
+        check_address(ip, allow_private=False)
+    assert info.value.category == category
+    assert info.value.ip == ip
+    assert category in info.value.reason and ip in info.value.reason
+    assert "allow_private is off" in info.value.reason
+    check_address(ip, allow_private=True)  # no exception
+
+
+def test_reason_text() -> None:
+    with pytest.raises(AddressRefused) as info:
+        check_address("127.0.0.1", allow_private=False)
+    assert info.value.reason == "loopback address 127.0.0.1 refused (allow_private is off)"
+    assert str(info.value) == info.value.reason
+
+
+def test_reason_names_the_embedded_address() -> None:
+    with pytest.raises(AddressRefused) as info:
+        check_address("::ffff:7f00:1", allow_private=False)
+    assert "embeds 127.0.0.1" in info.value.reason
+
+
+@pytest.mark.parametrize("ip", ["169.254.169.254", "::ffff:169.254.169.254", "fd00:ec2::254",
+                                "224.0.0.1", "ff02::1", "255.255.255.255"])
+@pytest.mark.parametrize("allow_private", [False, True])
+def test_always_refused(ip: str, allow_private: bool) -> None:
+    with pytest.raises(AddressRefused) as info:
+        check_address(ip, allow_private)
+    assert info.value.category in ALWAYS_REFUSED
+    assert "even with allow_private" in info.value.reason
+
+
+@pytest.mark.parametrize("bad", ["", "example.com", "127.1", "999.1.1.1"])
+def test_invalid_addresses_refused(bad: str) -> None:
+    with pytest.raises(AddressRefused) as info:
+        check_address(bad, allow_private=True)
+    assert info.value.category == "invalid"
+
+
+# --- DnsCache ------------------------------------------------------------------------
+
+class FakeResolver:
+    """Answers from a table; counts calls; raises gaierror for unknown names."""
+
+    def __init__(self, table: dict[str, list[str]]) -> None:
+        self.table = table
+        self.calls: list[str] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, host: str) -> list[str]:
+        with self.lock:
+            self.calls.append(host)
+        if host not in self.table:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return list(self.table[host])
+
+
+def make_cache(table: dict[str, list[str]], **kwargs: object) -> tuple[DnsCache, FakeResolver]:
+    resolver = FakeResolver(table)
+    cache = DnsCache(resolver=resolver, sleep=lambda _s: None, **kwargs)  # type: ignore[arg-type]
+    return cache, resolver
+
+
+def test_positive_ttl() -> None:
+    cache, resolver = make_cache({"a.test": ["127.0.0.2"]}, positive_ttl_s=300.0)
+    assert cache.resolve("a.test", now=1000.0) == "127.0.0.2"
+    assert cache.resolve("A.Test", now=1299.9) == "127.0.0.2"  # case-insensitive, still fresh
+    assert len(resolver.calls) == 1
+    resolver.table["a.test"] = ["127.0.0.3"]
+    assert cache.resolve("a.test", now=1300.0) == "127.0.0.3"  # expired exactly at the TTL
+    assert len(resolver.calls) == 2
+    assert cache.stats == {"hits": 1, "misses": 2, "negative_hits": 0, "errors": 0,
+                           "retries": 0, "evictions": 0}
+
+
+def test_negative_caching() -> None:
+    cache, resolver = make_cache({}, negative_ttl_s=60.0)
+    with pytest.raises(ResolveError) as first:
+        cache.resolve("gone.test", now=0.0)
+    assert not first.value.cached and not first.value.temporary
+    assert "gone.test" in first.value.reason
+    with pytest.raises(ResolveError) as second:
+        cache.resolve("gone.test", now=59.0)
+    assert second.value.cached and second.value.reason == first.value.reason
+    assert len(resolver.calls) == 1
+    resolver.table["gone.test"] = ["127.0.0.9"]
+    assert cache.resolve("gone.test", now=60.0) == "127.0.0.9"
+    stats = cache.stats
+    assert (stats["errors"], stats["negative_hits"], stats["misses"], stats["hits"]) == (1, 1, 2, 0)
+
+
+def test_zero_negative_ttl_disables_negative_caching() -> None:
+    cache, resolver = make_cache({}, negative_ttl_s=0.0)
+    for _ in range(3):
+        with pytest.raises(ResolveError):
+            cache.resolve("gone.test", now=5.0)
+    assert len(resolver.calls) == 3
+
+
+def test_prefers_ipv4_and_skips_junk() -> None:
+    cache, _ = make_cache({
+        "dual.test": ["::1", "127.0.0.5"],
+        "v6.test": ["::1", "fe80::1"],
+        "junk.test": ["not-an-ip", "", "127.0.0.7"],
+        "empty.test": [],
+        "alljunk.test": ["nope"],
+    })
+    assert cache.resolve("dual.test", now=0.0) == "127.0.0.5"
+    assert cache.resolve("v6.test", now=0.0) == "::1"
+    assert cache.resolve("junk.test", now=0.0) == "127.0.0.7"
+    for host in ("empty.test", "alljunk.test"):
+        with pytest.raises(ResolveError, match="no usable address"):
+            cache.resolve(host, now=0.0)
+
+
+@pytest.mark.parametrize("literal, expected", [
+    ("127.0.0.1", "127.0.0.1"), ("[::1]", "::1"), ("::1", "::1"), ("[fe80::1%eth0]", "fe80::1%eth0"),
+    ("8.8.8.8", "8.8.8.8"), ("::ffff:127.0.0.1", "::ffff:127.0.0.1"),
+])
+def test_literals_bypass_the_resolver(literal: str, expected: str) -> None:
+    cache, resolver = make_cache({})
+    assert cache.resolve(literal) == expected
+    assert resolver.calls == [] and len(cache) == 0
+
+
+def test_non_canonical_numeric_host_goes_to_the_resolver() -> None:
+    # "127.1" is not a literal for us; whatever it resolves to must still be checked.
+    cache, resolver = make_cache({"127.1": ["127.0.0.1"]})
+    assert cache.resolve("127.1", now=0.0) == "127.0.0.1"
+    assert resolver.calls == ["127.1"]
+
+
+def test_overrides_win_over_dns_and_are_not_cached() -> None:
+    cache, resolver = make_cache({"pinned.test": ["127.0.0.1"]},
+                                 overrides={"Pinned.Test.": "[::1]", "other.test": "127.0.0.8"})
+    assert cache.overrides == {"pinned.test": "::1", "other.test": "127.0.0.8"}
+    assert cache.resolve("pinned.test", now=0.0) == "::1"
+    assert cache.resolve("PINNED.test.", now=0.0) == "::1"
+    assert cache.resolve("other.test") == "127.0.0.8"
+    assert resolver.calls == [] and len(cache) == 0
+
+
+@pytest.mark.parametrize("overrides", [{"a.test": "nope"}, {"": "127.0.0.1"}, {"a.test": "127.1"}])
+def test_bad_overrides_rejected(overrides: dict[str, str]) -> None:
+    with pytest.raises(ValueError):
+        DnsCache(overrides=overrides)
+
+
+@pytest.mark.parametrize("kwargs", [{"attempts": 0}, {"max_entries": 0}, {"positive_ttl_s": -1.0}])
+def test_bad_settings_rejected(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        DnsCache(**kwargs)  # type: ignore[arg-type]
+
+
+def test_lru_bound() -> None:
+    table = {f"h{i}.test": [f"127.0.1.{i}"] for i in range(10)}
+    cache, resolver = make_cache(table, max_entries=3)
+    for name in ("h0.test", "h1.test", "h2.test"):
+        cache.resolve(name, now=0.0)
+    cache.resolve("h0.test", now=1.0)       # h0 becomes most recent
+    cache.resolve("h3.test", now=2.0)       # evicts h1, the least recent
+    assert len(cache) == 3
+    assert cache.stats["evictions"] == 1
+    calls = len(resolver.calls)
+    cache.resolve("h0.test", now=3.0)       # still cached
+    cache.resolve("h2.test", now=3.0)       # still cached
+    assert len(resolver.calls) == calls
+    cache.resolve("h1.test", now=3.0)       # was evicted: asked again
+    assert len(resolver.calls) == calls + 1
+    for i in range(10):
+        cache.resolve(f"h{i}.test", now=4.0)
+    assert len(cache) == 3
+
+
+def test_negative_entries_count_towards_the_bound() -> None:
+    cache, _ = make_cache({}, max_entries=2)
+    for i in range(5):
+        with pytest.raises(ResolveError):
+            cache.resolve(f"gone{i}.test", now=0.0)
+    assert len(cache) == 2 and cache.stats["evictions"] == 3
+
+
+def flaky(failures: int, errno: int = socket.EAI_AGAIN) -> Callable[[str], list[str]]:
+    state = {"left": failures, "calls": 0}
+
+    def resolver(host: str) -> list[str]:
+        state["calls"] += 1
+        if state["left"] > 0:
+            state["left"] -= 1
+            raise socket.gaierror(errno, "Temporary failure in name resolution")
+        return ["127.0.0.4"]
+
+    resolver.state = state  # type: ignore[attr-defined]
+    return resolver
+
+
+def test_retry_on_eai_again() -> None:
+    sleeps: list[float] = []
+    resolver = flaky(1)
+    cache = DnsCache(resolver=resolver, sleep=sleeps.append, attempts=2, retry_backoff_s=0.01)
+    assert cache.resolve("flaky.test", now=0.0) == "127.0.0.4"
+    assert resolver.state["calls"] == 2  # type: ignore[attr-defined]
+    assert sleeps == [0.01]
+    assert cache.stats["retries"] == 1 and cache.stats["errors"] == 0
+
+
+def test_gives_up_after_attempts_and_caches_the_failure() -> None:
+    sleeps: list[float] = []
+    resolver = flaky(10)
+    cache = DnsCache(resolver=resolver, sleep=sleeps.append, attempts=3, retry_backoff_s=0.01)
+    with pytest.raises(ResolveError) as info:
+        cache.resolve("flaky.test", now=0.0)
+    assert info.value.temporary and "temporary" in info.value.reason
+    assert resolver.state["calls"] == 3  # type: ignore[attr-defined]
+    assert sleeps == pytest.approx([0.01, 0.02])
+    with pytest.raises(ResolveError):
+        cache.resolve("flaky.test", now=1.0)
+    assert resolver.state["calls"] == 3  # type: ignore[attr-defined]
+
+
+def test_permanent_failure_is_not_retried() -> None:
+    sleeps: list[float] = []
+    resolver = flaky(1, errno=socket.EAI_NONAME)
+    cache = DnsCache(resolver=resolver, sleep=sleeps.append, attempts=5)
+    with pytest.raises(ResolveError):
+        cache.resolve("nx.test", now=0.0)
+    assert resolver.state["calls"] == 1 and sleeps == []  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("exc", [OSError("network down"), UnicodeError("label too long")])
+def test_other_resolver_errors_become_resolve_errors(exc: Exception) -> None:
+    def resolver(host: str) -> list[str]:
+        raise exc
+
+    cache = DnsCache(resolver=resolver)
+    with pytest.raises(ResolveError):
+        cache.resolve("x.test", now=0.0)
+
+
+def test_empty_host() -> None:
+    with pytest.raises(ResolveError):
+        DnsCache(resolver=FakeResolver({})).resolve("  ")
+
+
+def test_system_resolver_on_localhost() -> None:
+    cache = DnsCache()
+    address = cache.resolve("localhost")
+    assert classify_address(address) == "loopback"
+    with pytest.raises(AddressRefused):
+        check_address(address, allow_private=False)
+
+
+def test_thread_safety_smoke() -> None:
+    table = {f"h{i}.test": [f"127.0.2.{i}"] for i in range(40)}
+    cache, _ = make_cache(table, max_entries=16)
+    errors: list[BaseException] = []
+    per_thread = 400
+    n_threads = 8
+
+    def work(seed: int) -> None:
+        try:
+            for j in range(per_thread):
+                i = (seed * 7 + j * 13) % 45  # 40 known names, 5 unknown
+                name = f"h{i}.test"
+                try:
+                    got = cache.resolve(name, now=float(j % 50))
+                except ResolveError:
+                    assert i >= 40
+                else:
+                    assert got == f"127.0.2.{i}"
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert not errors
+    stats = cache.stats
+    assert stats["hits"] + stats["misses"] + stats["negative_hits"] == per_thread * n_threads
+    assert len(cache) <= 16
+
+
+def test_lock_is_not_held_while_resolving() -> None:
+    release = threading.Event()
+    entered = threading.Event()
+
+    def resolver(host: str) -> list[str]:
+        if host == "slow.test":
+            entered.set()
+            release.wait(5)
+        return ["127.0.0.6"]
+
+    cache = DnsCache(resolver=resolver)
+    cache.resolve("fast.test", now=0.0)
+    slow = threading.Thread(target=cache.resolve, args=("slow.test", 0.0))
+    slow.start()
+    try:
+        assert entered.wait(5)
+        assert cache.resolve("fast.test", now=1.0) == "127.0.0.6"  # not blocked by slow.test
+        assert cache.stats["hits"] == 1
+    finally:
+        release.set()
+        slow.join(5)
+
+
+# --- parse_resolve_overrides ---------------------------------------------------------------
+
+def test_parse_resolve_overrides_forms() -> None:
+    parsed = parse_resolve_overrides([
+        "example.test=127.0.0.1",
+        "Other.Test:443:127.0.0.2",
+        "+plus.test:80:127.0.0.3",
+        "v6.test:8080:[::1]",
+        "bare6.test:8080:::1",
+        "list.test:80:::1,127.0.0.4",
+        "eq6.test=::1",
+        " spaced.test = 127.0.0.5 ",
+        "same.test:80:127.0.0.6",
+        "same.test:443:127.0.0.6",
+    ])
+    assert parsed == {
+        "example.test": "127.0.0.1",
+        "other.test": "127.0.0.2",
+        "plus.test": "127.0.0.3",
+        "v6.test": "::1",
+        "bare6.test": "::1",
+        "list.test": "127.0.0.4",
+        "eq6.test": "::1",
+        "spaced.test": "127.0.0.5",
+        "same.test": "127.0.0.6",
+    }
+    assert parse_resolve_overrides([]) == {}
+
+
+@pytest.mark.parametrize(
+    "item, message",
+    [
+        ("example.test", "malformed"),
+        ("example.test:443", "malformed"),
+        ("=127.0.0.1", "empty host"),
+        ("example.test=", "no address"),
+        ("example.test=localhost", "not an IP address"),
+        ("example.test=127.1", "not an IP address"),
+        ("example.test:0:127.0.0.1", "port"),
+        ("example.test:65536:127.0.0.1", "port"),
+        ("example.test:http:127.0.0.1", "port"),
+        ("example.test:443:", "no address"),
+        ("example.test:443:1.2.3.4,bogus", "not an IP address"),
+        ("-example.test:443", "removal"),
+        ("*:443:127.0.0.1", "not a host name"),
+        ("bad host=127.0.0.1", "not a host name"),
+        ("a:80=127.0.0.1", "not a host name"),
+    ],
+)
+def test_parse_resolve_overrides_errors(item: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message) as info:
+        parse_resolve_overrides([item])
+    assert repr(item) in str(info.value)
+
+
+def test_parse_resolve_overrides_conflict() -> None:
+    with pytest.raises(ValueError, match="already pinned"):
+        parse_resolve_overrides(["a.test=127.0.0.1", "a.test:443:127.0.0.2"])
+
+
+def test_parse_resolve_overrides_feeds_the_cache() -> None:
+    cache = DnsCache(overrides=parse_resolve_overrides(["site.test:8000:127.0.0.1"]),
+                     resolver=FakeResolver({}))
+    assert cache.resolve("site.test") == "127.0.0.1"
