@@ -153,10 +153,10 @@ class Fetcher:
             self._fail(result, "refused", exc.reason)
         except ResolveError as exc:
             self._fail(result, "dns", exc.reason)
+        except NewConnectionError as exc:  # before its base class ConnectTimeoutError
+            self._fail(result, "connect", str(exc))
         except (ConnectTimeoutError, ReadTimeoutError, TimeoutError) as exc:
             self._fail(result, "timeout", str(exc))
-        except NewConnectionError as exc:
-            self._fail(result, "connect", str(exc))
         except SSLError as exc:
             self._fail(result, "tls", str(exc))
         except (ValueError, LocationParseError) as exc:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from .settings import Settings
@@ -18,12 +17,9 @@ def _domain_match(host: str, domains: tuple[str, ...]) -> bool:
     return any(host == d or host.endswith("." + d) for d in domains)
 
 
-@dataclass(slots=True)
 class UrlFilter:
-    settings: Settings
-
-    def __post_init__(self) -> None:
-        s = self.settings
+    def __init__(self, settings: Settings) -> None:
+        self.settings = s = settings
         self._allowed = tuple(d.lower().strip(".") for d in s.ALLOWED_DOMAINS)
         self._blocked = tuple(d.lower().strip(".") for d in s.BLOCKED_DOMAINS)
         self._include = [re.compile(p) for p in s.INCLUDE_PATTERNS]

@@ -150,10 +150,14 @@ class HostState:
             raw = text[name]
             if name == "consecutive_failures":
                 if not re.fullmatch(r"[0-9]+", raw, re.ASCII):
-                    raise ValueError(f"HostState field {name}={raw!r} is not a non-negative integer")
+                    raise ValueError(
+                        f"HostState field {name}={raw!r} is not a non-negative integer"
+                    )
                 state.consecutive_failures = int(raw)
-            elif name == "crawl_delay_s" and raw == "":
-                state.crawl_delay_s = None
+            elif name == "crawl_delay_s":
+                # robots.txt is untrusted input: "inf" is kept (next_contact caps
+                # it), NaN means "no usable Crawl-delay", junk is still an error.
+                state.crawl_delay_s = _crawl_delay_field(raw)
             else:
                 setattr(state, name, _finite_field(name, raw))
         return state
@@ -168,6 +172,16 @@ class FetchOutcome:
     status: int | None
     retry_after: str | None
     failed: bool
+
+
+def _crawl_delay_field(raw: str) -> float | None:
+    if raw == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"HostState field crawl_delay_s={raw!r} is not a number") from None
+    return None if math.isnan(value) else value
 
 
 def _finite_field(name: str, raw: str) -> float:
@@ -197,12 +211,14 @@ _TIME = r"(?P<H>\d{2}):(?P<M>\d{2}):(?P<S>\d{2})"
 _FLAGS = re.ASCII | re.IGNORECASE
 # IMF-fixdate: "Sun, 06 Nov 1994 08:49:37 GMT" (one-digit day tolerated).
 _IMF_FIXDATE = re.compile(
-    rf"(?P<wd>[a-z]{{3}}),[ ]+(?P<d>\d{{1,2}})[ ]+(?P<mon>[a-z]{{3}})[ ]+(?P<y>\d{{4}})[ ]+{_TIME}[ ]+GMT",
+    rf"(?P<wd>[a-z]{{3}}),[ ]+(?P<d>\d{{1,2}})[ ]+(?P<mon>[a-z]{{3}})[ ]+(?P<y>\d{{4}})"
+    rf"[ ]+{_TIME}[ ]+GMT",
     _FLAGS,
 )
 # Obsolete RFC 850: "Sunday, 06-Nov-94 08:49:37 GMT" (a four-digit year tolerated).
 _RFC850 = re.compile(
-    rf"(?P<wd>[a-z]{{6,9}}),[ ]+(?P<d>\d{{1,2}})-(?P<mon>[a-z]{{3}})-(?P<y>\d{{2}}|\d{{4}})[ ]+{_TIME}[ ]+GMT",
+    rf"(?P<wd>[a-z]{{6,9}}),[ ]+(?P<d>\d{{1,2}})-(?P<mon>[a-z]{{3}})-(?P<y>\d{{2}}|\d{{4}})"
+    rf"[ ]+{_TIME}[ ]+GMT",
     _FLAGS,
 )
 # ANSI C asctime(): "Sun Nov  6 08:49:37 1994".
@@ -238,7 +254,8 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
 
 
 def _parse_http_date(text: str, now: float) -> float | None:
-    for pattern, days in ((_IMF_FIXDATE, _SHORT_DAYS), (_RFC850, _LONG_DAYS), (_ASCTIME, _SHORT_DAYS)):
+    forms = ((_IMF_FIXDATE, _SHORT_DAYS), (_RFC850, _LONG_DAYS), (_ASCTIME, _SHORT_DAYS))
+    for pattern, days in forms:
         match = pattern.fullmatch(text)
         if match is None:
             continue

@@ -12,7 +12,9 @@ Decisions worth knowing (each has a test):
   (Google's 2083 * 8 line buffer); ``#`` starts a comment anywhere.
 * Keys are case-insensitive and, as in Google's parser, matched by prefix with
   its typo list (``useragent``, ``user agent``, ``dissallow``, ``site-map``...).
-  A missing colon is accepted when key and value are the only two words.
+  A missing colon is accepted when key and value are the only two words
+  (``Disallow /x``); unlike Google, a known key followed by whitespace and one
+  word wins over a colon inside that word (``Sitemap http://x/s.xml``).
 * A group is one or more user-agent lines followed by rules; only an
   allow/disallow line (even an empty one) closes the run of user-agent lines,
   so blank lines, ``Sitemap``, ``Crawl-delay`` and unknown lines do not.
@@ -22,6 +24,10 @@ Decisions worth knowing (each has a test):
   followed by whitespace) is the global group. Matching is case-insensitive and
   exact on the token. All groups naming the agent are merged; the ``*`` groups
   apply only when none does; with neither, everything is allowed.
+* The agent asked about may be a product token (``simbot``) or a User-Agent
+  value (``simbot/1.0 (+http://x)``, ``simbot (+http://x)``), reduced to its
+  token. Anything else (``Foo Bar``, ``Foobot*``) is not a product token and,
+  as in Google's matcher, names no group: only ``*`` applies to it.
 * Longest pattern (in octets, after normalisation) wins; on a tie allow wins.
   Empty values add no rule. A value that starts with neither ``/`` nor ``*``
   is kept as written, so it can never match (every path starts with ``/``),
@@ -52,6 +58,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from operator import itemgetter
 
 __all__ = [
     "MAX_ROBOTS_BYTES",
@@ -82,6 +89,7 @@ _ALLOW_KEYS = (b"allow",)
 _DISALLOW_KEYS = (b"disallow", b"dissallow", b"dissalow", b"disalow", b"diasllow", b"disallaw")
 _SITEMAP_KEYS = (b"sitemap", b"site-map")
 _CRAWL_DELAY_KEYS = (b"crawl-delay", b"crawldelay", b"crawl delay", b"crawl_delay")
+_ALL_KEYS = _UA_KEYS + _ALLOW_KEYS + _DISALLOW_KEYS + _SITEMAP_KEYS + _CRAWL_DELAY_KEYS
 
 _TOKEN = re.compile(r"[A-Za-z_-]+")
 _TOKEN_B = re.compile(rb"[A-Za-z_-]*")
@@ -89,11 +97,13 @@ _DELAY = re.compile(rb"[0-9]+(?:\.[0-9]*)?|\.[0-9]+")
 
 # RFC 3986 unreserved + reserved: the only characters left literal.
 _URI_OK = rb"A-Za-z0-9\-._~!$&'()*+,;=:@/?\[\]"
-_NEEDS_NORM_B = re.compile(rb"[^" + _URI_OK + rb"]")
+_URI_OK_BYTES = bytes(c for c in range(128) if re.match(rb"[" + _URI_OK + rb"]", bytes((c,))))
 _NEEDS_NORM = re.compile(r"[^" + _URI_OK.decode() + r"]")
 _NORM_B = re.compile(rb"%([0-9A-Fa-f]{2})|[^" + _URI_OK + rb"]")
 _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 _PATH_START = re.compile(r"[/?;]")
+
+_sort_key = itemgetter(0)
 
 # Compiled-pattern modes.
 _PREFIX, _EXACT, _GLOB = 0, 1, 2
@@ -114,7 +124,7 @@ def _norm_repl(m: re.Match[bytes]) -> bytes:
 
 def _normalize_bytes(raw: bytes) -> str:
     """Percent-normalise octets so equivalent spellings compare equal."""
-    if _NEEDS_NORM_B.search(raw) is None:
+    if not raw.translate(None, _URI_OK_BYTES):
         return raw.decode("ascii")
     return _NORM_B.sub(_norm_repl, raw).decode("ascii")
 
@@ -229,55 +239,71 @@ class Verdict:
 
 
 class _Group:
-    __slots__ = ("agents", "agent_lines", "tokens", "is_global", "rules", "delays")
+    """One group as written: its user-agent lines, rules and crawl delays."""
+
+    __slots__ = ("agent_lines", "agents", "delays", "is_global", "rules", "tokens")
 
     def __init__(self) -> None:
         self.agents: list[str] = []
         self.agent_lines: list[int] = []
         self.tokens: set[str] = set()
         self.is_global = False
-        self.rules: list[tuple] = []
+        # (line, is_allow, normalised pattern, value as written)
+        self.rules: list[tuple[int, bool, str, bytes]] = []
         self.delays: list[float] = []
+
+
+def _compile(line: int, is_allow: bool, pattern: str, raw: bytes) -> tuple:
+    """(sort key, mode, data, is_allow, pattern, line, raw) for the matcher.
+
+    The sort key orders by priority: longest pattern first, allow before
+    disallow on a tie (RFC 9309 2.2.2), then file order for a stable explain().
+    """
+    anchored = pattern.endswith("$")
+    body = pattern[:-1] if anchored else pattern
+    data: str | tuple[tuple[str, ...], bool, str]
+    if "*" not in body:
+        mode, data = (_EXACT if anchored else _PREFIX), body
+    else:
+        pieces = tuple(body.split("*"))
+        mode, data = _GLOB, (pieces, anchored, max(pieces, key=len))
+    key = (-len(pattern), 0 if is_allow else 1, line)
+    return (key, mode, data, is_allow, pattern, line, raw)
 
 
 class _Resolved:
     """The merged rules that apply to one agent token, indexed for matching."""
 
-    __slots__ = ("lengths", "prefixes", "exact", "globs", "agents", "agent_lines", "delay")
+    __slots__ = (
+        "agent_lines",
+        "agents",
+        "delay",
+        "exact",
+        "glob_lengths",
+        "globs",
+        "lengths",
+        "prefixes",
+    )
 
-    def __init__(self, rules: list[tuple], agents: tuple[str, ...],
+    def __init__(self, rules: list[tuple[int, bool, str, bytes]], agents: tuple[str, ...],
                  agent_lines: tuple[int, ...], delay: float | None) -> None:
         self.prefixes: dict[str, tuple] = {}
         self.exact: dict[str, tuple] = {}
-        globs = []
-        for entry in sorted(rules, key=lambda e: e[0]):
+        self.globs: dict[str, list[tuple]] = {}
+        entries = [_compile(*rule) for rule in rules]
+        entries.sort(key=_sort_key)
+        for entry in entries:
             mode = entry[1]
             if mode == _GLOB:
-                globs.append(entry)
+                self.globs.setdefault(entry[2][0][0], []).append(entry)
             else:
                 # Same pattern twice: the first in sort order (allow) wins.
                 (self.prefixes if mode == _PREFIX else self.exact).setdefault(entry[2], entry)
         self.lengths = tuple(sorted({len(p) for p in self.prefixes}, reverse=True))
-        self.globs = tuple(globs)
+        self.glob_lengths = tuple(sorted({len(p) for p in self.globs}, reverse=True))
         self.agents = agents
         self.agent_lines = agent_lines
         self.delay = delay
-
-
-def _compile(kind: str, pattern: str, line: int, raw: str) -> tuple:
-    """(sort key, mode, data, Rule): precomputed so matching is a tight loop.
-
-    The sort key orders by priority: longest pattern first, allow before
-    disallow on a tie (RFC 9309 2.2.2), then file order for a stable explain().
-    """
-    rule = Rule(kind, pattern, line, raw)
-    anchored = pattern.endswith("$")
-    body = pattern[:-1] if anchored else pattern
-    if "*" not in body:
-        mode, data = (_EXACT if anchored else _PREFIX), body
-    else:
-        mode, data = _GLOB, (tuple(body.split("*")), anchored)
-    return ((-len(pattern), 0 if kind == "allow" else 1, line), mode, data, rule)
 
 
 def _glob_match(pieces: tuple[str, ...], anchored: bool, path: str) -> bool:
@@ -301,12 +327,13 @@ def _glob_match(pieces: tuple[str, ...], anchored: bool, path: str) -> bool:
     return path.find(last, pos) != -1
 
 
-def _first_match(resolved: _Resolved, path: str) -> Rule | None:
-    """The deciding rule for ``path``: the matching rule with the best sort key.
+def _first_match(resolved: _Resolved, path: str) -> tuple | None:
+    """The deciding rule entry for ``path``: the matching one with the best sort key.
 
     Plain prefixes and exact (``$``) patterns are dictionary look-ups (one per
-    distinct prefix length); only wildcard patterns are tried one by one, in
-    priority order, and only while they could still beat the best so far.
+    distinct length); wildcard patterns are narrowed to those whose leading
+    literal is a prefix of the path and tried in priority order, only while
+    they could still beat the best match so far.
     """
     best = None
     size = len(path)
@@ -319,20 +346,37 @@ def _first_match(resolved: _Resolved, path: str) -> Rule | None:
     exact = resolved.exact.get(path)
     if exact is not None and (best is None or exact[0] < best[0]):
         best = exact
-    for entry in resolved.globs:
+    if not resolved.glob_lengths:
+        return best
+    candidates: list[tuple] = []
+    globs = resolved.globs
+    for length in resolved.glob_lengths:
+        if length <= size:
+            found = globs.get(path[:length])
+            if found is not None:
+                candidates.extend(found)
+    if len(resolved.glob_lengths) > 1:
+        candidates.sort(key=_sort_key)
+    for entry in candidates:
         if best is not None and entry[0] > best[0]:
             break
-        pieces, anchored = entry[2]
-        if path.startswith(pieces[0]) and _glob_match(pieces, anchored, path):
-            best = entry
-            break
-    return None if best is None else best[3]
+        pieces, anchored, needle = entry[2]
+        if needle in path and _glob_match(pieces, anchored, path):
+            return entry
+    return best
+
+
+def _rule_of(entry: tuple | None) -> Rule | None:
+    if entry is None:
+        return None
+    return Rule("allow" if entry[3] else "disallow", entry[4], entry[5],
+                entry[6].decode("utf-8", "replace"))
 
 
 class RobotsRules:
     """Parsed robots.txt: answers per agent, caching the merged rules per token."""
 
-    __slots__ = ("_groups", "_sitemaps", "_by_key", "_by_agent")
+    __slots__ = ("_by_agent", "_by_key", "_groups", "_sitemaps")
 
     def __init__(self, groups: list[_Group] | None = None, sitemaps: list[str] | None = None) -> None:
         self._groups: list[_Group] = groups or []
@@ -347,12 +391,15 @@ class RobotsRules:
 
     @classmethod
     def disallow_all(cls) -> RobotsRules:
-        """Rules for an unreachable robots.txt (5xx, network error): nothing may be fetched."""
+        """Rules for an unreachable robots.txt (5xx, network error): nothing may be fetched.
+
+        Shows up in explain() as ``Disallow: /`` at line 0 of a ``*`` group.
+        """
         group = _Group()
         group.agents.append("*")
         group.agent_lines.append(0)
         group.is_global = True
-        group.rules.append(_compile("disallow", "/", 0, "/"))
+        group.rules.append((0, False, "/", b"/"))
         return cls([group])
 
     @property
@@ -389,8 +436,8 @@ class RobotsRules:
         path = _normalize_path(_path_of(url if isinstance(url, str) else str(url)))
         if path == "/robots.txt":
             return True
-        rule = _first_match(self._resolve(agent), path)
-        return rule is None or rule.kind == "allow"
+        entry = _first_match(self._resolve(agent), path)
+        return entry is None or entry[3]
 
     def explain(self, url: str, agent: str) -> Verdict:
         """The decision for ``url`` with the rule and group behind it."""
@@ -399,9 +446,9 @@ class RobotsRules:
         token = _agent_key(agent)
         if path == "/robots.txt":
             return Verdict(True, None, resolved.agents, resolved.agent_lines, path, token)
-        rule = _first_match(resolved, path)
-        allowed = rule is None or rule.kind == "allow"
-        return Verdict(allowed, rule, resolved.agents, resolved.agent_lines, path, token)
+        entry = _first_match(resolved, path)
+        allowed = entry is None or entry[3]
+        return Verdict(allowed, _rule_of(entry), resolved.agents, resolved.agent_lines, path, token)
 
     def crawl_delay(self, agent: str) -> float | None:
         """Crawl-delay in seconds from the group(s) that apply to ``agent``, if any."""
@@ -421,47 +468,29 @@ def _to_bytes(text: object) -> bytes:
     return b""
 
 
-def _split_key_value(line: bytes) -> tuple[bytes, bytes] | None:
-    """Google's ``key: value`` split; the colon may be replaced by whitespace."""
-    sep = line.find(b":")
-    if sep == -1:
-        # Google-compatible: "Disallow /x" is accepted when there are exactly
-        # two words; anything longer is too ambiguous to guess at.
-        gap = _BLANK.search(line)
-        if gap is None:
-            return None
-        key, value = line[:gap.start()], line[gap.start():].lstrip(b" \t")
-        if _BLANK.search(value) is not None:
-            return None
-    else:
-        key, value = line[:sep], line[sep + 1:]
-    key = key.rstrip(_WS)
-    if not key:
-        return None
-    return key.lower(), value.strip(_WS)
+def _limit(data: bytes) -> bytes:
+    """First MAX_ROBOTS_BYTES, without a line the cut fell inside; BOM (prefix) removed."""
+    if len(data) > MAX_ROBOTS_BYTES:
+        whole = data[MAX_ROBOTS_BYTES] in b"\r\n"
+        data = data[:MAX_ROBOTS_BYTES]
+        if not whole:
+            data = data[:max(data.rfind(b"\n"), data.rfind(b"\r")) + 1]
+    skip = 0
+    while skip < 3 and skip < len(data) and data[skip] == _BOM[skip]:
+        skip += 1
+    return data[skip:] if skip else data
 
 
 def parse_robots(text: str | bytes) -> RobotsRules:
     """Parse a robots.txt body (bytes as fetched, or str); never raises."""
-    data = _to_bytes(text)
-    if len(data) > MAX_ROBOTS_BYTES:
-        keep_whole_line = data[MAX_ROBOTS_BYTES] in b"\r\n"
-        data = data[:MAX_ROBOTS_BYTES]
-        if not keep_whole_line:
-            cut = max(data.rfind(b"\n"), data.rfind(b"\r"))
-            data = data[:cut + 1]
-    skip = 0
-    while skip < 3 and skip < len(data) and data[skip] == _BOM[skip]:
-        skip += 1
-    if skip:
-        data = data[skip:]
-
     groups: list[_Group] = []
     sitemaps: list[str] = []
     current: _Group | None = None
     in_rules = False
+    ws = _WS
+    blank = _BLANK
 
-    for number, line in enumerate(_LINE_SPLIT.split(data), 1):
+    for number, line in enumerate(_LINE_SPLIT.split(_limit(_to_bytes(text))), 1):
         if not line:
             continue
         if len(line) > _MAX_LINE_BYTES:
@@ -472,13 +501,29 @@ def parse_robots(text: str | bytes) -> RobotsRules:
         cut = line.find(b"#")
         if cut != -1:
             line = line[:cut]
-        line = line.strip(_WS)
+        line = line.strip(ws)
         if not line:
             continue
-        pair = _split_key_value(line)
-        if pair is None:
+        # Google's "key: value" split. The colon may be missing when key and
+        # value are the only two words ("Disallow /x"); unlike Google we also
+        # take "Sitemap http://x/s.xml" or "Disallow /a:b" that way (a known
+        # key, whitespace, one word) instead of splitting at the value's colon.
+        sep = line.find(b":")
+        gap = blank.search(line)
+        if gap is not None and (sep == -1 or (
+                gap.start() < len(line[:sep].rstrip(ws))
+                and line[:gap.start()].lower().startswith(_ALL_KEYS))):
+            key, value = line[:gap.start()].rstrip(ws), line[gap.start():].lstrip(b" \t")
+            if blank.search(value) is not None:
+                continue
+            value = value.strip(ws)
+        elif sep != -1:
+            key, value = line[:sep].rstrip(ws), line[sep + 1:].strip(ws)
+        else:
             continue
-        key, value = pair
+        if not key:
+            continue
+        key = key.lower()
 
         if key.startswith(_UA_KEYS):
             if current is None or in_rules:
@@ -487,32 +532,30 @@ def parse_robots(text: str | bytes) -> RobotsRules:
                 in_rules = False
             current.agents.append(value.decode("utf-8", "replace"))
             current.agent_lines.append(number)
-            if value[:1] == b"*" and (len(value) == 1 or value[1:2] in _WS):
+            if value[:1] == b"*" and (len(value) == 1 or value[1:2] in ws):
                 current.is_global = True
             else:
                 token = _TOKEN_B.match(value).group()  # type: ignore[union-attr]
                 if token:
                     current.tokens.add(token.decode("ascii").lower())
-        elif key.startswith(_ALLOW_KEYS) or key.startswith(_DISALLOW_KEYS):
+        elif key.startswith(_DISALLOW_KEYS) or key.startswith(_ALLOW_KEYS):
             if current is None:
                 continue  # rules outside any group are ignored
             in_rules = True
             if not value:
-                continue  # empty value: no rule, but it still closes the agent list
-            kind = "allow" if key.startswith(_ALLOW_KEYS) else "disallow"
+                continue  # empty value: no rule, but it still ends the agent lines
+            is_allow = key.startswith(_ALLOW_KEYS)
             pattern = _normalize_pattern(value)
-            raw = value.decode("utf-8", "replace")
-            current.rules.append(_compile(kind, pattern, number, raw))
-            if kind == "allow":
+            current.rules.append((number, is_allow, pattern, value))
+            if is_allow:
                 slash = pattern.rfind("/")
                 if slash != -1 and pattern.startswith("/index.htm", slash):
-                    current.rules.append(_compile("allow", pattern[:slash + 1] + "$", number, raw))
+                    current.rules.append((number, True, pattern[:slash + 1] + "$", value))
         elif key.startswith(_SITEMAP_KEYS):
             if value:
                 sitemaps.append(value.decode("utf-8", "replace"))
-        elif key.startswith(_CRAWL_DELAY_KEYS):
-            if current is not None and _DELAY.fullmatch(value):
-                delay = float(value)
-                if math.isfinite(delay):
-                    current.delays.append(delay)
+        elif key.startswith(_CRAWL_DELAY_KEYS) and current is not None and _DELAY.fullmatch(value):
+            delay = float(value)
+            if math.isfinite(delay):
+                current.delays.append(delay)
     return RobotsRules(groups, sitemaps)

@@ -21,7 +21,9 @@ Run ``python -m crawler_tasks.testweb --hosts N --pages P`` to serve one by hand
 from __future__ import annotations
 
 import argparse
+from bisect import bisect_right
 import heapq
+import html
 import math
 import random
 import re
@@ -38,7 +40,6 @@ from functools import lru_cache
 from http import HTTPStatus
 from typing import Callable, Iterable
 from urllib.parse import urldefrag, urljoin, urlsplit
-from urllib.robotparser import RobotFileParser
 
 __all__ = ["HostSpec", "RequestRecord", "TestWeb", "main"]
 
@@ -52,7 +53,7 @@ class RequestRecord:
     method: str
     status: int  # status sent (or that would have been sent if the peer left)
     start: float  # time.time() when the request was read
-    end: float  # time.time() after the response was written (or the peer left)
+    end: float  # time.time() at the final write of the response (or when the peer left)
     conn_id: int  # distinct per TCP connection
     user_agent: str
     headers: dict[str, str]  # request headers, names lower-cased
@@ -90,20 +91,29 @@ _SYLLABLES = (
 ).split()
 _COMMON = "the of and a to in is it that for on with as was by at from this be or".split()
 _ACCENTED = ["café", "naïve", "Zürich", "façade", "jalapeño", "smörgåsbord", "über", "crème"]
-_POOL_PARAGRAPHS = 2048
+_STREAM_SENTENCES = 16_000  # about 1 MB of padding text per seed
+_MIN_SLICE, _MAX_SLICE = 2048, 12_288  # bytes copied from the stream per slice
 
 
 @dataclass(frozen=True, slots=True)
 class _Corpus:
-    """Word bag and paragraph pool shared by all pages of one seed."""
+    """Words and a long paragraph stream shared by all pages of one seed.
+
+    Pages copy a handful of random paragraph-aligned slices of the stream, so
+    padding 60 KB costs a few C-level slices instead of hundreds of Python
+    steps, while two pages still share little text.
+    """
 
     bag: tuple[str, ...]  # words repeated roughly by Zipf frequency
-    paras: tuple[bytes, ...]  # ASCII b"<p>...</p>\n" blocks used as padding
+    phrases: tuple[str, ...]  # short anchor texts
+    text: bytes  # ASCII b"<p>...</p>\n" paragraphs back to back
+    offs: tuple[int, ...]  # start offset of each paragraph, then len(text)
+    n_start: int  # slices start before this paragraph so they never run off the end
 
 
 @lru_cache(maxsize=4)
 def _corpus(seed: int) -> _Corpus:
-    """Build the corpus once per seed: padding then costs a few list picks per page."""
+    """Build the corpus once per seed (tens of ms), reused by every TestWeb."""
     rng = random.Random(f"testweb-corpus:{seed}")
     words: list[str] = list(_COMMON)
     seen = set(words)
@@ -115,14 +125,24 @@ def _corpus(seed: int) -> _Corpus:
     bag: list[str] = []
     for rank, w in enumerate(words):
         bag.extend([w] * max(1, 300 // (rank + 1)))
-    paras: list[bytes] = []
-    for _ in range(_POOL_PARAGRAPHS):
-        sentences = [
-            " ".join(rng.choices(bag, k=rng.randint(5, 16))).capitalize() + "."
-            for _ in range(rng.randint(3, 8))
-        ]
-        paras.append(("<p>" + " ".join(sentences) + "</p>\n").encode("ascii"))
-    return _Corpus(tuple(bag), tuple(paras))
+    sentences = [
+        " ".join(rng.choices(bag, k=rng.randint(5, 16))).capitalize() + "."
+        for _ in range(_STREAM_SENTENCES // 3)
+    ]
+    picks = rng.choices(sentences, k=_STREAM_SENTENCES)
+    paras: list[str] = []
+    i = 0
+    while i < len(picks):
+        m = rng.randint(3, 8)
+        paras.append("<p>" + " ".join(picks[i : i + m]) + "</p>\n")
+        i += m
+    offs = [0]
+    for para in paras:
+        offs.append(offs[-1] + len(para))
+    phrases = tuple(" ".join(rng.choices(bag, k=rng.randint(1, 3))) for _ in range(1024))
+    room = _MAX_SLICE + 2 * max(len(para) for para in paras)
+    return _Corpus(tuple(bag), phrases, "".join(paras).encode("ascii"), tuple(offs),
+                   bisect_right(offs, offs[-1] - room) - 1)
 
 
 # ---------------------------------------------------------------------------
@@ -131,16 +151,10 @@ def _corpus(seed: int) -> _Corpus:
 
 # How a link is spelled in the HTML (targets on other hosts are always absolute).
 _ABS, _ROOT, _REL, _DOTREL, _FRAG = range(5)
-_STYLE_CUM = ((0.25, _ABS), (0.55, _ROOT), (0.80, _REL), (0.90, _DOTREL), (1.01, _FRAG))
+# 20 slots: 25% absolute, 30% root-relative, 25% relative, 10% ./ or ../, 10% with #fragment
+_STYLES = (_ABS,) * 5 + (_ROOT,) * 6 + (_REL,) * 5 + (_DOTREL,) * 2 + (_FRAG,) * 2
 _HREF_RE = re.compile(rb"""href\s*=\s*["']([^"']*)["']""", re.IGNORECASE)
 _PRIVATE_PATH = "/private/x.html"
-
-
-def _pick_style(r: float) -> int:
-    for edge, style in _STYLE_CUM:
-        if r < edge:
-            return style
-    return _ROOT
 
 
 def _node_path(k: int) -> str:
@@ -172,6 +186,59 @@ def _loopback_ips(first: int, count: int) -> list[str]:
     if v > 1 << 24:
         raise ValueError("too many hosts for 127.0.0.0/8")
     return out
+
+
+def _allow_all(target: str) -> bool:
+    return True
+
+
+def _disallow_all(target: str) -> bool:
+    return False
+
+
+class _RobotsRules:
+    """RFC 9309 matching for one user agent: longest pattern wins, Allow wins ties.
+
+    urllib.robotparser is not used because it takes the first matching rule
+    and ignores wildcards, which is not what a modern crawler does.
+    """
+
+    def __init__(self, text: str, user_agent: str) -> None:
+        token = user_agent.split("/", 1)[0].strip().lower() or "*"
+        groups: list[tuple[set[str], list[tuple[bool, str]]]] = []
+        agents: set[str] = set()
+        rules: list[tuple[bool, str]] = []
+        for raw in text.splitlines():
+            line = raw.split("#", 1)[0].strip()
+            key, sep, value = line.partition(":")
+            if not sep:
+                continue
+            key, value = key.strip().lower(), value.strip()
+            if key == "user-agent":
+                if rules:  # a user-agent line after rules starts a new group
+                    groups.append((agents, rules))
+                    agents, rules = set(), []
+                agents.add(value.lower())
+            elif key in ("allow", "disallow") and agents and value:
+                rules.append((key == "allow", value))
+        if agents:
+            groups.append((agents, rules))
+        chosen = [r for a, rs in groups if token in a for r in rs] or [
+            r for a, rs in groups if "*" in a for r in rs
+        ]
+        self._rules = [
+            (allow, len(pattern), re.compile(
+                "".join(".*" if ch == "*" else re.escape(ch) for ch in pattern.rstrip("$"))
+                + ("\\Z" if pattern.endswith("$") else "")))
+            for allow, pattern in chosen
+        ]
+
+    def __call__(self, target: str) -> bool:
+        best_len, verdict = -1, True
+        for allow, length, rx in self._rules:
+            if (length > best_len or (length == best_len and allow)) and rx.match(target):
+                best_len, verdict = length, allow
+        return verdict
 
 
 # ---------------------------------------------------------------------------
@@ -238,7 +305,7 @@ class _Conn:
         self.host_idx = host_idx
         self.conn_id = conn_id
         self.inbuf = bytearray()
-        self.out: memoryview | None = None
+        self.out: list[bytes | memoryview] | None = None  # pending buffers, in order
         self.busy = False  # a response is pending (delayed or being written)
         self.close_after = False
         self.eof = False
@@ -329,8 +396,11 @@ class TestWeb:
         """
         mu = math.log(max(1, mean)) - sigma * sigma / 2.0  # so E[size] == mean
         fan = max(1, self._links_per_page // 2)
-        for h in range(self._n):
+        n_hosts, per_page = self._n, self._links_per_page
+        styles = _STYLES
+        for h in range(n_hosts):
             rng = random.Random(f"testweb-graph:{self._seed}:{h}")
+            rnd = rng.random
             n_nodes = self._pages[h] + 1
             self._sizes.append(
                 [min(cap, int(rng.lognormvariate(mu, sigma))) for _ in range(n_nodes)]
@@ -338,20 +408,20 @@ class TestWeb:
             host_links: list[list[tuple[int, int, int]]] = []
             for k in range(n_nodes):
                 lk: list[tuple[int, int, int]] = [
-                    (h, c, _pick_style(rng.random()))
+                    (h, c, styles[int(rnd() * 20)])
                     for c in range(k * fan + 1, min(k * fan + fan, n_nodes - 1) + 1)
                 ]
-                if k == 0 and h + 1 < self._n:
+                if k == 0 and h + 1 < n_hosts:
                     lk.append((h + 1, 0, _ABS))
-                while len(lk) < self._links_per_page:
-                    if self._n > 1 and rng.random() < cross:
-                        th = rng.randrange(self._n - 1)
+                while len(lk) < per_page:
+                    if n_hosts > 1 and rnd() < cross:
+                        th = int(rnd() * (n_hosts - 1))
                         th += th >= h
-                        lk.append((th, rng.randrange(self._pages[th] + 1), _ABS))
+                        lk.append((th, int(rnd() * (self._pages[th] + 1)), _ABS))
                     elif n_nodes > 1:
-                        tk = rng.randrange(n_nodes - 1)
+                        tk = int(rnd() * (n_nodes - 1))
                         tk += tk >= k
-                        lk.append((h, tk, _pick_style(rng.random())))
+                        lk.append((h, tk, styles[int(rnd() * 20)]))
                     else:
                         break
                 rng.shuffle(lk)
@@ -455,69 +525,106 @@ class TestWeb:
         pages follow the link graph, /private/ pages count only if that host's
         robots.txt allows them, extra routes count if 200 text/html (their
         hrefs are followed) and redirects lead to their Location.  robots.txt
-        follows RFC 9309 status rules (4xx: allow all, 5xx: disallow all) and
-        urllib.robotparser matching (no wildcards).  URLs are absolute,
-        without fragments.
+        follows RFC 9309: 4xx allows all, 5xx disallows all, and rules match
+        by longest pattern (``*`` and ``$`` understood, Allow wins ties).
+        URLs are absolute, without fragments.
         """
         self._require_started()
-        index = {hp: i for i, hp in enumerate(self.hosts)}
-        allow: dict[int, Callable[[str], bool]] = {}
-        seen: set[str] = set()
+        hosts = self.hosts
+        index = {hp: i for i, hp in enumerate(hosts)}
+        rules: dict[int, Callable[[str], bool]] = {}
+        links = self._links
+        overridden = [
+            {k for k in (_path_node(p, self._pages[h]) for p in self._static[h]) if k is not None}
+            for h in range(self._n)
+        ]
+        # Generated pages are keyed (host, node) so the big part of the walk
+        # needs no URL parsing; anything else is keyed by its URL string.
+        seen: set[tuple[int, int] | str] = set()
+        queue: deque[tuple[int, int] | str] = deque()
         out: set[str] = set()
-        queue: deque[str] = deque()
 
         def push(u: str) -> None:
-            u = urldefrag(u)[0]
-            parts = urlsplit(u)
-            if not parts.path:
-                u = f"{parts.scheme}://{parts.netloc}/" + (f"?{parts.query}" if parts.query else "")
-            if u not in seen:
-                seen.add(u)
-                queue.append(u)
-
-        for s in self.seeds() if seeds is None else seeds:
-            push(s)
-        while queue:
-            u = queue.popleft()
-            parts = urlsplit(u)
+            parts = urlsplit(urldefrag(u)[0])
             h = index.get(parts.netloc)
             if parts.scheme != "http" or h is None:
+                return
+            path = parts.path or "/"
+            k = _path_node(path, self._pages[h])
+            key: tuple[int, int] | str
+            if k is not None and not parts.query and path not in self._static[h]:
+                key = (h, k)
+            else:
+                key = f"http://{parts.netloc}{path}" + (f"?{parts.query}" if parts.query else "")
+            if key not in seen:
+                seen.add(key)
+                queue.append(key)
+
+        def allowed(h: int, target: str) -> bool:
+            rule = rules.get(h)
+            if rule is None:
+                rule = rules[h] = self._robots_rule(h, user_agent)
+            return rule(target)
+
+        def add_page(h: int, k: int, url: str) -> None:
+            out.add(url)
+            for th, tk, _ in links[h][k]:
+                if tk in overridden[th]:
+                    push(f"http://{hosts[th]}{_node_path(tk)}")
+                elif (th, tk) not in seen:
+                    seen.add((th, tk))
+                    queue.append((th, tk))
+            if k == 0 or k % 10 == 5:
+                push(f"http://{hosts[h]}{_PRIVATE_PATH}")
+            if k == 0:
+                for route in self._linked_extras(h):
+                    push(f"http://{hosts[h]}{route}")
+
+        for seed in self.seeds() if seeds is None else seeds:
+            push(seed)
+        while queue:
+            key = queue.popleft()
+            if isinstance(key, tuple):
+                h, k = key
+                path = _node_path(k)
+                if allowed(h, path):
+                    add_page(h, k, f"http://{hosts[h]}{path}")
                 continue
-            if h not in allow:
-                allow[h] = self._robots_rule(h, user_agent)
-            if not allow[h](u):
-                continue
+            parts = urlsplit(key)
+            h = index[parts.netloc]
             target = parts.path + (f"?{parts.query}" if parts.query else "")
+            if not allowed(h, target):
+                continue
             kind, resp, k = self._classify(h, target)
             if kind == "page":
-                out.add(u)
-                for th, tk, _ in self._links[h][k]:
-                    push(f"http://{self.hosts[th]}{_node_path(tk)}")
-                if k == 0:
-                    push(f"http://{self.hosts[h]}{_PRIVATE_PATH}")
-                    for route in self._linked_extras(h):
-                        push(f"http://{self.hosts[h]}{route}")
-                elif k % 10 == 5:
-                    push(f"http://{self.hosts[h]}{_PRIVATE_PATH}")
+                add_page(h, k, key)
             elif kind == "private":
-                out.add(u)
-                push(f"http://{self.hosts[h]}/")
+                out.add(key)
+                push(f"http://{hosts[h]}/")
             elif kind == "extra" and resp is not None:
                 status, head, body, _ = resp
-                hdrs = self._head_fields(head)
-                if 300 <= status < 400 and "location" in hdrs:
-                    push(urljoin(u, hdrs["location"]))
-                elif status == 200 and hdrs.get("content-type", "").startswith("text/html"):
-                    out.add(u)
+                fields = self._head_fields(head)
+                if 300 <= status < 400 and "location" in fields:
+                    push(urljoin(key, fields["location"]))
+                elif status == 200 and fields.get("content-type", "").startswith("text/html"):
+                    out.add(key)
                     for href in _HREF_RE.findall(body):
-                        push(urljoin(u, href.decode("utf-8", "replace").strip()))
+                        push(urljoin(key, html.unescape(href.decode("utf-8", "replace").strip())))
         return out
 
     @property
     def requests(self) -> list[RequestRecord]:
-        """A copy of the request log (completion order)."""
+        """Snapshot of the log in the order requests were read.
+
+        ``end`` is 0.0 for a response still pending (e.g. a delayed host).
+        """
         with self._log_lock:
-            return list(self._log)
+            log = list(self._log)
+        return [
+            RequestRecord(r.host, r.path, r.method, r.status, r.start, r.end, r.conn_id,
+                          r.user_agent, r.headers)
+            for r in log
+        ]
 
     def clear_log(self) -> None:
         """Forget logged requests, e.g. between phases of a test."""
@@ -597,9 +704,9 @@ class TestWeb:
         return fields
 
     def _robots_rule(self, h: int, user_agent: str) -> Callable[[str], bool]:
-        """What a robots.txt-obeying crawler may fetch on host h (RFC 9309 statuses)."""
+        """What a robots.txt-obeying crawler may fetch on host h (RFC 9309)."""
         url = f"http://{self.hosts[h]}/robots.txt"
-        for _ in range(6):
+        for _ in range(6):  # the RFC asks crawlers to follow at least five redirects
             parts = urlsplit(url)
             if parts.netloc not in self.hosts:
                 break
@@ -610,7 +717,7 @@ class TestWeb:
             elif kind == "private":
                 status, head, body = 200, b"", _PRIVATE_BODY
             elif resp is None:
-                return lambda u: True  # 404
+                return _allow_all  # 404
             else:
                 status, head, body = resp[0], resp[1], resp[2]
             if 300 <= status < 400:
@@ -620,13 +727,11 @@ class TestWeb:
                 url = urljoin(url, loc)
                 continue
             if 200 <= status < 300:
-                rp = RobotFileParser()
-                rp.parse(body.decode("utf-8", "replace").splitlines())
-                return lambda u: rp.can_fetch(user_agent, u)
+                return _RobotsRules(body.decode("utf-8", "replace"), user_agent)
             if status >= 500:
-                return lambda u: False
-            return lambda u: True
-        return lambda u: True  # unresolvable redirects: treated as unavailable
+                return _disallow_all
+            return _allow_all
+        return _allow_all  # unreachable robots.txt counts as unavailable (4xx)
 
     # -- page rendering ------------------------------------------------------
 
@@ -644,52 +749,62 @@ class TestWeb:
             return path[3:] if tk else "../"
         return ("." if k == 0 else "..") + path
 
+    def _padding(self, rnd: Callable[[], float], nbytes: int) -> list[bytes]:
+        """Exactly ``nbytes`` of paragraphs: random slices of the corpus stream."""
+        c = self._corpus
+        text, offs = c.text, c.offs
+        n_start = c.n_start
+        out: list[bytes] = []
+        while nbytes > 0:
+            seg = min(nbytes, _MIN_SLICE + int(rnd() * (_MAX_SLICE - _MIN_SLICE)))
+            i = int(rnd() * n_start)
+            start = offs[i]
+            j = bisect_right(offs, start + seg) - 1
+            if j > i:
+                out.append(text[start : offs[j]])
+            if seg == nbytes:  # last slice: cut paragraph j's text to land exactly
+                r = start + seg - offs[j]
+                if r >= 9:
+                    out.append(b"<p>" + text[offs[j] + 3 : offs[j] + r - 5] + b"</p>\n")
+                elif r:
+                    out.append(b"\n" * r)
+                nbytes = 0
+            else:
+                nbytes -= offs[j] - start
+        return out
+
     def _render(self, h: int, k: int) -> bytes:
         """Build page (h, k): exact target size, text unique to the page."""
-        corpus = self._corpus
-        bag = corpus.bag
-        rng = random.Random(f"{self._seed}/{h}/{k}")
-        words = " ".join(rng.choices(bag, k=rng.randint(3, 6))).title()
+        c = self._corpus
+        rng = random.Random((self._seed * 1_000_003 + h) * 1_000_003 + k)
+        rnd = rng.random
+        words = " ".join(rng.choices(c.bag, k=rng.randint(3, 6))).title()
         title = f"{words} - {'home' if k == 0 else f'page {k - 1}'} of site {h}"
-
-        def intro() -> str:
-            text = " ".join(rng.choices(bag, k=rng.randint(40, 80))).capitalize()
-            if rng.random() < 0.3:
-                text += " " + rng.choice(_ACCENTED)
-            return text + "."
-
+        accent = _ACCENTED[int(rnd() * len(_ACCENTED))]
+        phrases = c.phrases
+        n_phrases = len(phrases)
         items = [
             f'<li><a href="{self._href(h, k, th, tk, st)}">'
-            f'{" ".join(rng.choices(bag, k=rng.randint(1, 3)))}</a></li>\n'
+            f"{phrases[int(rnd() * n_phrases)]}</a></li>\n"
             for th, tk, st in self._links[h][k]
         ]
         if k == 0 or k % 10 == 5:
             items.append(f'<li><a href="{_PRIVATE_PATH}">members only</a></li>\n')
         if k == 0:
-            items.extend(f'<li><a href="{r}">extra {r}</a></li>\n' for r in self._linked_extras(h))
+            items.extend(
+                f'<li><a href="{html.escape(r)}">extra {html.escape(r)}</a></li>\n'
+                for r in self._linked_extras(h)
+            )
         head = (
             '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             f"<title>{title}</title>\n</head>\n<body>\n<h1>{title}</h1>\n"
-            f"<p>{intro()}</p>\n<ul class=\"links\">\n{''.join(items)}</ul>\n"
-            f"<p>{intro()}</p>\n"
+            f"<p>About {words.lower()}, {accent}.</p>\n<ul class=\"links\">\n{''.join(items)}</ul>\n"
         ).encode("utf-8")
         tail = b"</body>\n</html>\n"
-        remaining = self._sizes[h][k] - len(head) - len(tail)
-        paras = corpus.paras
-        n = len(paras)
-        rnd = rng.random
-        pad: list[bytes] = [head]
-        while remaining > 0:
-            p = paras[int(rnd() * n)]
-            if len(p) <= remaining:
-                pad.append(p)
-                remaining -= len(p)
-            else:  # cut the last paragraph's text so the body has the exact size
-                pad.append(b"<p>" + p[3 : 3 + remaining - 8] + b"</p>\n" if remaining >= 9
-                           else b"\n" * remaining)
-                remaining = 0
-        pad.append(tail)
-        return b"".join(pad)
+        parts = [head]
+        parts.extend(self._padding(rnd, self._sizes[h][k] - len(head) - len(tail)))
+        parts.append(tail)
+        return b"".join(parts)
 
     def _page(self, h: int, k: int) -> tuple[bytes, bytes, str]:
         """(head, body, etag) for page (h, k), from a byte-bounded LRU cache."""
@@ -919,8 +1034,7 @@ class TestWeb:
             start=conn.rx_time, end=0.0, conn_id=conn.conn_id,
             user_agent=headers.get("user-agent", ""), headers=headers,
         )
-        conn.busy = True
-        conn.record = rec
+        self._begin(conn, rec)
         delay = self._specs[h].delay_s
         if delay > 0:
             def fire() -> None:
@@ -939,14 +1053,20 @@ class TestWeb:
         """Answer a malformed request and close: its framing can't be trusted."""
         parts = line.split(" ")
         headers = headers or {}
-        conn.record = RequestRecord(
+        self._begin(conn, RequestRecord(
             host=self.hosts[conn.host_idx], path=parts[1] if len(parts) > 1 else "",
             method=parts[0], status=status, start=conn.rx_time, end=0.0,
             conn_id=conn.conn_id, user_agent=headers.get("user-agent", ""), headers=headers,
-        )
-        conn.busy = True
+        ))
         body = f"<html><body><h1>{status} {_reason(status)}</h1></body></html>\n".encode()
         self._send(conn, _make_resp(status, [("Content-Type", _HTML_CT)], body), False, False)
+
+    def _begin(self, conn: _Conn, rec: RequestRecord) -> None:
+        """Log the request before answering, so a client never outruns the log."""
+        with self._log_lock:
+            self._log.append(rec)
+        conn.record = rec
+        conn.busy = True
 
     def _send(self, conn: _Conn, resp: _Resp, head_only: bool, keep_alive: bool) -> None:
         _, head, body, forced = resp
@@ -955,21 +1075,32 @@ class TestWeb:
             conn_line = f"Connection: {forced}\r\n\r\n".encode("latin-1")
         else:
             conn_line = _KA if keep_alive else _CLOSE
-        data = head + conn_line if head_only or not body else head + conn_line + body
         conn.close_after = not keep_alive
-        conn.out = memoryview(data)
+        # Head and body go out in one sendmsg: no copy of the (cached) body.
+        conn.out = [head + conn_line] if head_only or not body else [head + conn_line, body]
         self._flush(conn)
 
     def _flush(self, conn: _Conn) -> None:
         out = conn.out
         assert out is not None
-        send = conn.sock.send
+        sendmsg = conn.sock.sendmsg
+        rec = conn.record
         try:
             while out:
-                n = send(out)
-                out = out[n:]
+                if rec is not None:
+                    # Stamped before each write: once the last one returns the
+                    # client may already have read the response and the log.
+                    rec.end = time.time()
+                n = sendmsg(out)
+                while n:
+                    first = out[0]
+                    if n >= len(first):
+                        n -= len(first)
+                        del out[0]
+                    else:
+                        out[0] = memoryview(first)[n:]
+                        n = 0
         except (BlockingIOError, InterruptedError):
-            conn.out = out
             self._update(conn)
             return
         except OSError:
@@ -980,13 +1111,8 @@ class TestWeb:
         self._finish(conn)
 
     def _finish(self, conn: _Conn) -> None:
-        """The response is fully written: log it, then close or await the next request."""
-        rec = conn.record
-        if rec is not None:
-            rec.end = time.time()
-            with self._log_lock:
-                self._log.append(rec)
-            conn.record = None
+        """The response is fully written: close, or await the next request."""
+        conn.record = None
         conn.busy = False
         conn.last_active = time.monotonic()
         if conn.close_after:
@@ -998,11 +1124,8 @@ class TestWeb:
         if conn.closed:
             return
         conn.closed = True
-        rec = conn.record
-        if rec is not None:  # peer left (or we stopped) before the response was done
-            rec.end = time.time()
-            with self._log_lock:
-                self._log.append(rec)
+        if conn.record is not None:  # peer left (or we stopped) before the response was done
+            conn.record.end = time.time()
             conn.record = None
         if conn.events and self._sel is not None:
             try:
@@ -1010,6 +1133,12 @@ class TestWeb:
             except (KeyError, ValueError):
                 pass
         conn.events = 0
+        try:
+            for _ in range(16):  # unread input would make close() send a RST
+                if not conn.sock.recv(65536):
+                    break
+        except OSError:
+            pass
         try:
             conn.sock.shutdown(socket.SHUT_WR)
         except OSError:

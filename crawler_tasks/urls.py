@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 # Query parameters that only identify the campaign or click and never change
-# the content; kept so that one page is not crawled once per ad campaign.
+# the content; dropped so that one page is not crawled once per ad campaign.
 # Any name starting with ``utm_`` is also dropped (handled by prefix).
 DEFAULT_TRACKING_PARAMS: frozenset[str] = frozenset(
     {
@@ -90,7 +90,11 @@ _DEFAULT_PORTS = {"http": "80", "https": "443"}
 # Characters stripped from both ends: C0 controls, space, and the Unicode
 # spaces / BOM that scraped href attributes often carry (WHATWG only strips
 # C0 and space; stripping more loses nothing a server could want).
-_STRIP = "".join(chr(c) for c in range(0x21)) + "\x7f\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u200b\u2028\u2029\u202f\u205f\u3000\ufeff"
+_STRIP = (
+    "".join(chr(c) for c in range(0x21))
+    + "\x7f\x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000\ufeff"
+    + "".join(chr(c) for c in range(0x2000, 0x200C))  # en quad .. zero width space
+)
 _TAB_NL = str.maketrans("", "", "\t\n\r")
 
 _SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
@@ -105,8 +109,8 @@ _PATH_FIX_RE = re.compile(r"%([0-9A-Fa-f]{2})|%|[^" + _PATH_SAFE + "]")
 _QUERY_FIX_RE = re.compile(r"%([0-9A-Fa-f]{2})|%|[^" + _QUERY_SAFE + "]")
 
 # Fast paths: already clean ASCII links (the large majority on real pages).
-# No "%", ";", "\\", port, userinfo or upper-case host: those take the full
-# path so that there is only one place where they are handled.
+# No "%", "\\", ";" in the path, port, userinfo or upper-case host: those take
+# the full path so that there is only one place where they are handled.
 _CLEAN_PATH = r"A-Za-z0-9\-._~!$&'()*+,=:@/"
 _CLEAN_QUERY = _CLEAN_PATH + ";?"
 _FAST_ABS_RE = re.compile(
@@ -130,7 +134,7 @@ _HEX_RE = re.compile(r"[0-9A-Fa-f]*")
 
 
 class _Parts(NamedTuple):
-    """A resolved URL: lower-case scheme, normalized netloc, raw path/query."""
+    """A resolved, normalized URL; the query is not yet filtered (None: no "?")."""
 
     scheme: str
     netloc: str
@@ -400,7 +404,11 @@ def _normalize_query(query: str | None) -> str | None:
 
 
 def _strip_path_params(path: str) -> str:
-    """Remove ``;jsessionid=...``-style session ids that servers put in the path."""
+    """Remove ``;jsessionid=...``-style session ids that servers put in the path.
+
+    Uses the fixed DEFAULT_SESSION_PARAMS, not ``drop_params``: session ids in
+    the path are never content, and the parsed base is cached per base string.
+    """
     segs = []
     for seg in path.split("/"):
         if ";" in seg:

@@ -333,6 +333,11 @@ def test_host_state_fields_shape() -> None:
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in fields.items())
 
 
+def test_host_state_crawl_delay_field_tolerates_inf_and_nan() -> None:
+    assert HostState.from_fields(HostState(crawl_delay_s=math.inf).to_fields()).crawl_delay_s == math.inf
+    assert HostState.from_fields({"crawl_delay_s": "nan"}).crawl_delay_s is None
+
+
 def test_host_state_from_fields_defaults_bytes_and_unknown_keys() -> None:
     assert HostState.from_fields({}) == HostState()
     raw = {b"consecutive_failures": b"2", b"crawl_delay_s": b"1.5", b"te": b"123", b"queue": b"7"}
@@ -357,7 +362,7 @@ finite = st.floats(min_value=0.0, max_value=1e12, allow_nan=False, allow_infinit
 @settings(max_examples=100, deadline=None, database=None)
 @given(
     failures=st.integers(min_value=0, max_value=10**6),
-    crawl_delay=st.none() | finite,
+    crawl_delay=st.none() | finite | st.just(math.inf),
     last=finite,
     parked=finite,
 )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ipaddress
-import time
 from urllib.parse import unquote_to_bytes, urljoin
 
 import idna
@@ -413,7 +412,7 @@ def test_never_raises_output_is_http_and_idempotent(href: str, base: str | None)
     assert normalize_url(out, base) == out
 
 
-@settings(max_examples=500)
+@settings(max_examples=300)
 @given(href=url_like(), base=_BASES)
 def test_fast_path_agrees_with_full_algorithm(href: str, base: str | None) -> None:
     drop = urls._DEFAULT_DROP
@@ -453,25 +452,3 @@ def test_host_key_and_depth_never_raise(url: str) -> None:
 
 # ----------------------------------------------------------------------- speed
 
-
-def _page_links() -> list[str]:
-    kinds = [
-        "/section/item-{}.html", "https://www.example.com/tag/t{}/", "related-{}.html",
-        "/search?q=t{}&utm_source=nav", "https://cdn.example.net/img/{}.jpg#top", "#c-{}",
-        "../archive/{}/", "/wiki/Caf%C3%A9_{}", "mailto:s{}@example.com",
-        "https://other.org/p?id={}&fbclid=abc", "/path/with space {}", "//static.example.com/{}.js",
-    ]
-    return [kinds[i % len(kinds)].format(i) for i in range(150)]
-
-
-def test_speed_150_links() -> None:
-    """Guard against losing the fast path or the caches (budget is ~1-2 ms)."""
-    base = "https://www.example.com/news/2024/article-123.html?page=2"
-    links = _page_links()
-    best = float("inf")
-    for _ in range(30):
-        start = time.perf_counter()
-        for href in links:
-            normalize_url(href, base)
-        best = min(best, time.perf_counter() - start)
-    assert best < 0.010, f"{best * 1e3:.2f} ms for 150 links"

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Crawl benchmark: a local synthetic web of 100 hosts, then `manage.py crawl` on it.
+
+Prints pages/s (whole run and steady state), CPU seconds per page for the crawl's
+process tree (workers, beat, redis), and the peak RSS of that tree. The test web
+runs in its own process and its CPU is not counted. Only loopback traffic.
+
+    python bench/crawl_bench.py [--hosts 100] [--pages 40] [--mean-bytes 60000] [--max-pages 3000]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tree_rss(pid: int) -> int:
+    try:
+        root = psutil.Process(pid)
+        procs = [root] + root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--hosts", type=int, default=100)
+    ap.add_argument("--pages", type=int, default=40, help="pages per host")
+    ap.add_argument("--mean-bytes", type=int, default=60_000)
+    ap.add_argument("--max-pages", type=int, default=3000)
+    ap.add_argument("--min-delay", type=float, default=0.05)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--parsers", type=int, default=2)
+    ap.add_argument("--shards", type=int, default=2)
+    ap.add_argument("--keep", action="store_true", help="keep the output folder")
+    args = ap.parse_args()
+
+    web = subprocess.Popen([sys.executable, "-m", "crawler_tasks.testweb", "--hosts", str(args.hosts),
+                            "--pages", str(args.pages), "--mean-bytes", str(args.mean_bytes)],
+                           cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    seeds = [web.stdout.readline().strip() for _ in range(args.hosts)]
+    out = Path(tempfile.mkdtemp(prefix="crawl-bench-"))
+    try:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cmd = [sys.executable, str(ROOT / "manage.py"), "crawl", seeds[0], "--out", str(out / "out"),
+               "--allow-private", "--min-delay", str(args.min_delay), "--max-pages", str(args.max_pages),
+               "--workers", str(args.workers), "--parsers", str(args.parsers), "--shards", str(args.shards),
+               "--user-agent", "benchbot/1.0 (+http://127.0.0.1/bench)"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
+        t0 = time.time()
+        crawl = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        peak = 0
+        stop = threading.Event()
+
+        def sample() -> None:
+            nonlocal peak
+            while not stop.is_set():
+                peak = max(peak, tree_rss(crawl.pid))
+                time.sleep(0.5)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        _, err = crawl.communicate()
+        wall = time.time() - t0
+        stop.set()
+        sampler.join()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        recs = [json.loads(line) for line in (out / "out" / "pages.jsonl").read_text().splitlines()]
+        fetched = [r for r in recs if r.get("status") is not None]
+        times = sorted(datetime.strptime(r["fetched_at"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp() for r in fetched)
+        steady = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
+        total_bytes = sum(r.get("bytes", 0) for r in fetched)
+        print(err.strip().splitlines()[-4] if err.strip() else "", file=sys.stderr)
+        print(f"web: {args.hosts} hosts x {args.pages} pages, mean {args.mean_bytes} B")
+        print(f"pages fetched        {len(fetched)} ({total_bytes / max(len(fetched), 1) / 1024:.1f} KiB mean)")
+        print(f"wall time            {wall:.1f} s (includes ~start-up and shutdown)")
+        print(f"pages/s whole run    {len(fetched) / wall:.1f}")
+        print(f"pages/s steady state {steady:.1f}")
+        print(f"CPU s per page       {cpu / max(len(fetched), 1) * 1000:.2f} ms (crawl tree: workers, beat, redis)")
+        print(f"peak RSS crawl tree  {peak / 2**20:.0f} MiB")
+        return 0 if crawl.returncode == 0 else 1
+    finally:
+        web.terminate()
+        web.wait(10)
+        if not args.keep:
+            shutil.rmtree(out, ignore_errors=True)
+        else:
+            print(f"output kept in {out}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

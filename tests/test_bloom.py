@@ -1,0 +1,36 @@
+"""Bloom filter sizing and its measured error rate in Redis."""
+from __future__ import annotations
+
+import dataclasses
+
+from crawler_tasks.dedup.bloom import MAX_SEGMENT_BITS, BloomSpec
+from crawler_tasks.frontier import Discovered, Frontier
+
+
+def test_sizing_billion_urls_at_one_percent_is_about_1_2_gb():
+    spec = BloomSpec.for_capacity(1_000_000_000, 0.01)
+    assert 1.15e9 < spec.bytes < 1.25e9
+    assert spec.hashes == 7
+    assert spec.segment_bits <= MAX_SEGMENT_BITS and spec.segments >= 5
+
+
+def test_positions_are_stable_and_in_range():
+    spec = BloomSpec.for_capacity(1000, 0.01)
+    seg, pos = spec.positions("http://a/")
+    assert (seg, pos) == spec.positions("http://a/")
+    assert len(pos) == spec.hashes and all(0 <= p < spec.segment_bits for p in pos)
+
+
+def test_measured_false_positive_rate_near_target(settings):
+    n = 20_000
+    s = dataclasses.replace(settings, SHARDS=1, BLOOM_EXPECTED_URLS=n, BLOOM_ERROR_RATE=0.01)
+    frontier = Frontier(s)
+    batch = [Discovered(url=f"http://h{i % 50}.test/in/{i}", host=f"h{i % 50}.test") for i in range(n)]
+    added = sum(sum(frontier.put_discovered(batch[i:i + 2000])) for i in range(0, n, 2000))
+    assert added > 0.99 * n  # false positives while filling stay below the final rate
+    probes = [Discovered(url=f"http://h{i % 50}.test/out/{i}", host=f"h{i % 50}.test") for i in range(2_000)]  # few: probes fill the filter too
+    fresh = frontier.put_discovered(probes)
+    fp_rate = 1 - sum(fresh) / len(fresh)
+    assert fp_rate < 0.02, fp_rate
+    bits, estimate = frontier.bloom_fill()
+    assert 0.003 < estimate < 0.03

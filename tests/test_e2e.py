@@ -1,0 +1,152 @@
+"""End to end: `manage.py crawl` with real Celery workers, beat and an embedded Redis
+against a local multi-host web; politeness checked from the server's request log."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import psutil
+import pytest
+
+from crawler_tasks.testweb import HostSpec, TestWeb
+
+ROOT = Path(__file__).resolve().parent.parent
+MIN_DELAY = 0.3
+
+
+def run_crawl(out: Path, seeds: list[str], *extra: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(ROOT / "manage.py"), "crawl", *seeds, "--out", str(out), "--allow-private",
+           "--min-delay", str(MIN_DELAY), "--user-agent", "testbot/1.0 (+http://127.0.0.1/bot)", *extra]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT, env=env)
+
+
+def records(out: Path) -> list[dict]:
+    path = out / "pages.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def no_children_left(out: Path) -> list[str]:
+    """Processes whose command line mentions this crawl's output folder or its redis."""
+    left = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            cmd = " ".join(proc.info["cmdline"] or [])
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if str(out) in cmd and proc.pid != os.getpid():
+            left.append(cmd)
+    return left
+
+
+@pytest.fixture(scope="module")
+def web():
+    specs = {3: HostSpec(pages=6, robots_txt="User-agent: *\nDisallow: /p/\n")}
+    with TestWeb(n_hosts=4, pages_per_host=8, seed=3, mean_page_bytes=6000, host_specs=specs) as w:
+        yield w
+
+
+@pytest.fixture(scope="module")
+def crawl(web, tmp_path_factory):
+    out = tmp_path_factory.mktemp("crawl") / "out"
+    web.clear_log()
+    proc = run_crawl(out, web.seeds())
+    return out, proc, web.requests
+
+
+def test_crawl_finishes_by_itself_and_cleans_up(crawl):
+    out, proc, _ = crawl
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "frontier exhausted" in proc.stderr
+    assert no_children_left(out) == []
+
+
+def test_every_reachable_page_fetched_once(crawl, web):
+    out, _, log = crawl
+    fetched = [r["url"] for r in records(out) if r.get("status") == 200]
+    assert len(fetched) == len(set(fetched)), "a page was recorded twice"
+    expected = web.reachable(web.seeds())
+    assert expected <= set(fetched), sorted(expected - set(fetched))[:5]
+    page_requests = [(r.host, r.path) for r in log if r.path != "/robots.txt"]
+    assert len(page_requests) == len(set(page_requests)), "a URL was requested twice"
+
+
+def test_robots_obeyed(crawl, web):
+    _, _, log = crawl
+    assert not [r for r in log if r.path.startswith("/private/")]
+    blocked_host = web.hosts[3]
+    assert not [r for r in log if r.host == blocked_host and r.path.startswith("/p/")]
+    robots_fetches = defaultdict(int)
+    for r in log:
+        if r.path == "/robots.txt":
+            robots_fetches[r.host] += 1
+    assert all(n == 1 for n in robots_fetches.values()), robots_fetches
+
+
+def test_one_connection_per_host_and_gap_respected(crawl):
+    _, _, log = crawl
+    by_host = defaultdict(list)
+    for r in log:
+        by_host[r.host].append(r)
+    assert len(by_host) >= 3
+    for host, reqs in by_host.items():
+        reqs.sort(key=lambda r: r.start)
+        for a, b in zip(reqs, reqs[1:]):
+            assert b.start >= a.end, f"overlapping requests on {host}"
+            # te is computed from the client's fetch end; allow scheduling noise of 50 ms
+            assert b.start - a.end >= MIN_DELAY - 0.05, f"gap {b.start - a.end:.3f}s on {host}"
+
+
+def test_output_records_and_warc(crawl):
+    out, _, _ = crawl
+    recs = records(out)
+    ok = [r for r in recs if r.get("status") == 200]
+    assert ok and all(r["fingerprint"] and r["content_type"].startswith("text/html") for r in ok)
+    for key in ("url", "final_url", "status", "content_type", "bytes", "fetched_at", "fetch_ms", "depth",
+                "fingerprint", "n_links"):
+        assert key in ok[0], key
+    assert {r["depth"] for r in ok} >= {0, 1, 2}
+    warcs = list((out / "warc").glob("*.warc.gz"))
+    assert warcs
+    check = subprocess.run([sys.executable, "-m", "warcio.cli", "check", *map(str, warcs)],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout
+
+
+def test_max_pages_limit(web, tmp_path):
+    out = tmp_path / "out"
+    proc = run_crawl(out, web.seeds(), "--max-pages", "5")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    fetched = [r for r in records(out) if r.get("status") is not None]
+    assert 5 <= len(fetched) <= 5 + 16  # at most one batch in flight past the limit
+    assert "max pages" in proc.stderr
+    assert no_children_left(out) == []
+
+
+def test_sigterm_stops_everything(web, tmp_path):
+    out = tmp_path / "out"
+    cmd = [sys.executable, str(ROOT / "manage.py"), "crawl", *web.seeds(), "--out", str(out),
+           "--allow-private", "--min-delay", "2"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and not (out / "pages.jsonl").exists():
+        time.sleep(0.2)
+    assert (out / "pages.jsonl").exists(), "crawl did not start"
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert "SIGTERM" in err
+    time.sleep(0.5)
+    assert no_children_left(out) == []
+
+
+def test_bad_seed_file_is_a_clear_error(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "manage.py"), "crawl", "--seeds-file",
+                           str(tmp_path / "missing.txt"), "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 2 and "cannot read seeds file" in proc.stderr
