@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 # Response headers worth keeping in records (the parser and indexers use them).
 KEEP_HEADERS = ("x-robots-tag", "link", "content-language", "last-modified", "etag")
 RETRYABLE_KINDS = {"timeout", "connect", "protocol", "dns"}
+NETWORK_KINDS = RETRYABLE_KINDS | {"tls", "headers_too_large"}
 
 
 @dataclass(slots=True)
@@ -129,7 +130,10 @@ def fetch_stage(w: Worker, leases: list[Lease], batch_id: str) -> list[dict]:
                     pages.append(page)
     w.warc.flush()
     for page in pages:
-        _bump(counters, "fetch/pages")
+        if page.get("status") is not None or page.get("error_kind") in NETWORK_KINDS:
+            _bump(counters, "fetch/pages")  # a request went out
+        else:
+            _bump(counters, "fetch/skipped")
         if page.get("status") is not None:
             _bump(counters, f"fetch/status/{page['status']}")
             _bump(counters, "fetch/bytes", page.get("bytes", 0))

@@ -1173,8 +1173,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--first-ip", type=int, default=2)
     args = ap.parse_args(argv)
-    # Block the signals before the server thread exists so only sigwait sees them.
+    # A real handler replaces an inherited SIG_IGN (shells start background jobs
+    # that way), and blocking before the server thread exists means only
+    # sigwait below ever receives the signals.
     sigs = {signal.SIGINT, signal.SIGTERM}
+    for sig in sigs:
+        signal.signal(sig, lambda signum, frame: None)
     signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
     web = TestWeb(
         args.hosts, args.pages, seed=args.seed, mean_page_bytes=args.mean_bytes,
