@@ -24,10 +24,22 @@ from pathlib import Path
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from crawler_tasks.embedded import die_with_parent  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def tree_rss(pid: int) -> int:
+def role_of(cmdline: list[str]) -> str:
+    cmd = " ".join(cmdline)
+    for role in ("crawl.fetch", "crawl.parse", "crawl.control", " beat", "redis-server", "manage.py"):
+        if role in cmd:
+            return role.strip()
+    return "other"
+
+
+def sample_tree(pid: int, cpu_by_pid: dict[int, tuple[str, float]]) -> int:
+    """RSS of the whole tree now; records each process's CPU seconds so far."""
     try:
         root = psutil.Process(pid)
         procs = [root] + root.children(recursive=True)
@@ -36,7 +48,10 @@ def tree_rss(pid: int) -> int:
     total = 0
     for p in procs:
         try:
-            total += p.memory_info().rss
+            with p.oneshot():
+                total += p.memory_info().rss
+                t = p.cpu_times()
+                cpu_by_pid[p.pid] = (role_of(p.cmdline()), t.user + t.system)
         except psutil.NoSuchProcess:
             pass
     return total
@@ -57,7 +72,7 @@ def main() -> int:
 
     web = subprocess.Popen([sys.executable, "-m", "crawler_tasks.testweb", "--hosts", str(args.hosts),
                             "--pages", str(args.pages), "--mean-bytes", str(args.mean_bytes)],
-                           cwd=ROOT, stdout=subprocess.PIPE, text=True)
+                           cwd=ROOT, stdout=subprocess.PIPE, text=True, preexec_fn=die_with_parent)
     seeds = [web.stdout.readline().strip() for _ in range(args.hosts)]
     out = Path(tempfile.mkdtemp(prefix="crawl-bench-"))
     try:
@@ -71,11 +86,12 @@ def main() -> int:
         crawl = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         peak = 0
         stop = threading.Event()
+        cpu_by_pid: dict[int, tuple[str, float]] = {}
 
         def sample() -> None:
             nonlocal peak
             while not stop.is_set():
-                peak = max(peak, tree_rss(crawl.pid))
+                peak = max(peak, sample_tree(crawl.pid, cpu_by_pid))
                 time.sleep(0.5)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -99,6 +115,12 @@ def main() -> int:
         print(f"pages/s steady state {steady:.1f}")
         print(f"CPU s per page       {cpu / max(len(fetched), 1) * 1000:.2f} ms (crawl tree: workers, beat, redis)")
         print(f"peak RSS crawl tree  {peak / 2**20:.0f} MiB")
+        roles: dict[str, float] = {}
+        for role, secs in cpu_by_pid.values():
+            roles[role] = roles.get(role, 0.0) + secs
+        n = max(len(fetched), 1)
+        print("CPU ms per page by role (sampled every 0.5 s): " +
+              ", ".join(f"{role} {secs / n * 1000:.2f}" for role, secs in sorted(roles.items())))
         return 0 if crawl.returncode == 0 else 1
     finally:
         web.terminate()

@@ -1,7 +1,7 @@
 """The Celery app: ``celery -A crawler_tasks worker|beat|flower``.
 
 Configuration comes from the crawler settings (``CRAWLER_*`` variables). JSON only,
-no result backend (chains pass results in messages), one message prefetched per
+no result backend (each stage sends the next one its input), one message prefetched per
 worker process, late acks on the idempotent stage tasks, and the broker in its own
 Redis database so task messages never mix with frontier state.
 """
@@ -13,13 +13,18 @@ from .connection import broker_url
 from .settings import get_settings
 
 FETCH_QUEUE = "crawl.fetch.{shard}"
-PARSE_QUEUE = "crawl.parse"
+PARSE_QUEUE = "crawl.parse.{node}"
 DEDUP_QUEUE = "crawl.dedup"
 CONTROL_QUEUE = "crawl.control"
 
 
 def fetch_queue(shard: int) -> str:
     return FETCH_QUEUE.format(shard=shard)
+
+
+def parse_queue(node: str) -> str:
+    """Parse work stays on the node that fetched: it reads that node's spool files."""
+    return PARSE_QUEUE.format(node=node)
 
 
 def make_app() -> Celery:
@@ -39,7 +44,6 @@ def make_app() -> Celery:
         task_send_sent_event=False,
         task_default_queue=CONTROL_QUEUE,
         task_routes={
-            "crawler.parse": {"queue": PARSE_QUEUE},
             "crawler.dedup": {"queue": DEDUP_QUEUE},
             "crawler.wake": {"queue": CONTROL_QUEUE},
             "crawler.maintenance": {"queue": CONTROL_QUEUE},

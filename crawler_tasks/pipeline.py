@@ -2,8 +2,10 @@
 
 Messages between stages are plain JSON dicts (see ``tasks.py``):
 - fetch returns one *page* per leased host that produced an outcome: the URL's
-  record fields plus, for HTML, the decoded body as base64 zlib (``body_z``), the only
-  time a body crosses the broker;
+  record fields plus, for HTML, a reference (``body_ref`` = offset, length) into the
+  batch's spool file on this node; bodies never cross the broker (measured: inline
+  bodies, zlib + base64 + JSON + kombu's own base64, cost more CPU than parsing);
+  so parse runs on the node that fetched (queue ``crawl.parse.<node>``);
 - parse returns *records*: the page fields plus title, fingerprint, outlinks, with
   the body dropped;
 - dedup marks content duplicates, filters and enqueues links and redirect targets,
@@ -14,19 +16,17 @@ is logged once per kind, counted as ``error/<Type>`` and recorded on that URL.
 """
 from __future__ import annotations
 
-import base64
 import logging
 import os
 import random
 import time
-import zlib
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from .connection import global_client, shard_client
-from .dedup.fingerprint import content_fingerprint
+from .dedup.fingerprint import fingerprint_collapsed
 from .fetcher import Fetcher, FetchResult
 from .filters import UrlFilter
 from .frontier import Discovered, Frontier, Lease
@@ -58,6 +58,7 @@ class Worker:
     filter: UrlFilter
     policy: PolitenessPolicy
     drop_params: frozenset[str]
+    pool: ThreadPoolExecutor
 
     @classmethod
     def create(cls, settings: Settings) -> "Worker":
@@ -72,8 +73,10 @@ class Worker:
             park_s=settings.PARK_S)
         return cls(settings, Frontier(settings), Fetcher(settings),
                    RobotsCache(settings.ROBOTS_TTL_S, settings.ROBOTS_ERROR_TTL_S),
-                   WarcStore(settings.OUT_DIR, settings.WARC_MAX_BYTES, operator=settings.USER_AGENT),
-                   UrlFilter(settings), policy, drop)
+                   WarcStore(settings.OUT_DIR, settings.WARC_MAX_BYTES, operator=settings.USER_AGENT,
+                             gzip_level=settings.WARC_GZIP_LEVEL),
+                   UrlFilter(settings), policy, drop,
+                   ThreadPoolExecutor(max_workers=min(64, settings.FETCH_BATCH), thread_name_prefix="fetch"))
 
     @property
     def gkeys(self) -> GlobalKeys:
@@ -105,30 +108,37 @@ def _bump(counters: dict[str, int], name: str, n: int = 1) -> None:
 
 
 # ----------------------------------------------------------------------------- fetch
-def fetch_stage(w: Worker, leases: list[Lease], batch_id: str) -> list[dict]:
+def fetch_stage(w: Worker, leases: list[Lease], batch_id: str) -> tuple[list[dict], str | None]:
     """Fetch the head URL of each leased host concurrently (one connection per host),
-    write WARC records, release each host with its next contact time."""
+    write WARC records, release each host with its next contact time.
+
+    Returns the pages and the path of the batch's spool file (None if no body)."""
     renewed = [lease for lease in w.frontier.renew(leases) if lease is not None]
     counters: dict[str, int] = {}
     if len(renewed) < len(leases):
         _bump(counters, "frontier/lease_lost", len(leases) - len(renewed))
     pages: list[dict] = []
+    bodies: list[bytes] = []
     if renewed:
         states = _load_host_states(w, renewed)
-        with ThreadPoolExecutor(max_workers=min(len(renewed), 32)) as pool:
-            futures = {pool.submit(_fetch_one, w, lease, states[lease.host]): lease for lease in renewed}
-            for future in as_completed(futures):
-                lease = futures[future]
-                try:
-                    page = future.result()
-                except Exception as exc:  # a bug must not cost the batch or the URL
-                    _log_once(f"fetch/{type(exc).__name__}", "unexpected error fetching %s", lease.entry.url)
-                    _bump(counters, f"error/{type(exc).__name__}")
-                    w.frontier.complete(lease, te=time.time() + w.settings.MIN_DELAY_S, action="keep")
-                    continue
-                if page is not None:
-                    pages.append(page)
+        futures = {w.pool.submit(_fetch_one, w, lease, states[lease.host]): lease for lease in renewed}
+        for future in as_completed(futures):
+            lease = futures[future]
+            try:
+                outcome = future.result()
+            except Exception as exc:  # a bug must not cost the batch or the URL
+                _log_once(f"fetch/{type(exc).__name__}", "unexpected error fetching %s", lease.entry.url)
+                _bump(counters, f"error/{type(exc).__name__}")
+                w.frontier.complete(lease, te=time.time() + w.settings.MIN_DELAY_S, action="keep")
+                continue
+            if outcome is not None:
+                page, body = outcome
+                if body:
+                    page["body_ref"] = [sum(map(len, bodies)), len(body)]
+                    bodies.append(body)
+                pages.append(page)
     w.warc.flush()
+    spool = _write_spool(w.settings, batch_id, bodies) if bodies else None
     for page in pages:
         if page.get("status") is not None or page.get("error_kind") in NETWORK_KINDS:
             _bump(counters, "fetch/pages")  # a request went out
@@ -140,20 +150,37 @@ def fetch_stage(w: Worker, leases: list[Lease], batch_id: str) -> list[dict]:
         if page.get("error_kind"):
             _bump(counters, f"fetch/error/{page['error_kind']}")
     w.count(counters)
-    return pages
+    return pages, spool
+
+
+def spool_dir(settings: Settings) -> str:
+    return os.path.join(settings.OUT_DIR, "spool")
+
+
+def _write_spool(settings: Settings, batch_id: str, bodies: list[bytes]) -> str:
+    os.makedirs(spool_dir(settings), exist_ok=True)
+    path = os.path.join(spool_dir(settings), f"{batch_id}.bin")
+    with open(path, "wb") as fh:
+        fh.write(b"".join(bodies))
+    return path
 
 
 def _load_host_states(w: Worker, leases: list[Lease]) -> dict[str, HostState]:
-    states = {}
+    """Politeness state of every host of the batch, one round trip per shard."""
+    states: dict[str, HostState] = {}
+    by_shard: dict[int, list[Lease]] = {}
     for lease in leases:
-        raw = shard_client(w.settings, lease.shard).hgetall(w.frontier.keys(lease.shard).host_state(lease.host))
-        states[lease.host] = HostState.from_fields(raw) if raw else HostState()
+        by_shard.setdefault(lease.shard, []).append(lease)
+    for shard, group in by_shard.items():
+        pipe = shard_client(w.settings, shard).pipeline(transaction=False)
+        for lease in group:
+            pipe.hgetall(w.frontier.keys(shard).host_state(lease.host))
+        for lease, raw in zip(group, pipe.execute()):
+            try:
+                states[lease.host] = HostState.from_fields(raw) if raw else HostState()
+            except ValueError:  # a corrupt hash must not stop the host forever
+                states[lease.host] = HostState()
     return states
-
-
-def _save_host_state(w: Worker, lease: Lease, state: HostState) -> None:
-    key = w.frontier.keys(lease.shard).host_state(lease.host)
-    shard_client(w.settings, lease.shard).hset(key, mapping=state.to_fields())
 
 
 def _release(w: Worker, lease: Lease, state: HostState, res: FetchResult | None, action: str) -> None:
@@ -166,11 +193,12 @@ def _release(w: Worker, lease: Lease, state: HostState, res: FetchResult | None,
     outcome = FetchOutcome(end=res.ended, duration_s=res.duration_s, status=res.status,
                            retry_after=res.header("retry-after"), failed=failed)
     te, new_state, _reason = next_contact(w.policy, state, outcome)
-    _save_host_state(w, lease, new_state)
-    w.frontier.complete(lease, te=te, action=action)
+    w.frontier.complete(lease, te=te, action=action, host_state=new_state.to_fields())
 
 
-def _fetch_one(w: Worker, lease: Lease, state: HostState) -> dict | None:
+def _fetch_one(w: Worker, lease: Lease, state: HostState) -> tuple[dict, bytes] | None:
+    """Fetch one leased host's head URL: (page, body to parse or b"") or None when the
+    lease was used for robots.txt or the URL goes back to the queue."""
     s = w.settings
     entry = lease.entry
     url = entry.url
@@ -196,7 +224,7 @@ def _fetch_one(w: Worker, lease: Lease, state: HostState) -> dict | None:
             return None
         if not robots.rules.is_allowed(url, s.robots_agent):
             _release(w, lease, state, None, "done")
-            return _page(entry, None, error_kind="robots", error="disallowed by robots.txt")
+            return _page(entry, None, error_kind="robots", error="disallowed by robots.txt"), b""
     res = w.fetcher.fetch(url)
     action = "done"
     retryable = (res.error_kind in RETRYABLE_KINDS) or (res.status is not None and (res.status >= 500 or res.status == 429))
@@ -210,7 +238,9 @@ def _fetch_one(w: Worker, lease: Lease, state: HostState) -> dict | None:
     _release(w, lease, state, res, action)
     if action == "retry":
         return None
-    return _page(entry, res)
+    page = _page(entry, res)
+    parseable = res.status is not None and 200 <= res.status < 300 and is_html(res.content_type, res.content[:512])
+    return page, res.content if parseable else b""
 
 
 def _page(entry: Any, res: FetchResult | None, *, error_kind: str | None = None, error: str | None = None) -> dict:
@@ -230,20 +260,28 @@ def _page(entry: Any, res: FetchResult | None, *, error_kind: str | None = None,
         page["headers"] = headers
     if res.location:
         page["location"] = res.location
-    if res.status is not None and 200 <= res.status < 300 and is_html(res.content_type, res.content[:512]):
-        page["body_z"] = base64.b64encode(zlib.compress(res.content, 1)).decode("ascii")
     return page
 
 
 # ----------------------------------------------------------------------------- parse
-def parse_stage(w: Worker, pages: list[dict]) -> list[dict]:
-    """HTML -> title, text fingerprint, normalized outlinks; drop the body."""
+def parse_stage(w: Worker, pages: list[dict], spool: str | None) -> list[dict]:
+    """HTML -> title, text fingerprint, normalized outlinks; the spool file is removed."""
+    data = b""
+    if spool:
+        try:
+            with open(spool, "rb") as fh:
+                data = fh.read()
+        except OSError as exc:  # a redelivered task whose spool is gone: record, go on
+            _log_once("parse/spool", "spool file %s unreadable: %s", spool, exc)
     records = []
     for page in pages:
-        body_z = page.pop("body_z", None)
-        if body_z is not None:
+        ref = page.pop("body_ref", None)
+        if ref is not None:
+            body = data[ref[0]:ref[0] + ref[1]]
             try:
-                _parse_into(w, page, zlib.decompress(base64.b64decode(body_z)))
+                if len(body) != ref[1]:
+                    raise OSError(f"spool file {spool} missing or short")
+                _parse_into(w, page, body)
             except Exception as exc:
                 _log_once(f"parse/{type(exc).__name__}", "cannot parse %s", page.get("url"))
                 page["error_kind"], page["error"] = "parse", f"{type(exc).__name__}: {exc}"
@@ -251,6 +289,11 @@ def parse_stage(w: Worker, pages: list[dict]) -> list[dict]:
         if page.get("location"):
             page["redirect_to"] = w.normalize(page.pop("location"), page["url"])
         records.append(page)
+    if spool:
+        try:
+            os.unlink(spool)
+        except OSError:
+            pass
     return records
 
 
@@ -259,7 +302,7 @@ def _parse_into(w: Worker, page: dict, body: bytes) -> None:
     parsed = parse_html(body, page["url"], content_type=page.get("content_type"),
                         headers=page.get("headers"), agent=s.robots_agent, max_text_chars=s.MAX_TEXT_CHARS)
     page["title"] = parsed.title
-    page["fingerprint"] = content_fingerprint(parsed.text)
+    page["fingerprint"] = fingerprint_collapsed(parsed.text)
     page["text_chars"] = len(parsed.text)
     if parsed.canonical:
         page["canonical"] = w.normalize(parsed.canonical)

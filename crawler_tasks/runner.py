@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from .celery import CONTROL_QUEUE, DEDUP_QUEUE, PARSE_QUEUE, fetch_queue
+from .celery import CONTROL_QUEUE, DEDUP_QUEUE, fetch_queue, parse_queue
 from .connection import global_client
 from .embedded import EmbeddedRedis, die_with_parent
 from .exceptions import ConfigError
@@ -64,17 +64,21 @@ class Child:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def stop(self, timeout_s: float) -> None:
+    def terminate(self) -> None:
+        """SIGTERM the child's process group (a worker's warm shutdown)."""
         if self.alive():
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                pass
-        try:  # the whole group: prefork children of a worker included
+
+    def reap(self, deadline: float) -> None:
+        """Wait until ``deadline`` (monotonic), then SIGKILL whatever is left of the group."""
+        try:
+            self.proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+        try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
@@ -181,11 +185,15 @@ class CrawlRunner:
         celery = [sys.executable, "-m", "celery", "-A", "crawler_tasks"]
         common = ["--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO", "-E"]
         fetch_queues = ",".join(fetch_queue(i) for i in range(s.SHARDS))
-        specs = [
-            ("worker-fetch", celery + ["worker", "-Q", fetch_queues, "-c", str(self.workers),
-                                       "-n", f"fetch-{tag}@%h", "-O", "fair"] + common),
-            ("worker-process", celery + ["worker", "-Q", f"{PARSE_QUEUE},{DEDUP_QUEUE}", "-c", str(self.parsers),
-                                         "-n", f"process-{tag}@%h", "-O", "fair"] + common),
+        # solo pools, one process each: no prefork parent copying every (large) message
+        # into a child; fetch tasks use threads inside for their hosts
+        specs = [(f"worker-fetch-{i}", celery + ["worker", "-Q", fetch_queues, "-P", "solo",
+                                                 "-n", f"fetch{i}-{tag}@%h"] + common)
+                 for i in range(self.workers)]
+        specs += [(f"worker-process-{i}", celery + ["worker", "-Q", f"{parse_queue(s.node_name)},{DEDUP_QUEUE}", "-P", "solo",
+                                                    "-n", f"process{i}-{tag}@%h"] + common)
+                  for i in range(self.parsers)]
+        specs += [
             ("worker-control", celery + ["worker", "-Q", CONTROL_QUEUE, "-P", "solo",
                                          "-n", f"control-{tag}@%h"] + common),
             ("beat", celery + ["beat", "-s", str(self.out_dir / "celerybeat-schedule"), "-l", "INFO"]),
@@ -252,9 +260,15 @@ class CrawlRunner:
         self._say(f"  output: {self.out_dir / 'pages.jsonl'}, {self.out_dir / 'warc'}")
 
     def _shutdown(self) -> None:
-        order = {"beat": 0, "worker-control": 1, "worker-fetch": 2, "worker-process": 3}
-        for child in sorted(self.children, key=lambda c: order.get(c.name, 9)):
-            child.stop(timeout_s=15.0)
+        """Beat first (nothing new is scheduled), then every worker at once."""
+        beat = [c for c in self.children if c.name == "beat"]
+        workers = [c for c in self.children if c.name != "beat"]
+        for group in (beat, workers):
+            for child in group:
+                child.terminate()
+            deadline = time.monotonic() + 15.0
+            for child in group:
+                child.reap(deadline)
         self.children.clear()
         if self.redis is not None:
             self.redis.stop()

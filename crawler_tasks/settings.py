@@ -141,10 +141,15 @@ class Settings:
     BLOOM_ERROR_RATE: float = 0.01
 
     # --- Storage -------------------------------------------------------------------------
+    # This machine's name in queue names (crawl.parse.<node>); empty = the host name.
+    NODE_NAME: str = ""
     # Output folder: pages.jsonl, warc/, redis/ (embedded), snapshots.
     OUT_DIR: str = "crawl-out"
     # Rotate WARC files past this size, bytes.
     WARC_MAX_BYTES: int = 256 * 1024 * 1024
+    # gzip level of WARC records: 1 costs ~1/4 of the CPU of 6 for ~15 % larger files
+    # (measured on 60 KB pages), and CPU is what bounds a crawler.
+    WARC_GZIP_LEVEL: int = 1
     # Keep at most this many characters of page text in records.
     MAX_TEXT_CHARS: int = 100_000
 
@@ -215,6 +220,12 @@ class Settings:
         from .robots import product_token
 
         return self.ROBOTS_AGENT or product_token(self.USER_AGENT)
+
+    @property
+    def node_name(self) -> str:
+        import socket
+
+        return self.NODE_NAME or socket.gethostname().split(".")[0]
 
     @property
     def uses_default_contact(self) -> bool:

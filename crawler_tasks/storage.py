@@ -20,6 +20,7 @@ import os
 import socket
 import threading
 import time
+import zlib
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
@@ -60,7 +61,8 @@ class WarcStore:
     """Rotating WARC/1.1 writer for one process; thread-safe."""
 
     def __init__(self, out_dir: str | os.PathLike, max_bytes: int, prefix: str = "crawl",
-                 operator: str = "") -> None:
+                 operator: str = "", gzip_level: int = 1) -> None:
+        self.gzip_level = gzip_level
         self.dir = Path(out_dir) / "warc"
         self.max_bytes = max_bytes
         self.prefix = prefix
@@ -69,6 +71,7 @@ class WarcStore:
         self._file: io.BufferedWriter | None = None
         self._writer: WARCWriter | None = None
         self._serial = 0
+        self._buffer = io.BytesIO()
         self.path: Path | None = None
 
     def _open(self) -> WARCWriter:
@@ -81,13 +84,23 @@ class WarcStore:
         name = f"{self.prefix}-{stamp}-{socket.gethostname()}-{os.getpid()}-{self._serial:05d}.warc.gz"
         self.path = self.dir / name
         self._file = open(self.path, "wb")
-        self._writer = WARCWriter(self._file, gzip=True, warc_version="WARC/1.1")
+        self._writer = WARCWriter(self._buffer, gzip=False, warc_version="WARC/1.1")
         info = {"software": f"crawler_tasks/{__version__} (warcio)", "format": "WARC File Format 1.1",
                 "hostname": socket.gethostname()}
         if self.operator:
             info["http-header-user-agent"] = self.operator
-        self._writer.write_record(self._writer.create_warcinfo_record(name, info))
+        self._write(self._writer.create_warcinfo_record(name, info))
         return self._writer
+
+    def _write(self, record: object) -> None:
+        """One record, one gzip member (readers can seek to any record). We compress
+        ourselves at ``gzip_level``: warcio's fixed level 9 costs several times the CPU."""
+        assert self._writer is not None and self._file is not None
+        self._buffer.seek(0)
+        self._buffer.truncate()
+        self._writer.write_record(record)
+        comp = zlib.compressobj(self.gzip_level, zlib.DEFLATED, 31)
+        self._file.write(comp.compress(self._buffer.getbuffer()) + comp.flush())
 
     def write_exchange(self, res: FetchResult) -> str | None:
         """Write request + response records of one fetch; returns the file name, or
@@ -114,8 +127,8 @@ class WarcStore:
             resp = writer.create_warc_record(res.url, "response", payload=io.BytesIO(res.body),
                                              length=len(res.body), http_headers=resp_headers,
                                              warc_headers_dict=extra)
-            writer.write_record(resp)
-            writer.write_record(req)
+            self._write(resp)
+            self._write(req)
             assert self.path is not None
             return self.path.name
 
@@ -130,6 +143,3 @@ class WarcStore:
         self._file = None
         self._writer = None
 
-
-def now_iso() -> str:
-    return warc_date(time.time())

@@ -1,17 +1,18 @@
 """Thin Celery tasks: decode arguments, call a stage, hand on to the next one.
 
-Messages carry URLs, lease tokens and batch ids (JSON), never objects; page bodies
-cross the broker once, zlib-compressed, from fetch to parse.
+Messages carry URLs, lease tokens, batch ids and spool paths (JSON), never objects
+or page bodies. The chain is fetch -> parse -> dedup; each stage sends the next one
+itself, because parse must run on the node that fetched (it reads the batch's spool
+file there), which is known only once a fetch worker has taken the batch.
 """
 from __future__ import annotations
 
 import logging
 
 import redis
-from celery import chain
 from celery.signals import worker_process_init
 
-from .celery import DEDUP_QUEUE, PARSE_QUEUE, app, fetch_queue
+from .celery import DEDUP_QUEUE, app, fetch_queue, parse_queue
 from .frontier import Lease
 from .maintenance import run_maintenance
 from .pipeline import Worker, dedup_stage, fetch_stage, parse_stage
@@ -42,11 +43,7 @@ _REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 
 def send_batch(batch: Batch) -> None:
     leases = [[lease.host, lease.raw, lease.token] for lease in batch.leases]
-    chain(
-        fetch.si(batch.shard, batch.batch_id, leases).set(queue=fetch_queue(batch.shard)),
-        parse.s(batch.batch_id).set(queue=PARSE_QUEUE),
-        dedup.s(batch.batch_id).set(queue=DEDUP_QUEUE),
-    ).apply_async()
+    fetch.apply_async((batch.shard, batch.batch_id, leases), queue=fetch_queue(batch.shard))
 
 
 @app.task(name="crawler.wake", ignore_result=True)
@@ -60,15 +57,19 @@ def wake() -> int:
 
 @app.task(name="crawler.fetch", acks_late=True, autoretry_for=_REDIS_DOWN,
           retry_backoff=True, retry_backoff_max=30, max_retries=10)
-def fetch(shard: int, batch_id: str, leases: list[list[str]]) -> list[dict]:
+def fetch(shard: int, batch_id: str, leases: list[list[str]]) -> int:
     w = get_worker()
-    return fetch_stage(w, [Lease(shard, host, raw, token) for host, raw, token in leases], batch_id)
+    pages, spool = fetch_stage(w, [Lease(shard, host, raw, token) for host, raw, token in leases], batch_id)
+    parse.apply_async((pages, batch_id, spool), queue=parse_queue(w.settings.node_name))
+    return len(pages)
 
 
 @app.task(name="crawler.parse", acks_late=True, autoretry_for=_REDIS_DOWN,
           retry_backoff=True, retry_backoff_max=30, max_retries=10)
-def parse(pages: list[dict], batch_id: str) -> list[dict]:
-    return parse_stage(get_worker(), pages)
+def parse(pages: list[dict], batch_id: str, spool: str | None) -> int:
+    records = parse_stage(get_worker(), pages, spool)
+    dedup.apply_async((records, batch_id), queue=DEDUP_QUEUE)
+    return len(records)
 
 
 @app.task(name="crawler.dedup", acks_late=True, autoretry_for=_REDIS_DOWN,

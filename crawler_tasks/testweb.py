@@ -5,9 +5,9 @@ Why this exists: crawler tests need a web whose shape is known in advance
 and politeness can only be judged from the server side (what was asked, when,
 on which TCP connection).  The benchmark also runs the crawler on the same
 small machine, so serving must be cheap: one selector thread serves every host,
-page bodies are assembled from a pre-built paragraph pool and cached, and
-responses use HTTP/1.1 keep-alive with Content-Length and no per-request
-logging.
+page bodies are cut from a pre-built text stream (exact, seeded sizes) and
+cached, and responses use HTTP/1.1 keep-alive with Content-Length and no
+per-request logging.
 
 Host ``i`` listens on ``127.0.0.(first_ip + i)`` at a port chosen by the OS.
 Its pages are ``/`` and ``/p/<n>.html``; ``/robots.txt`` follows its
@@ -21,7 +21,6 @@ Run ``python -m crawler_tasks.testweb --hosts N --pages P`` to serve one by hand
 from __future__ import annotations
 
 import argparse
-from bisect import bisect_right
 import heapq
 import html
 import math
@@ -34,6 +33,7 @@ import sys
 import threading
 import time
 import traceback
+from bisect import bisect_right
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -52,7 +52,7 @@ class RequestRecord:
     path: str  # raw request target (path + query)
     method: str
     status: int  # status sent (or that would have been sent if the peer left)
-    start: float  # time.time() when the request was read
+    start: float  # time.time() when the bytes carrying the request were read
     end: float  # time.time() at the final write of the response (or when the peer left)
     conn_id: int  # distinct per TCP connection
     user_agent: str
@@ -180,12 +180,21 @@ def _loopback_ips(first: int, count: int) -> list[str]:
     out: list[str] = []
     v = first
     while len(out) < count:
+        if v >= 1 << 24:
+            raise ValueError("too many hosts for 127.0.0.0/8")
         if v & 255 not in (0, 255):
             out.append(f"127.{(v >> 16) & 255}.{(v >> 8) & 255}.{v & 255}")
         v += 1
-    if v > 1 << 24:
-        raise ValueError("too many hosts for 127.0.0.0/8")
     return out
+
+
+_TOKEN_RE = re.compile(r"\*|[A-Za-z_-]+")
+
+
+def _product_token(agent: str) -> str:
+    """'FooBot/1.2 (+http://x)' -> 'foobot'; '*' stays '*' (what robots groups match on)."""
+    m = _TOKEN_RE.match(agent.strip())
+    return m.group(0).lower() if m else ""
 
 
 def _allow_all(target: str) -> bool:
@@ -204,7 +213,7 @@ class _RobotsRules:
     """
 
     def __init__(self, text: str, user_agent: str) -> None:
-        token = user_agent.split("/", 1)[0].strip().lower() or "*"
+        token = _product_token(user_agent)
         groups: list[tuple[set[str], list[tuple[bool, str]]]] = []
         agents: set[str] = set()
         rules: list[tuple[bool, str]] = []
@@ -218,7 +227,7 @@ class _RobotsRules:
                 if rules:  # a user-agent line after rules starts a new group
                     groups.append((agents, rules))
                     agents, rules = set(), []
-                agents.add(value.lower())
+                agents.add(_product_token(value))
             elif key in ("allow", "disallow") and agents and value:
                 rules.append((key == "allow", value))
         if agents:
@@ -249,7 +258,6 @@ _MAX_HEAD = 64 * 1024
 _MAX_INBUF = 1024 * 1024
 _KA = b"Connection: keep-alive\r\n\r\n"
 _CLOSE = b"Connection: close\r\n\r\n"
-_END = b"\r\n"
 _HTML_CT = "text/html; charset=utf-8"
 _NOT_FOUND_BODY = (
     b"<!DOCTYPE html>\n<html><head><title>404 Not Found</title></head>"
@@ -525,7 +533,7 @@ class TestWeb:
         pages follow the link graph, /private/ pages count only if that host's
         robots.txt allows them, extra routes count if 200 text/html (their
         hrefs are followed) and redirects lead to their Location.  robots.txt
-        follows RFC 9309: 4xx allows all, 5xx disallows all, and rules match
+        follows RFC 9309: 4xx allows all, 429/5xx disallow all, and rules match
         by longest pattern (``*`` and ``$`` understood, Allow wins ties).
         URLs are absolute, without fragments.
         """
@@ -704,12 +712,19 @@ class TestWeb:
         return fields
 
     def _robots_rule(self, h: int, user_agent: str) -> Callable[[str], bool]:
-        """What a robots.txt-obeying crawler may fetch on host h (RFC 9309)."""
+        """What a robots.txt-obeying crawler may fetch on host h (RFC 9309).
+
+        2xx: the rules; 4xx except 429: allow all; 429, 5xx or a redirect to a
+        host outside this web (unreachable): disallow all; a redirect chain
+        longer than five or to a non-HTTP scheme: allow all (unavailable).
+        """
         url = f"http://{self.hosts[h]}/robots.txt"
         for _ in range(6):  # the RFC asks crawlers to follow at least five redirects
             parts = urlsplit(url)
-            if parts.netloc not in self.hosts:
+            if parts.scheme not in ("http", "https"):
                 break
+            if parts.scheme != "http" or parts.netloc not in self.hosts:
+                return _disallow_all
             hh = self.hosts.index(parts.netloc)
             kind, resp, k = self._classify(hh, parts.path + (f"?{parts.query}" if parts.query else ""))
             if kind == "page":
@@ -728,10 +743,10 @@ class TestWeb:
                 continue
             if 200 <= status < 300:
                 return _RobotsRules(body.decode("utf-8", "replace"), user_agent)
-            if status >= 500:
+            if status >= 500 or status == 429:
                 return _disallow_all
             return _allow_all
-        return _allow_all  # unreachable robots.txt counts as unavailable (4xx)
+        return _allow_all
 
     # -- page rendering ------------------------------------------------------
 
@@ -1012,6 +1027,10 @@ class TestWeb:
             except ValueError:
                 del buf[: idx + 4]
                 self._reject(conn, 400, lines[0], headers)
+                return
+            if idx + 4 + clen > _MAX_INBUF:  # would never fit the input buffer
+                del buf[: idx + 4]
+                self._reject(conn, 413, lines[0], headers)
                 return
             if len(buf) < idx + 4 + clen:
                 if conn.eof:

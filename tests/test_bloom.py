@@ -34,3 +34,15 @@ def test_measured_false_positive_rate_near_target(settings):
     assert fp_rate < 0.02, fp_rate
     bits, estimate = frontier.bloom_fill()
     assert 0.003 < estimate < 0.03
+
+
+def test_lua_sets_exactly_the_positions_python_computes(settings):
+    s = dataclasses.replace(settings, SHARDS=1, BLOOM_EXPECTED_URLS=1_000_000)
+    frontier = Frontier(s)
+    url = "http://a.test/some/page?x=1"
+    frontier.put_discovered([Discovered(url=url, host="a.test")])
+    segment, positions = frontier.bloom.positions(url)
+    client = frontier.client(0)
+    key = frontier.keys(0).bloom(segment)
+    assert all(client.getbit(key, p) for p in positions)
+    assert client.bitcount(key) == len(set(positions))

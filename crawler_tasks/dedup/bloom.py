@@ -4,7 +4,10 @@ Sizing follows the textbook optimum: ``m = -n ln p / (ln 2)^2`` bits and
 ``k = (m / n) ln 2`` hashes, i.e. ~9.6 bits (1.2 bytes) per URL at 1 %; 1 billion URLs
 at 1 % cost ~1.2 GB. Redis strings hold at most 2^32 bits, so a filter is split into
 segments of at most 2^31 bits and a URL picks its segment by hash. Positions use
-Kirsch-Mitzenmacher double hashing over one 128-bit BLAKE2b digest.
+Kirsch-Mitzenmacher double hashing, ``(h1 + i*h2) mod m`` with two 31-bit halves of
+one BLAKE2b digest; the Lua side (frontier/add.lua) derives the k positions from
+(h1, h2) itself, so a URL costs two script arguments instead of k, and all the
+arithmetic stays exact in Lua's doubles (< 2^53).
 """
 from __future__ import annotations
 
@@ -31,12 +34,17 @@ class BloomSpec:
         segment_bits = math.ceil(bits / segments)
         return cls(segments * segment_bits, hashes, segments, segment_bits)
 
+    def hashes_of(self, item: str) -> tuple[int, int, int]:
+        """(segment index, h1, h2): what add.lua needs to derive the k positions."""
+        digest = blake2b(item.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+        h1 = int.from_bytes(digest[0:4], "little") & 0x7FFFFFFF
+        h2 = (int.from_bytes(digest[4:8], "little") & 0x7FFFFFFF) | 1
+        segment = int.from_bytes(digest[8:16], "little") % self.segments
+        return segment, h1, h2
+
     def positions(self, item: str) -> tuple[int, list[int]]:
-        """(segment index, k bit offsets inside that segment) for one item."""
-        digest = blake2b(item.encode("utf-8", "surrogatepass"), digest_size=24).digest()
-        h1 = int.from_bytes(digest[0:8], "little")
-        h2 = int.from_bytes(digest[8:16], "little") | 1
-        segment = int.from_bytes(digest[16:24], "little") % self.segments
+        """(segment index, k bit offsets inside that segment), as add.lua computes them."""
+        segment, h1, h2 = self.hashes_of(item)
         m = self.segment_bits
         return segment, [(h1 + i * h2) % m for i in range(self.hashes)]
 

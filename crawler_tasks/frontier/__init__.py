@@ -96,12 +96,15 @@ class Frontier:
     def client(self, shard: int) -> redis.Redis:
         return shard_client(self.settings, shard)
 
-    def _run(self, shard: int, name: str, keys: list[str], args: list) -> object:
+    def _script(self, shard: int, name: str) -> redis.commands.core.Script:
         client = self.client(shard)
         script = self._scripts.get((id(client), name))
         if script is None:
             script = self._scripts[(id(client), name)] = client.register_script(_SCRIPTS[name])
-        return script(keys=keys, args=args, client=client)
+        return script
+
+    def _run(self, shard: int, name: str, keys: list[str], args: list) -> object:
+        return self._script(shard, name)(keys=keys, args=args, client=self.client(shard))
 
     def shard_of(self, host: str) -> int:
         return shard_of(host, self.shards)
@@ -122,13 +125,12 @@ class Frontier:
         top = self.levels - 1
         for shard, indexes in by_shard.items():
             k = self.keys(shard)
-            args: list = [self.levels, self.bloom.segments, self.bloom.hashes]
+            args: list = [self.levels, self.bloom.segments, self.bloom.hashes, self.bloom.segment_bits]
             for i in indexes:
                 item = items[i]
-                segment, positions = self.bloom.positions(item.url)
+                segment, h1, h2 = self.bloom.hashes_of(item.url)
                 entry = f"{item.host} {Entry(item.url, item.depth, 0, item.hops).encode()}"
-                args += ["1" if item.force else "0", min(max(item.priority, 0), top), entry, segment + 1]
-                args += positions
+                args += ["1" if item.force else "0", min(max(item.priority, 0), top), entry, segment + 1, h1, h2]
             keys = k.fronts(self.levels) + [k.bloom(s) for s in range(self.bloom.segments)] + [k.seen]
             flags = self._run(shard, "add", keys, args)
             for i, flag in zip(indexes, flags):  # type: ignore[call-overload]
@@ -172,10 +174,12 @@ class Frontier:
                     out[i] = Lease(shard, leases[i].host, leases[i].raw, token)
         return out
 
-    def complete(self, lease: Lease, te: float, action: str = "done") -> bool:
+    def complete(self, lease: Lease, te: float, action: str = "done",
+                 host_state: dict[str, str] | None = None) -> bool:
         """Finish a lease: ``done`` pops the head URL, ``retry`` moves it to the tail with
-        one more try, ``keep`` leaves it for later. Returns False if the lease had
-        expired and been given to someone else (then nothing changed)."""
+        one more try, ``keep`` leaves it for later; ``host_state`` (politeness fields)
+        is saved in the same round trip. Returns False if the lease had expired and
+        been given to someone else (then nothing changed but the host state)."""
         if action not in ("done", "retry", "keep"):
             raise ValueError(f"unknown action {action!r}")
         k = self.keys(lease.shard)
@@ -183,10 +187,14 @@ class Frontier:
         if action == "retry":
             e = lease.entry
             retry_raw = Entry(e.url, e.depth, e.tries + 1, e.hops).encode()
-        res = self._run(lease.shard, "complete",
-                        [k.active, k.ready, k.lease, k.te, k.queue(lease.host)],
-                        [lease.host, lease.token, action, te, lease.raw, retry_raw])
-        return res == 1
+        keys = [k.active, k.ready, k.lease, k.te, k.queue(lease.host)]
+        args = [lease.host, lease.token, action, te, lease.raw, retry_raw]
+        if not host_state:
+            return self._run(lease.shard, "complete", keys, args) == 1
+        pipe = self.client(lease.shard).pipeline(transaction=False)
+        pipe.hset(k.host_state(lease.host), mapping=host_state)
+        self._script(lease.shard, "complete")(keys=keys, args=args, client=pipe)
+        return pipe.execute()[-1] == 1
 
     def expire(self, shard: int, now: float | None = None) -> list[str]:
         """Return hosts whose lease deadline passed to the ready heap."""
