@@ -113,6 +113,13 @@ class Fetcher:
                 pool.close()
             self._pools.clear()
 
+    def check_host(self, host: str) -> str:
+        """Resolve and vet a host before anything is sent to it; returns the address.
+        Raises AddressRefused (private target) or ResolveError (DNS)."""
+        ip = self.dns.resolve(host)
+        check_address(ip, self.settings.ALLOW_PRIVATE)
+        return ip
+
     def fetch(self, url: str, extra_headers: dict[str, str] | None = None,
               max_body_bytes: int | None = None) -> FetchResult:
         """GET one URL under every limit; never raises for network or server faults."""
@@ -127,9 +134,7 @@ class Fetcher:
             port = parts.port or (443 if scheme == "https" else 80)
             if len(url) > s.MAX_URL_LENGTH:
                 return self._fail(result, "url_too_long", f"URL longer than {s.MAX_URL_LENGTH} characters")
-            ip = self.dns.resolve(host)
-            result.ip = ip
-            check_address(ip, s.ALLOW_PRIVATE)
+            result.ip = ip = self.check_host(host)
             default_port = (scheme == "http" and port == 80) or (scheme == "https" and port == 443)
             host_header = parts.netloc.rsplit("@", 1)[-1] if not default_port else (
                 f"[{host}]" if ":" in host else host)

@@ -31,6 +31,7 @@ from .fetcher import Fetcher, FetchResult
 from .filters import UrlFilter
 from .frontier import Discovered, Frontier, Lease
 from .keys import GlobalKeys
+from .netsafety import AddressRefused, ResolveError
 from .parser import is_html, parse_html
 from .politeness import FetchOutcome, HostState, PolitenessPolicy, crawl_delay_verdict, next_contact
 from .robotscache import RULES, UNREACHABLE, RobotsCache
@@ -205,6 +206,13 @@ def _fetch_one(w: Worker, lease: Lease, state: HostState) -> tuple[dict, bytes] 
     parts = urlsplit(url)
     keys = w.frontier.keys(lease.shard)
     client = shard_client(s, lease.shard)
+    try:  # refuse private targets before anything, robots.txt included, is sent
+        w.fetcher.check_host(parts.hostname or "")
+    except AddressRefused as exc:
+        _release(w, lease, state, None, "done")
+        return _page(entry, None, error_kind="refused", error=exc.reason), b""
+    except ResolveError:
+        pass  # the fetch below records the DNS failure and the retry policy applies
     if s.OBEY_ROBOTS:
         robots = w.robots.get(client, keys, lease.host)
         if robots is None:
