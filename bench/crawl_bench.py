@@ -68,6 +68,8 @@ def main() -> int:
     ap.add_argument("--parsers", type=int, default=2)
     ap.add_argument("--shards", type=int, default=2)
     ap.add_argument("--keep", action="store_true", help="keep the output folder")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="a crawler setting for this run, e.g. --set FETCH_BATCH=32")
     args = ap.parse_args()
 
     web = subprocess.Popen([sys.executable, "-m", "crawler_tasks.testweb", "--hosts", str(args.hosts),
@@ -82,6 +84,7 @@ def main() -> int:
                "--workers", str(args.workers), "--parsers", str(args.parsers), "--shards", str(args.shards),
                "--user-agent", "benchbot/1.0 (+http://127.0.0.1/bench)"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
+        env.update({"CRAWLER_" + item.split("=", 1)[0]: item.split("=", 1)[1] for item in args.set})
         t0 = time.time()
         crawl = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         peak = 0
@@ -113,6 +116,7 @@ def main() -> int:
         print(f"wall time            {wall:.1f} s (includes ~start-up and shutdown)")
         print(f"pages/s whole run    {len(fetched) / wall:.1f}")
         print(f"pages/s steady state {steady:.1f}")
+        print(f"settings             {' '.join(args.set) or 'defaults'}")
         print(f"CPU s per page       {cpu / max(len(fetched), 1) * 1000:.2f} ms (crawl tree: workers, beat, redis)")
         print(f"peak RSS crawl tree  {peak / 2**20:.0f} MiB")
         roles: dict[str, float] = {}

@@ -40,7 +40,7 @@ def make_app() -> Celery:
         result_serializer="json",
         accept_content=["json"],
         worker_prefetch_multiplier=1,
-        worker_send_task_events=True,
+        worker_send_task_events=settings.TASK_EVENTS,
         task_send_sent_event=False,
         task_default_queue=CONTROL_QUEUE,
         task_routes={

@@ -138,6 +138,7 @@ def fetch_stage(w: Worker, leases: list[Lease], batch_id: str) -> tuple[list[dic
                     page["body_ref"] = [sum(map(len, bodies)), len(body)]
                     bodies.append(body)
                 pages.append(page)
+    _bump(counters, "fetch/batches")
     w.warc.flush()
     spool = _write_spool(w.settings, batch_id, bodies) if bodies else None
     for page in pages:

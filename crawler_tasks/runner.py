@@ -183,7 +183,9 @@ class CrawlRunner:
             [str(REPO_ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
         tag = f"{os.getpid()}"
         celery = [sys.executable, "-m", "celery", "-A", "crawler_tasks"]
-        common = ["--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO", "-E"]
+        common = ["--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO"]
+        if s.TASK_EVENTS:
+            common.append("-E")
         fetch_queues = ",".join(fetch_queue(i) for i in range(s.SHARDS))
         # solo pools, one process each: no prefork parent copying every (large) message
         # into a child; fetch tasks use threads inside for their hosts

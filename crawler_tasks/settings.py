@@ -158,6 +158,8 @@ class Settings:
     MAX_PAGES: int = 0
     # Stop after this many seconds (0 = no limit; enforced by manage.py crawl).
     MAX_SECONDS: float = 0.0
+    # Workers started by manage.py crawl send task events (Flower needs them).
+    TASK_EVENTS: bool = True
     # Beat: how often the wake task runs, seconds.
     WAKE_INTERVAL_S: float = 0.25
     # Beat: how often maintenance logs stats, expires leases and decides stop, seconds.
