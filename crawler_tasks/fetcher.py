@@ -121,7 +121,7 @@ class Fetcher:
         return ip
 
     def fetch(self, url: str, extra_headers: dict[str, str] | None = None,
-              max_body_bytes: int | None = None) -> FetchResult:
+              max_body_bytes: int | None = None, max_decoded_bytes: int | None = None) -> FetchResult:
         """GET one URL under every limit; never raises for network or server faults."""
         s = self.settings
         result = FetchResult(url=url, started=time.time())
@@ -149,7 +149,8 @@ class Fetcher:
                                 preload_content=False, decode_content=False, assert_same_host=False,
                                 release_conn=False)
             try:
-                self._read(resp, result, max_body_bytes or s.MAX_BODY_BYTES)
+                self._read(resp, result, max_body_bytes or s.MAX_BODY_BYTES,
+                           max_decoded_bytes or s.MAX_DECODED_BYTES)
             finally:
                 if result.truncated or result.error:
                     resp.close()  # unread bytes: the connection cannot be reused
@@ -171,7 +172,7 @@ class Fetcher:
         result.ended = time.time()
         return result
 
-    def _read(self, resp: urllib3.BaseHTTPResponse, result: FetchResult, cap: int) -> None:
+    def _read(self, resp: urllib3.BaseHTTPResponse, result: FetchResult, cap: int, decoded_cap: int) -> None:
         s = self.settings
         result.status = resp.status
         result.reason = resp.reason or ""
@@ -199,7 +200,7 @@ class Fetcher:
         if len(body) > cap:
             body = body[:cap]
         result.body = body
-        result.content, decoded_truncated = decode_body(body, result.header("content-encoding"), s.MAX_DECODED_BYTES)
+        result.content, decoded_truncated = decode_body(body, result.header("content-encoding"), decoded_cap)
         if decoded_truncated and not result.truncated:
             result.truncated = "decoded-length"
 

@@ -26,8 +26,10 @@ class UrlFilter:
         self._exclude = [re.compile(p) for p in s.EXCLUDE_PATTERNS]
         self._skip_ext = frozenset(e.lower().lstrip(".") for e in s.SKIP_EXTENSIONS)
 
-    def reason(self, url: str, depth: int = 0, *, check_depth: bool = True) -> str | None:
-        """Why ``url`` must not be crawled (a rule name), or None when it may be."""
+    def reason(self, url: str, depth: int = 0, *, check_depth: bool = True,
+               check_extension: bool = True) -> str | None:
+        """Why ``url`` must not be crawled (a rule name), or None when it may be.
+        Sitemaps skip the depth and extension rules (``sitemap.xml.gz`` is fine)."""
         s = self.settings
         if len(url) > s.MAX_URL_LENGTH:
             return "url_too_long"
@@ -48,7 +50,7 @@ class UrlFilter:
             return "path_too_deep"
         if segments and Counter(segments).most_common(1)[0][1] >= s.MAX_REPEATED_SEGMENTS:
             return "repeated_segments"
-        if segments and "." in segments[-1]:
+        if check_extension and segments and "." in segments[-1]:
             ext = segments[-1].rsplit(".", 1)[1].lower()
             if ext in self._skip_ext:
                 return "extension"

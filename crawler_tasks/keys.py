@@ -8,8 +8,9 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 
 ========================  ======  ===================================================
 ``front:<level>``         list    front queue of one priority level; entries
-                                  ``"<host> <depth> <tries> <hops> <url>"``
-``q:<host>``              list    the host's back queue; entries ``"<depth> <tries> <hops> <url>"``;
+                                  ``"<host> <depth> <tries> <hops> <kind> <url>"``
+``q:<host>``              list    the host's back queue; entries ``"<depth> <tries> <hops> <kind> <url>"``
+                                  (kind ``p`` page, ``s`` sitemap);
                                   the head stays in place while it is being fetched
 ``active``                set     hosts holding a back queue (Mercator's host table, <= B)
 ``ready``                 zset    host -> earliest next contact ``te`` (epoch s)
@@ -20,6 +21,10 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 ``robots:<host>``         hash    cached robots.txt: status, body, fetched_at, expires
 ``bloom:<segment>``       string  URL-seen Bloom filter bitmap segment
 ``seen``                  set     exact URL-seen set for URLs that must never be lost (seeds)
+``hostcount``             hash    host -> URLs enqueued (per-host budget)
+``qvariants``             hash    URL without query -> distinct queries enqueued (facet traps)
+``seedhosts``             set     hosts of seed URLs (larger budget)
+``soft404``               hash    host -> content fingerprint of its answer to a random path
 ========================  ======  ===================================================
 
 Global (``<prefix>:{g}:...``): ``stats`` (hash of counters with slash paths),
@@ -87,6 +92,22 @@ class ShardKeys:
     @property
     def seen(self) -> str:
         return f"{self.base}:seen"
+
+    @property
+    def host_counts(self) -> str:
+        return f"{self.base}:hostcount"
+
+    @property
+    def query_variants(self) -> str:
+        return f"{self.base}:qvariants"
+
+    @property
+    def seed_hosts(self) -> str:
+        return f"{self.base}:seedhosts"
+
+    @property
+    def soft404(self) -> str:
+        return f"{self.base}:soft404"
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,10 +29,11 @@ from .connection import global_client, shard_client
 from .dedup.fingerprint import fingerprint_collapsed
 from .fetcher import Fetcher, FetchResult
 from .filters import UrlFilter
-from .frontier import Discovered, Frontier, Lease
+from .frontier import ENQUEUED, PAGE, PROBE, SITEMAP, VERDICT_NAMES, Discovered, Entry, Frontier, Lease
 from .keys import GlobalKeys
 from .netsafety import AddressRefused, ResolveError
 from .parser import is_html, parse_html
+from .sitemaps import MAX_SITEMAP_BYTES, parse_sitemap
 from .politeness import FetchOutcome, HostState, PolitenessPolicy, crawl_delay_verdict, next_contact
 from .robotscache import RULES, UNREACHABLE, RobotsCache
 from .settings import Settings
@@ -45,6 +46,9 @@ log = logging.getLogger(__name__)
 KEEP_HEADERS = ("x-robots-tag", "link", "content-language", "last-modified", "etag")
 RETRYABLE_KINDS = {"timeout", "connect", "protocol", "dns"}
 NETWORK_KINDS = RETRYABLE_KINDS | {"tls", "headers_too_large"}
+KIND_NAMES = {SITEMAP: "sitemap", PROBE: "probe"}
+MAX_SITEMAPS_PER_HOST = 20
+PROBE_MARK = "soft404-probe"
 
 
 @dataclass(slots=True)
@@ -225,6 +229,8 @@ def _fetch_one(w: Worker, lease: Lease, state: HostState) -> tuple[dict, bytes] 
                 if skip:
                     w.frontier.complete(lease, te=time.time() + w.policy.park_s, action="keep")
                     return None
+            if robots.kind != UNREACHABLE:
+                _first_contact(w, lease, parts.scheme, robots.rules.sitemaps if robots.kind == RULES else [])
             _release(w, lease, state, res, "keep")
             return None
         if robots.kind == UNREACHABLE:
@@ -234,7 +240,10 @@ def _fetch_one(w: Worker, lease: Lease, state: HostState) -> tuple[dict, bytes] 
         if not robots.rules.is_allowed(url, s.robots_agent):
             _release(w, lease, state, None, "done")
             return _page(entry, None, error_kind="robots", error="disallowed by robots.txt"), b""
-    res = w.fetcher.fetch(url)
+    if entry.kind == SITEMAP:
+        res = w.fetcher.fetch(url, max_body_bytes=MAX_SITEMAP_BYTES, max_decoded_bytes=MAX_SITEMAP_BYTES)
+    else:
+        res = w.fetcher.fetch(url)
     action = "done"
     retryable = (res.error_kind in RETRYABLE_KINDS) or (res.status is not None and (res.status >= 500 or res.status == 429))
     if retryable and entry.tries < s.MAX_RETRIES:
@@ -248,13 +257,36 @@ def _fetch_one(w: Worker, lease: Lease, state: HostState) -> tuple[dict, bytes] 
     if action == "retry":
         return None
     page = _page(entry, res)
-    parseable = res.status is not None and 200 <= res.status < 300 and is_html(res.content_type, res.content[:512])
+    ok = res.status is not None and 200 <= res.status < 300
+    parseable = ok and (entry.kind == SITEMAP or is_html(res.content_type, res.content[:512]))
     return page, res.content if parseable else b""
+
+
+def _first_contact(w: Worker, lease: Lease, scheme: str, sitemaps: list[str]) -> None:
+    """Right after a host's robots.txt: queue its sitemaps, and put a soft-404 probe
+    (a random path) at the head of its queue so it is the host's first page fetch."""
+    s = w.settings
+    base = f"{scheme}://{lease.host}"
+    items = []
+    if s.USE_SITEMAPS:
+        urls = list(sitemaps) + ([base + "/sitemap.xml"] if s.PROBE_SITEMAP_XML else [])
+        for raw in urls[:MAX_SITEMAPS_PER_HOST]:
+            url = w.normalize(raw, base + "/")
+            if url and w.filter.reason(url, 0, check_depth=False, check_extension=False) is None:
+                items.append(Discovered(url=url, host=host_key(url), depth=0, priority=0, kind=SITEMAP))
+    if items:
+        w.frontier.put_discovered(items)
+    if s.SOFT404_PROBE:
+        probe = Entry(f"{base}/{random.getrandbits(64):016x}-{PROBE_MARK}.html", depth=0, kind=PROBE)
+        client = shard_client(s, lease.shard)
+        client.lpush(w.frontier.keys(lease.shard).queue(lease.host), probe.encode())
 
 
 def _page(entry: Any, res: FetchResult | None, *, error_kind: str | None = None, error: str | None = None) -> dict:
     page: dict[str, Any] = {"url": entry.url, "depth": entry.depth, "hops": entry.hops, "status": None,
                             "error_kind": error_kind, "error": error}
+    if entry.kind != PAGE:
+        page["kind"] = KIND_NAMES[entry.kind]
     if res is None:
         page["fetched_at"] = warc_date(time.time())
         return page
@@ -290,7 +322,10 @@ def parse_stage(w: Worker, pages: list[dict], spool: str | None) -> list[dict]:
             try:
                 if len(body) != ref[1]:
                     raise OSError(f"spool file {spool} missing or short")
-                _parse_into(w, page, body)
+                if page.get("kind") == "sitemap":
+                    _parse_sitemap_into(page, body)
+                else:
+                    _parse_into(w, page, body)
             except Exception as exc:
                 _log_once(f"parse/{type(exc).__name__}", "cannot parse %s", page.get("url"))
                 page["error_kind"], page["error"] = "parse", f"{type(exc).__name__}: {exc}"
@@ -306,6 +341,20 @@ def parse_stage(w: Worker, pages: list[dict], spool: str | None) -> list[dict]:
     return records
 
 
+def _parse_sitemap_into(page: dict, body: bytes) -> None:
+    sitemap = parse_sitemap(body, page["url"])
+    page["sitemap"] = sitemap.kind
+    if sitemap.error:
+        page["error_kind"], page["error"] = "sitemap", sitemap.error
+    if sitemap.truncated:
+        page["truncated"] = page.get("truncated") or "sitemap-limit"
+    if sitemap.kind == "sitemapindex":
+        page["sitemaps"] = [e.url for e in sitemap.entries]
+    else:
+        page["sitemap_urls"] = [[e.url, e.priority] for e in sitemap.entries]
+    page["n_links"] = len(sitemap.entries)
+
+
 def _parse_into(w: Worker, page: dict, body: bytes) -> None:
     s = w.settings
     parsed = parse_html(body, page["url"], content_type=page.get("content_type"),
@@ -317,6 +366,8 @@ def _parse_into(w: Worker, page: dict, body: bytes) -> None:
         page["canonical"] = w.normalize(parsed.canonical)
     if parsed.noindex:
         page["noindex"] = True
+    if parsed.lang:
+        page["lang"] = parsed.lang
     links: list[str] = []
     seen: set[str] = set()
     if parsed.meta_refresh:
@@ -339,19 +390,35 @@ def _parse_into(w: Worker, page: dict, body: bytes) -> None:
 
 # ----------------------------------------------------------------------------- dedup
 def dedup_stage(w: Worker, records: list[dict], batch_id: str) -> int:
-    """Mark content duplicates, enqueue new links, write pages.jsonl, close the batch.
-    Returns the number of URLs enqueued."""
+    """Mark content duplicates and soft 404s, enqueue new links, sitemap entries and
+    redirect targets, write pages.jsonl, close the batch. Returns URLs enqueued."""
     s = w.settings
     counters: dict[str, int] = {}
     _mark_duplicates(w, records, counters)
+    _mark_soft404(w, records, counters)
     discovered: list[Discovered] = []
-    for rec in records:
+    canonical_of: dict[int, int] = {}   # index in discovered -> index in records
+    for n, rec in enumerate(records):
         depth = rec.get("depth", 0)
-        if not rec.get("duplicate_of"):
+        if not rec.get("duplicate_of") and not rec.get("soft_404"):
             for url in rec.get("links", ()):
                 d = _candidate(w, url, depth + 1, 0, counters)
                 if d is not None:
                     discovered.append(d)
+        for url, priority in rec.pop("sitemap_urls", ()):
+            d = _candidate(w, url, 0, 0, counters, check_depth=False, priority=_sitemap_level(w, priority))
+            if d is not None:
+                discovered.append(d)
+        for url in rec.pop("sitemaps", ()):
+            d = _candidate(w, url, 0, 0, counters, check_depth=False, kind=SITEMAP)
+            if d is not None:
+                discovered.append(d)
+        canonical = rec.get("canonical")
+        if canonical and canonical != rec["url"]:
+            d = _candidate(w, canonical, depth, 0, counters)
+            if d is not None:
+                canonical_of[len(discovered)] = n
+                discovered.append(d)
         target = rec.get("redirect_to")
         if target:
             hops = rec.get("hops", 0) + 1
@@ -359,36 +426,83 @@ def dedup_stage(w: Worker, records: list[dict], batch_id: str) -> int:
                 rec["error_kind"], rec["error"] = "redirects", f"more than {s.MAX_REDIRECTS} redirects"
                 _bump(counters, "filter/redirects")
             else:
-                d = _candidate(w, target, depth, hops, counters)
+                d = _candidate(w, target, depth, hops, counters, kind=PAGE)
                 if d is not None:
                     discovered.append(d)
     enqueued = 0
     if discovered:
-        flags = w.frontier.put_discovered(discovered)
-        enqueued = sum(flags)
+        verdicts = w.frontier.put_discovered(discovered)
+        for i, verdict in enumerate(verdicts):
+            if verdict == ENQUEUED:
+                enqueued += 1
+            else:
+                _bump(counters, f"frontier/dropped/{VERDICT_NAMES.get(verdict, verdict)}")
         _bump(counters, "frontier/enqueued", enqueued)
-        _bump(counters, "frontier/dropped/seen", len(flags) - enqueued)
-    out = []
     for rec in records:
         rec.pop("links", None)
-        out.append(rec)
+        rec["indexable"] = _indexable(rec)
         if rec.get("error_kind"):
             _bump(counters, f"records/error/{rec['error_kind']}")
-    append_jsonl(os.path.join(s.OUT_DIR, "pages.jsonl"), out)
-    _bump(counters, "records/written", len(out))
+    append_jsonl(os.path.join(s.OUT_DIR, "pages.jsonl"), records)
+    _bump(counters, "records/written", len(records))
+    _bump(counters, "records/indexable", sum(1 for r in records if r["indexable"]))
     w.count(counters)
     global_client(s).zrem(w.gkeys.inflight, batch_id)
     return enqueued
 
 
-def _candidate(w: Worker, url: str, depth: int, hops: int, counters: dict[str, int]) -> Discovered | None:
-    reason = w.filter.reason(url, depth)
+def _indexable(rec: dict) -> bool:
+    """Whether an indexer should take this page: a 200 HTML page that is not noindex,
+    not a duplicate, not a soft 404, and is its own canonical."""
+    return bool(rec.get("status") == 200 and rec.get("fingerprint") and not rec.get("noindex")
+                and not rec.get("duplicate_of") and not rec.get("soft_404") and not rec.get("kind")
+                and rec.get("canonical") in (None, rec["url"]))
+
+
+def _sitemap_level(w: Worker, priority: float | None) -> int:
+    """Sitemap <priority> (0..1, default 0.5) -> front-queue level (0 = highest)."""
+    top = w.settings.PRIORITY_LEVELS - 1
+    p = 0.5 if priority is None else priority
+    return min(top, int(round((1.0 - p) * top)))
+
+
+def _candidate(w: Worker, url: str | None, depth: int, hops: int, counters: dict[str, int], *,
+               check_depth: bool = True, priority: int | None = None, kind: str = PAGE) -> Discovered | None:
+    if not url:
+        return None
+    reason = w.filter.reason(url, depth, check_depth=check_depth, check_extension=kind != SITEMAP)
     if reason is not None:
         _bump(counters, f"filter/{reason}")
         return None
-    host = host_key(url)
-    level = min(depth, w.settings.PRIORITY_LEVELS - 1)
-    return Discovered(url=url, host=host, depth=depth, priority=level, hops=hops)
+    level = min(depth, w.settings.PRIORITY_LEVELS - 1) if priority is None else priority
+    return Discovered(url=url, host=host_key(url), depth=depth, priority=level, hops=hops, kind=kind)
+
+
+def _mark_soft404(w: Worker, records: list[dict], counters: dict[str, int]) -> None:
+    """A probe's answer (a random path) that is 200 fixes the host's soft-404 fingerprint;
+    pages with that same fingerprint are soft 404s, not content."""
+    if not w.settings.SOFT404_PROBE:
+        return
+    with_fp = [r for r in records if r.get("fingerprint") and r.get("status") == 200]
+    if not with_fp:
+        return
+    by_shard: dict[int, list[dict]] = {}
+    for rec in with_fp:
+        by_shard.setdefault(w.frontier.shard_of(host_key(rec["url"])), []).append(rec)
+    for shard, group in by_shard.items():
+        key = w.frontier.keys(shard).soft404
+        client = shard_client(w.settings, shard)
+        probes = {host_key(r["url"]): r["fingerprint"] for r in group if r.get("kind") == "probe"}
+        if probes:
+            client.hset(key, mapping=probes)
+        pages = [r for r in group if r.get("kind") != "probe"]
+        if not pages:
+            continue
+        known = client.hmget(key, [host_key(r["url"]) for r in pages])
+        for rec, fp in zip(pages, known):
+            if fp and fp == rec["fingerprint"]:
+                rec["soft_404"] = True
+                _bump(counters, "dedup/soft_404")
 
 
 def _mark_duplicates(w: Worker, records: list[dict], counters: dict[str, int]) -> None:
@@ -428,7 +542,7 @@ def seed_urls(settings: Settings, urls: list[str], frontier: Frontier | None = N
             rejected.append(f"{raw!r}: filtered ({reason})")
             continue
         items.append(Discovered(url=url, host=host_key(url), depth=0, priority=0, force=True))
-    added = sum(frontier.put_discovered(items)) if items else 0
+    added = sum(v == ENQUEUED for v in frontier.put_discovered(items)) if items else 0
     if added:
         pipe = global_client(settings).pipeline(transaction=False)
         pipe.hincrby(GlobalKeys(settings.KEY_PREFIX).stats, "frontier/seeds", added)

@@ -76,6 +76,16 @@ class Settings:
         "rar", "tar", "iso", "dmg", "exe", "msi", "bin", "apk", "deb", "rpm", "woff", "woff2", "ttf",
         "otf", "eot", "css", "js", "pdf", "doc", "docx", "xls", "xlsx", "ppt", "pptx",
     )
+    # Per-host page budget for one crawl (0 = none); hosts of seed URLs get the larger one.
+    MAX_PAGES_PER_HOST: int = 10_000
+    MAX_PAGES_PER_SEED_HOST: int = 100_000
+    # Distinct query strings enqueued for one path before the rest count as a facet trap.
+    MAX_QUERY_VARIANTS: int = 100
+    # Read Sitemap: lines of robots.txt and probe /sitemap.xml of every host.
+    USE_SITEMAPS: bool = True
+    PROBE_SITEMAP_XML: bool = True
+    # Fetch one random path per host to recognise soft 404s (200 for any path).
+    SOFT404_PROBE: bool = True
     # Follow links marked rel=nofollow/ugc/sponsored (off: they are not taken).
     FOLLOW_NOFOLLOW: bool = False
     # Query parameters dropped by normalization (empty = the built-in tracking and

@@ -19,7 +19,6 @@ import json
 import os
 import socket
 import threading
-import time
 import zlib
 from datetime import datetime, timezone
 from pathlib import Path

@@ -667,6 +667,15 @@ class TestWeb:
             if r != "/robots.txt" and _path_node(r.split("?", 1)[0], self._pages[h]) is None
         )
 
+    def set_route(self, host_index: int, path: str, status: int, headers: dict[str, str], body: bytes) -> None:
+        """Add or replace a route on a running web: for bodies that must name the web's
+        own URLs (sitemaps, absolute redirects), which are known only after start()."""
+        if not path.startswith("/"):
+            raise ValueError(f"route must start with '/': {path!r}")
+        self._specs[host_index].extra_routes[path] = (status, headers, body)
+        if self._static:
+            self._static[host_index][path] = _make_resp(status, headers.items(), body)
+
     def _static_routes(self, h: int) -> dict[str, _Resp]:
         """Pre-rendered responses for robots.txt and extra routes of host h."""
         spec = self._specs[h]

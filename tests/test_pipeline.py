@@ -149,3 +149,92 @@ def test_bad_html_and_odd_content_never_fail_a_batch(fast):
         assert {"bin", "empty", "pdf", "badgzip"} <= set(got)
         assert got["pdf"]["status"] == 200 and "fingerprint" not in got["pdf"]
         assert all(r.get("error_kind") != "parse" for r in recs)
+
+
+def _urlset(urls: list[str]) -> bytes:
+    body = "".join(f"<url><loc>{u}</loc><priority>0.9</priority></url>" for u in urls)
+    return f'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">{body}</urlset>'.encode()
+
+
+def test_sitemaps_from_robots_index_and_gzip_reach_unlinked_pages(fast):
+    import gzip
+
+    xml = {"Content-Type": "application/xml"}
+    spec = HostSpec(pages=1, link_extra_routes=False)
+    with TestWeb(n_hosts=1, pages_per_host=1, host_specs={0: spec}) as web:
+        base = web.url(0, "/").rstrip("/")
+        hidden = [f"{base}/hidden/{i}.html" for i in range(3)]
+        for i in range(3):
+            web.set_route(0, f"/hidden/{i}.html", 200, HTML,
+                          b"<html><title>hidden</title><body>only in the sitemap %d</body></html>" % i)
+        index = (f'<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+                 f'<sitemap><loc>{base}/sm-1.xml.gz</loc></sitemap></sitemapindex>').encode()
+        web.set_route(0, "/sm-index.xml", 200, xml, index)
+        web.set_route(0, "/sm-1.xml.gz", 200, {"Content-Type": "application/x-gzip"}, gzip.compress(_urlset(hidden)))
+        web.set_route(0, "/robots.txt", 200, {"Content-Type": "text/plain"},
+                      f"User-agent: *\nSitemap: {base}/sm-index.xml\n".encode())
+        recs = crawl_inline(fast, web.seeds())
+        fetched = {r["url"] for r in recs if r["status"] == 200}
+        assert set(hidden) <= fetched
+        kinds = {r["url"].rsplit("/", 1)[1]: r.get("sitemap") for r in recs if r.get("kind") == "sitemap"}
+        assert kinds.get("sm-index.xml") == "sitemapindex" and kinds.get("sm-1.xml.gz") == "urlset"
+        assert all(not r["indexable"] for r in recs if r.get("kind"))
+
+
+def test_soft404_probe_marks_catch_all_pages(fast):
+    catch_all = b"<html><title>Welcome</title><body>Nothing here, try the home page.</body></html>"
+    with TestWeb(n_hosts=2, pages_per_host=1) as web:
+        recs = crawl_inline(fast, [web.url(0, "/")])
+        probes = [r for r in recs if r.get("kind") == "probe"]
+        assert probes and all(r["status"] == 404 for r in probes)  # well-behaved hosts: nothing marked
+        assert not any(r.get("soft_404") for r in recs)
+    # a host that answers 200 with the same page for any path
+    with TestWeb(n_hosts=1, pages_per_host=1) as web:
+        s = dataclasses.replace(fast, KEY_PREFIX=fast.KEY_PREFIX + "b", OUT_DIR=fast.OUT_DIR + "b")
+        reset_settings(s)
+        worker = Worker.create(s)
+        seed_urls(s, [web.url(0, "/")])
+        lease = worker.frontier.get_urls(worker.frontier.shard_of(web.hosts[0]), 1)[0]
+        # pretend robots.txt was just read: the probe goes first
+        from crawler_tasks.pipeline import _first_contact
+        _first_contact(worker, lease, "http", [])
+        worker.frontier.complete(lease, te=time.time(), action="keep")
+        probe_path = worker.frontier.host_queue(lease.shard, web.hosts[0])[0].url.split("/", 3)[3]
+        web.set_route(0, "/" + probe_path, 200, HTML, catch_all)
+        web.set_route(0, "/", 200, HTML, b'<html><body><a href="/old.html">old</a></body></html>')
+        web.set_route(0, "/old.html", 200, HTML, catch_all)
+        recs = crawl_inline(s, [])
+        old = [r for r in recs if r["url"].endswith("/old.html")]
+        assert old and old[0]["soft_404"] and not old[0]["indexable"]
+
+
+def test_canonical_and_noindex_are_not_indexable(fast):
+    routes = {"/": (200, HTML, b'<html><body><a href="/a">a</a><a href="/b">b</a><a href="/c">c</a></body></html>'),
+              "/a": (200, HTML, b'<html><head><link rel="canonical" href="/c"></head><body>variant a</body></html>'),
+              "/b": (200, HTML, b'<html><head><meta name="robots" content="noindex"></head><body>b</body></html>'),
+              "/c": (200, HTML, b'<html><body>the canonical page</body></html>')}
+    spec = HostSpec(pages=0, extra_routes=routes, link_extra_routes=False)
+    with TestWeb(n_hosts=1, pages_per_host=1, host_specs={0: spec}) as web:
+        recs = {r["url"].rsplit("/", 1)[1]: r for r in crawl_inline(fast, web.seeds())}
+        assert recs["a"]["canonical"] == web.url(0, "/c") and not recs["a"]["indexable"]
+        assert recs["b"]["noindex"] and not recs["b"]["indexable"]
+        assert recs["c"]["indexable"]
+        assert paths(web, 0).count("/c") == 1
+
+
+def test_host_budget_and_query_variant_trap(fast):
+    links = "".join(f'<a href="/facet?color={i}">{i}</a>' for i in range(30))
+    links += "".join(f'<a href="/deep/{i}.html">d{i}</a>' for i in range(30))
+    routes = {"/": (200, HTML, f"<html><body>{links}</body></html>".encode())}
+    spec = HostSpec(pages=0, extra_routes=routes, link_extra_routes=False)
+    s = dataclasses.replace(fast, MAX_QUERY_VARIANTS=5, MAX_PAGES_PER_HOST=100, MAX_PAGES_PER_SEED_HOST=20,
+                            SOFT404_PROBE=False, PROBE_SITEMAP_XML=False)
+    with TestWeb(n_hosts=1, pages_per_host=1, host_specs={0: spec}) as web:
+        recs = crawl_inline(s, web.seeds())
+        facets = [r for r in recs if "/facet?" in r["url"]]
+        assert len(facets) == 5
+        assert len(recs) <= 20  # the seed host's budget
+        from crawler_tasks.maintenance import read_progress as rp
+        stats = rp(s).stats
+        assert stats["frontier/dropped/query_variants"] == 25
+        assert stats["frontier/dropped/host_budget"] > 0

@@ -38,6 +38,13 @@ _SCRIPTS = {name: _script(name) for name in ("add", "lease", "complete", "renew"
 MAX_REFILL_MOVES = 2000
 
 
+PAGE, SITEMAP, PROBE = "p", "s", "x"  # entry kinds: page, sitemap, soft-404 probe
+
+# put_discovered verdicts
+ENQUEUED, SEEN, OVER_HOST_BUDGET, QUERY_TRAP = 1, 0, 2, 3
+VERDICT_NAMES = {SEEN: "seen", OVER_HOST_BUDGET: "host_budget", QUERY_TRAP: "query_variants"}
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One queued URL with what the frontier needs to know about it."""
@@ -45,15 +52,16 @@ class Entry:
     url: str
     depth: int = 0
     tries: int = 0
-    hops: int = 0   # redirect hops that led here
+    hops: int = 0       # redirect hops that led here
+    kind: str = PAGE    # PAGE, SITEMAP or PROBE
 
     def encode(self) -> str:
-        return f"{self.depth} {self.tries} {self.hops} {self.url}"
+        return f"{self.depth} {self.tries} {self.hops} {self.kind} {self.url}"
 
     @classmethod
     def decode(cls, raw: str) -> "Entry":
-        depth, tries, hops, url = raw.split(" ", 3)
-        return cls(url, int(depth), int(tries), int(hops))
+        depth, tries, hops, kind, url = raw.split(" ", 4)
+        return cls(url, int(depth), int(tries), int(hops), kind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +74,7 @@ class Discovered:
     priority: int = 0       # 0 = highest
     force: bool = False     # seeds: decided by an exact set, never lost to a Bloom false positive
     hops: int = 0
+    kind: str = PAGE
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,31 +119,36 @@ class Frontier:
         return shard_of(host, self.shards)
 
     # -- adding -----------------------------------------------------------------------
-    def put_discovered(self, items: Iterable[Discovered]) -> list[bool]:
+    def put_discovered(self, items: Iterable[Discovered]) -> list[int]:
         """Add URLs not seen before to their shard's front queue.
 
-        Returns, per item in input order, True if it was enqueued and False if the
-        URL-seen test said it was already seen (a Bloom false positive is possible
-        for non-forced items, at the configured rate).
+        Returns, per item in input order, ENQUEUED (1), SEEN (0: the URL-seen test said
+        it was seen before; a Bloom false positive is possible for non-forced items, at
+        the configured rate), OVER_HOST_BUDGET (2) or QUERY_TRAP (3).
         """
         items = list(items)
         by_shard: dict[int, list[int]] = {}
         for i, item in enumerate(items):
             by_shard.setdefault(self.shard_of(item.host), []).append(i)
-        result = [False] * len(items)
+        result = [SEEN] * len(items)
         top = self.levels - 1
+        s = self.settings
         for shard, indexes in by_shard.items():
             k = self.keys(shard)
-            args: list = [self.levels, self.bloom.segments, self.bloom.hashes, self.bloom.segment_bits]
+            args: list = [self.levels, self.bloom.segments, self.bloom.hashes, self.bloom.segment_bits,
+                          s.MAX_PAGES_PER_HOST, s.MAX_PAGES_PER_SEED_HOST, s.MAX_QUERY_VARIANTS]
             for i in indexes:
                 item = items[i]
                 segment, h1, h2 = self.bloom.hashes_of(item.url)
-                entry = f"{item.host} {Entry(item.url, item.depth, 0, item.hops).encode()}"
-                args += ["1" if item.force else "0", min(max(item.priority, 0), top), entry, segment + 1, h1, h2]
-            keys = k.fronts(self.levels) + [k.bloom(s) for s in range(self.bloom.segments)] + [k.seen]
-            flags = self._run(shard, "add", keys, args)
-            for i, flag in zip(indexes, flags):  # type: ignore[call-overload]
-                result[i] = bool(flag)
+                entry = f"{item.host} {Entry(item.url, item.depth, 0, item.hops, item.kind).encode()}"
+                qkey = item.url.split("?", 1)[0] if "?" in item.url else ""
+                args += ["1" if item.force else "0", min(max(item.priority, 0), top), entry, segment + 1,
+                         h1, h2, item.host, qkey]
+            keys = (k.fronts(self.levels) + [k.bloom(s) for s in range(self.bloom.segments)]
+                    + [k.seen, k.host_counts, k.query_variants, k.seed_hosts])
+            verdicts = self._run(shard, "add", keys, args)
+            for i, verdict in zip(indexes, verdicts):  # type: ignore[call-overload]
+                result[i] = int(verdict)
         return result
 
     # -- leasing ----------------------------------------------------------------------
@@ -186,7 +200,7 @@ class Frontier:
         retry_raw = ""
         if action == "retry":
             e = lease.entry
-            retry_raw = Entry(e.url, e.depth, e.tries + 1, e.hops).encode()
+            retry_raw = Entry(e.url, e.depth, e.tries + 1, e.hops, e.kind).encode()
         keys = [k.active, k.ready, k.lease, k.te, k.queue(lease.host)]
         args = [lease.host, lease.token, action, te, lease.raw, retry_raw]
         if not host_state:

@@ -1,44 +1,64 @@
--- add.lua: URL-seen test and enqueue for one shard, atomically (put_discovered).
--- KEYS[1..F]          front queues, priority 0 (highest) .. F-1
--- KEYS[F+1..F+S]      Bloom filter segments
--- KEYS[F+S+1]         exact seen set (URLs that must never be lost to a false positive)
--- ARGV[1] F, ARGV[2] S, ARGV[3] k (hashes per URL), ARGV[4] m (bits per segment)
--- then per URL, 6 values: force (1 = seed: exact set decides), level, entry, segment
---   (1-based), h1, h2; bit j (0..k-1) is (h1 + j*h2) mod m (exact: h1, h2 < 2^31);
---   the entry is pushed to KEYS[level+1].
--- Returns one integer per URL: 1 enqueued, 0 already seen.
+-- add.lua: URL-seen test, trap budgets and enqueue for one shard, atomically (put_discovered).
+-- KEYS[1..F]     front queues, priority 0 (highest) .. F-1
+-- KEYS[F+1..F+S] Bloom filter segments
+-- KEYS[F+S+1]    exact seen set (seeds: never lost to a Bloom false positive)
+-- KEYS[F+S+2]    hash host -> URLs enqueued for it (per-host budget)
+-- KEYS[F+S+3]    hash host+path -> distinct query strings enqueued (facet traps)
+-- KEYS[F+S+4]    set of seed hosts (they get the larger budget)
+-- ARGV[1] F, ARGV[2] S, ARGV[3] k (hashes per URL), ARGV[4] m (bits per segment),
+-- ARGV[5] host budget, ARGV[6] seed-host budget, ARGV[7] max query variants per path
+-- (budgets: 0 = none), then per URL 8 values: force (1 = seed), level, entry, segment
+-- (1-based), h1, h2, host, query key ('' when the URL has no query). Bit j (0..k-1) of
+-- a URL is (h1 + j*h2) mod m (exact: h1, h2 < 2^31). Forced URLs skip the budgets.
+-- Returns per URL: 1 enqueued, 0 already seen, 2 over its host's budget, 3 one query
+-- variant too many for its path.
 local F = tonumber(ARGV[1])
 local S = tonumber(ARGV[2])
 local k = tonumber(ARGV[3])
 local m = tonumber(ARGV[4])
+local host_budget = tonumber(ARGV[5])
+local seed_budget = tonumber(ARGV[6])
+local max_variants = tonumber(ARGV[7])
 local seen_key = KEYS[F + S + 1]
+local counts, variants, seed_hosts = KEYS[F + S + 2], KEYS[F + S + 3], KEYS[F + S + 4]
 local out = {}
-local i = 5
+local i = 8
 while i <= #ARGV do
   local force = ARGV[i] == '1'
   local level = tonumber(ARGV[i + 1])
   local entry = ARGV[i + 2]
   local seg = KEYS[F + tonumber(ARGV[i + 3])]
   local h1, h2 = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
+  local host, qkey = ARGV[i + 6], ARGV[i + 7]
   local all_set = true
   for j = 0, k - 1 do
     if redis.call('SETBIT', seg, (h1 + j * h2) % m, 1) == 0 then
       all_set = false
     end
   end
-  local fresh
+  local verdict = 1
   if force then
-    local url = string.match(entry, '([^ ]+)$')
-    fresh = redis.call('SADD', seen_key, url) == 1
+    if redis.call('SADD', seen_key, string.match(entry, '([^ ]+)$')) == 0 then
+      verdict = 0
+    else
+      redis.call('SADD', seed_hosts, host)
+    end
+  elseif all_set then
+    verdict = 0
   else
-    fresh = not all_set
+    local budget = host_budget
+    if redis.call('SISMEMBER', seed_hosts, host) == 1 then budget = seed_budget end
+    if budget > 0 and tonumber(redis.call('HGET', counts, host) or 0) >= budget then
+      verdict = 2
+    elseif max_variants > 0 and qkey ~= '' and redis.call('HINCRBY', variants, qkey, 1) > max_variants then
+      verdict = 3
+    end
   end
-  if fresh then
+  if verdict == 1 then
     redis.call('RPUSH', KEYS[level + 1], entry)
-    out[#out + 1] = 1
-  else
-    out[#out + 1] = 0
+    redis.call('HINCRBY', counts, host, 1)
   end
-  i = i + 6
+  out[#out + 1] = verdict
+  i = i + 8
 end
 return out

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Frontier memory benchmark: what one queued URL costs in Redis.
+
+Pushes N generated URLs spread over H hosts through ``Frontier.put_discovered`` in
+batches of 5,000 into a fresh embedded redis-server (no persistence), with the
+Bloom filter sized for N at 1 %, then prints Redis ``used_memory`` before/after,
+bytes per queued URL (the Bloom bitmaps excluded) and Bloom bytes per seen URL,
+and the insert rate. Every URL lands in a front queue (put_discovered never fills
+back queues), which is where nearly all of a large frontier waits.
+
+    python bench/frontier_memory.py [--urls 10000000] [--hosts 100000] [--shards 2] [--snapshot]
+
+``--snapshot`` also times ``crawler_tasks.snapshot`` snapshot + restore of the result.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from crawler_tasks.embedded import EmbeddedRedis  # noqa: E402
+from crawler_tasks.frontier import ENQUEUED, Discovered, Frontier  # noqa: E402
+from crawler_tasks.keys import ShardKeys  # noqa: E402
+from crawler_tasks.settings import Settings  # noqa: E402
+
+BATCH = 5_000
+
+
+def generate(start: int, stop: int, hosts: int, levels: int) -> list[Discovered]:
+    """URLs shaped like a real crawl's (host, section, slug); URL i is on host i % hosts."""
+    out = []
+    for i in range(start, stop):
+        h = i % hosts
+        host = f"www.site{h}.example.com"
+        url = f"https://{host}/section{i % 97}/article-{i // hosts}-{(i * 2654435761) % 1000003}.html"
+        out.append(Discovered(url=url, host=host, depth=1 + i % 3, priority=i % levels))
+    return out
+
+
+def mb(n: float) -> str:
+    return f"{n / 1e6:,.1f} MB"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--urls", type=int, default=10_000_000)
+    ap.add_argument("--hosts", type=int, default=100_000)
+    ap.add_argument("--shards", type=int, default=Settings().SHARDS)
+    ap.add_argument("--snapshot", action="store_true", help="also time snapshot + restore of the frontier")
+    args = ap.parse_args(argv)
+    n, hosts = args.urls, max(1, min(args.hosts, args.urls))
+
+    with tempfile.TemporaryDirectory(prefix="frontier-mem-") as tmp:
+        server = EmbeddedRedis(Path(tmp) / "redis", save="").start()
+        try:
+            settings = dataclasses.replace(Settings(), REDIS_URL=server.url, KEY_PREFIX="bench", SHARDS=args.shards,
+                                           BLOOM_EXPECTED_URLS=n, BLOOM_ERROR_RATE=0.01)
+            frontier = Frontier(settings)
+            client = frontier.client(0)
+            before = int(client.info("memory")["used_memory"])
+            spec = frontier.bloom
+            print(f"{n:,} URLs over {hosts:,} hosts, {settings.SHARDS} shards, batches of {BATCH:,}; "
+                  f"Bloom {spec.segments} segment(s)/shard, k={spec.hashes}, {mb(spec.bytes)}/shard")
+            print(f"redis used_memory before: {mb(before)}")
+            started = time.perf_counter()
+            verdicts: Counter[int] = Counter()
+            url_chars = 0
+            step = max(1, n // 10)
+            next_report = step
+            for start in range(0, n, BATCH):
+                items = generate(start, min(n, start + BATCH), hosts, settings.PRIORITY_LEVELS)
+                url_chars += sum(len(d.url) for d in items)
+                verdicts.update(frontier.put_discovered(items))
+                done = start + len(items)
+                if done >= next_report or done == n:
+                    elapsed = time.perf_counter() - started
+                    used = int(client.info("memory")["used_memory"])
+                    print(f"  {100 * done / n:5.1f} %  {done:>12,} URLs  {elapsed:7.1f} s  "
+                          f"{done / elapsed:9,.0f} URLs/s  used_memory {mb(used)}", flush=True)
+                    while next_report <= done:
+                        next_report += step
+            elapsed = time.perf_counter() - started
+            enqueued = verdicts[ENQUEUED]
+            after = int(client.info("memory")["used_memory"])
+            bloom_bytes = 0
+            for shard in range(settings.SHARDS):
+                c = frontier.client(shard)
+                for seg in range(spec.segments):
+                    bloom_bytes += int(c.memory_usage(ShardKeys(settings.KEY_PREFIX, shard).bloom(seg)) or 0)
+            queued = sum(frontier.sizes(s)["front"] + frontier.sizes(s)["back"] for s in range(settings.SHARDS))
+            bits, fp = frontier.bloom_fill()
+            grown = after - before
+            print(f"redis used_memory after:  {mb(after)} (+{mb(grown)})")
+            print(f"enqueued {enqueued:,} of {n:,} (verdicts {dict(sorted(verdicts.items()))}: 0 = seen, "
+                  f"2 = over host budget, 3 = query trap), "
+                  f"queued now {queued:,}; mean URL {url_chars / n:.1f} chars")
+            print(f"queue bytes per queued URL (Bloom excluded; includes the per-host budget hash): "
+                  f"{(grown - bloom_bytes) / max(queued, 1):.1f}")
+            print(f"Bloom: {mb(bloom_bytes)} = {bloom_bytes / n:.2f} bytes per seen URL; "
+                  f"fill {bits / (spec.bits * settings.SHARDS):.3f}, est. false-positive rate {fp:.4f}")
+            print(f"rate: {n / elapsed:,.0f} URLs/s ({elapsed:.1f} s for {n:,} URLs)")
+            if args.snapshot:
+                from crawler_tasks.snapshot import restore, snapshot
+
+                path = Path(tmp) / "snapshot.jsonl.gz"
+                info = snapshot(settings, path)
+                print(f"snapshot: {info.keys:,} keys, {info.elements:,} elements, {mb(info.file_bytes)} file, "
+                      f"{info.seconds:.1f} s ({info.elements / max(info.seconds, 1e-9):,.0f} elements/s)")
+                back = restore(settings, path, replace=True)
+                now = int(client.info("memory")["used_memory"])
+                print(f"restore (verify + delete + load): {back.seconds:.1f} s; used_memory after restore {mb(now)}")
+        finally:
+            server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
