@@ -14,13 +14,16 @@ overrides the defaults documented in crawler_tasks/settings.py.
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import contextlib
 import json
 import logging
 import os
 import sys
 import time
 from pathlib import Path
+from typing import Iterator
+
+import redis
 
 from crawler_tasks.exceptions import ConfigError
 from crawler_tasks.settings import Settings, reset_settings
@@ -47,16 +50,33 @@ def _settings_from(args: argparse.Namespace, **extra: object) -> Settings:
     return settings
 
 
-def _attach(args: argparse.Namespace) -> Settings:
-    """Settings of a crawl that runs elsewhere: from --redis-url or OUT/crawl.json."""
+@contextlib.contextmanager
+def _attach(args: argparse.Namespace) -> Iterator[Settings]:
+    """Settings of a crawl that runs (or ran) elsewhere: from --redis-url or OUT/crawl.json.
+    A finished embedded crawl is reopened from its data folder for the duration."""
     extra: dict[str, object] = {}
+    server = None
     if not getattr(args, "redis_url", None) and not os.environ.get("CRAWLER_REDIS_URL"):
-        state = Path(args.out or Settings.from_env().OUT_DIR) / "crawl.json"
+        out = Path(args.out or Settings.from_env().OUT_DIR)
+        state = out / "crawl.json"
         if not state.exists():
-            raise ConfigError(f"no running crawl found: {state} does not exist (give --out DIR or --redis-url)")
+            raise ConfigError(f"no crawl found: {state} does not exist (give --out DIR or --redis-url)")
         info = json.loads(state.read_text())
-        extra = {"REDIS_URL": info["redis_url"], "KEY_PREFIX": info["key_prefix"], "SHARDS": info["shards"]}
-    return _settings_from(args, **extra)
+        extra = {"KEY_PREFIX": info["key_prefix"], "SHARDS": info["shards"], "REDIS_URL": info["redis_url"]}
+        try:
+            redis.Redis.from_url(info["redis_url"], socket_connect_timeout=1).ping()
+        except redis.RedisError:
+            if not (out / "redis").is_dir():
+                raise ConfigError(f"the crawl's Redis {info['redis_url']} is unreachable") from None
+            from crawler_tasks.embedded import EmbeddedRedis
+
+            server = EmbeddedRedis(out / "redis").start()
+            extra["REDIS_URL"] = server.url
+    try:
+        yield _settings_from(args, **extra)
+    finally:
+        if server is not None:
+            server.stop()
 
 
 def cmd_crawl(args: argparse.Namespace) -> int:
@@ -80,9 +100,9 @@ def cmd_seed(args: argparse.Namespace) -> int:
     from crawler_tasks.pipeline import seed_urls
     from crawler_tasks.runner import read_seeds_file
 
-    settings = _attach(args)
     urls = list(args.urls) + (read_seeds_file(args.seeds_file) if args.seeds_file else [])
-    added, rejected = seed_urls(settings, urls)
+    with _attach(args) as settings:
+        added, rejected = seed_urls(settings, urls)
     for message in rejected:
         print(f"skipped: {message}", file=sys.stderr)
     print(f"{added} URL(s) added")
@@ -92,19 +112,19 @@ def cmd_seed(args: argparse.Namespace) -> int:
 def cmd_stats(args: argparse.Namespace) -> int:
     from crawler_tasks.maintenance import read_progress
 
-    settings = _attach(args)
-    while True:
-        p = read_progress(settings)
-        print(f"state {p.state} {p.reason}".rstrip())
-        print(f"pages {p.pages}  queued {p.queued}  leased hosts {p.leased}  batches in flight {p.inflight}")
-        for i, shard in enumerate(p.shards):
-            print(f"  shard {i}: " + "  ".join(f"{k} {v}" for k, v in shard.items()))
-        for key in sorted(p.stats):
-            print(f"  {key:40s} {p.stats[key]}")
-        if not args.watch:
-            return 0
-        time.sleep(2.0)
-        print()
+    with _attach(args) as settings:
+        while True:
+            p = read_progress(settings)
+            print(f"state {p.state} {p.reason}".rstrip())
+            print(f"pages {p.pages}  queued {p.queued}  leased hosts {p.leased}  batches in flight {p.inflight}")
+            for i, shard in enumerate(p.shards):
+                print(f"  shard {i}: " + "  ".join(f"{k} {v}" for k, v in shard.items()))
+            for key in sorted(p.stats):
+                print(f"  {key:40s} {p.stats[key]}")
+            if not args.watch:
+                return 0
+            time.sleep(2.0)
+            print()
 
 
 def cmd_robots(args: argparse.Namespace) -> int:

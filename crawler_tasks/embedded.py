@@ -72,7 +72,7 @@ class EmbeddedRedis:
             self.port = free_port(self.host)
             args = [
                 binary, "--port", str(self.port), "--bind", self.host, "--dir", str(self.data_dir),
-                "--dbfilename", "dump.rdb", "--save", self.save,
+                "--dbfilename", "dump.rdb", "--save", *(self.save.split() or [""]),
                 "--appendonly", "yes" if self.appendonly else "no",
                 "--maxmemory-policy", "noeviction", "--protected-mode", "no",
                 "--daemonize", "no", "--loglevel", "warning",
@@ -99,7 +99,11 @@ class EmbeddedRedis:
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return
-        proc.send_signal(signal.SIGTERM)  # redis saves its RDB on SIGTERM when save is on
+        try:  # an explicit SHUTDOWN SAVE: the data folder then holds the final state
+            redis.Redis(host=self.host, port=self.port, socket_timeout=timeout_s).shutdown(
+                save=bool(self.save), nosave=not self.save)
+        except redis.RedisError:
+            proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout_s)
         except subprocess.TimeoutExpired:

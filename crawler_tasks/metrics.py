@@ -39,11 +39,17 @@ import math
 import threading
 import time
 from collections import Counter
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import redis
 from prometheus_client import CollectorRegistry, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.utils import floatToGoString
 
 from .connection import global_client
@@ -153,7 +159,7 @@ class CrawlCollector:
     def _families(self) -> list[Metric]:
         s = self.settings
         progress = read_progress(s, self.frontier)
-        latency = global_client(s).hgetall(latency_key(s.KEY_PREFIX))
+        latency: dict[str, str] = global_client(s).hgetall(latency_key(s.KEY_PREFIX))  # type: ignore[assignment]
         bits_set, worst_fp = self._bloom_fill()
         out: list[Metric] = []
         out += self._stats_families(progress.stats)
@@ -185,8 +191,8 @@ class CrawlCollector:
             ("crawler_bloom_bits_set", "URL-seen Bloom filter bits set, all shards", bits_set),
             ("crawler_bloom_capacity_bits", "URL-seen Bloom filter size in bits, all shards", capacity),
             ("crawler_bloom_fill_ratio", "Fraction of Bloom bits set", bits_set / capacity if capacity else 0.0),
-            ("crawler_bloom_false_positive_rate", "Estimated false-positive rate of the fullest shard's "
-                                                  "Bloom filter (new URLs wrongly taken as seen)", worst_fp),
+            ("crawler_bloom_false_positive_rate", ("Estimated false-positive rate of the fullest shard's "
+                                                   "Bloom filter (new URLs wrongly taken as seen)"), worst_fp),
         ):
             g = GaugeMetricFamily(name, doc)
             g.add_metric([], value)
@@ -277,5 +283,13 @@ def stop(server: Any) -> None:
     server.server_close()
 
 
-__all__ = ["LATENCY_BUCKETS", "CrawlCollector", "latency_key", "record_latency", "record_latencies",
-           "make_registry", "serve_metrics", "stop"]
+__all__ = [
+    "LATENCY_BUCKETS",
+    "CrawlCollector",
+    "latency_key",
+    "make_registry",
+    "record_latencies",
+    "record_latency",
+    "serve_metrics",
+    "stop",
+]

@@ -56,10 +56,11 @@ import shutil
 import time
 import zlib
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -174,7 +175,7 @@ def snapshot_dir(out_dir: str | os.PathLike) -> Path:
 
 def new_snapshot_path(out_dir: str | os.PathLike, now: float | None = None) -> Path:
     """``OUT/snapshots/snapshot-<UTC time>.jsonl.gz``; names sort by time."""
-    at = datetime.fromtimestamp(time.time() if now is None else now, timezone.utc)
+    at = datetime.fromtimestamp(time.time() if now is None else now, UTC)
     return snapshot_dir(out_dir) / f"snapshot-{at:%Y%m%dT%H%M%S}.{at.microsecond // 1000:03d}Z.jsonl.gz"
 
 
@@ -382,7 +383,7 @@ def _dump_scan(client: redis.Redis, w: _Writer, pattern: str, skip: set[bytes]) 
 def _header(settings: Settings, w: _Writer, created: float, crawl: dict[str, Any]) -> dict[str, Any]:
     return {
         "format": FORMAT, "version": VERSION,
-        "created_at": datetime.fromtimestamp(created, timezone.utc).isoformat(timespec="milliseconds"),
+        "created_at": datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds"),
         "created_epoch": created, "key_prefix": settings.KEY_PREFIX, "shards": settings.SHARDS,
         "settings": {name: getattr(settings, name) for name in _MUST_MATCH},
         "crawl": crawl,
@@ -725,9 +726,9 @@ def restore(settings: Settings, path: str | os.PathLike, *, replace: bool = Fals
             n = _delete_prefix(loader.client(url), settings.KEY_PREFIX)
             log.warning("restore: deleted %d keys with prefix %r on %s", n, settings.KEY_PREFIX, _safe_url(url))
         for head, rec in _records(path):
-            if head is not None:
+            if head is not None or rec is None:
                 continue
-            key, type_, part, values, scores = _parse(rec)  # type: ignore[arg-type]
+            key, type_, part, values, scores = _parse(rec)
             loader.write(key, type_, part, values, scores, int(rec.get("ttl_ms", 0)), rec.get("at") == "head")
         loader.flush()
         g = GlobalKeys(settings.KEY_PREFIX)
@@ -793,5 +794,18 @@ def info_dict(info: SnapshotInfo) -> dict[str, Any]:
     return out
 
 
-__all__ = ["SnapshotError", "SnapshotInfo", "snapshot", "restore", "verify", "latest_snapshot", "rotate",
-           "list_snapshots", "new_snapshot_path", "snapshot_dir", "checkpoint", "maybe_checkpoint", "info_dict"]
+__all__ = [
+    "SnapshotError",
+    "SnapshotInfo",
+    "checkpoint",
+    "info_dict",
+    "latest_snapshot",
+    "list_snapshots",
+    "maybe_checkpoint",
+    "new_snapshot_path",
+    "restore",
+    "rotate",
+    "snapshot",
+    "snapshot_dir",
+    "verify",
+]

@@ -11,7 +11,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from crawler_tasks import metrics
 from crawler_tasks.frontier import Discovered, Frontier
 from crawler_tasks.keys import GlobalKeys
-from crawler_tasks.metrics import latency_key, record_latencies, record_latency, serve_metrics, stop
+from crawler_tasks.metrics import (
+    latency_key,
+    record_latencies,
+    record_latency,
+    serve_metrics,
+    stop,
+)
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -17,7 +17,13 @@ from crawler_tasks.embedded import EmbeddedRedis
 from crawler_tasks.exceptions import CrawlerError
 from crawler_tasks.frontier import Discovered, Frontier
 from crawler_tasks.keys import GlobalKeys, ShardKeys
-from crawler_tasks.snapshot import SnapshotError, latest_snapshot, restore, rotate, snapshot
+from crawler_tasks.snapshot import (
+    SnapshotError,
+    latest_snapshot,
+    restore,
+    rotate,
+    snapshot,
+)
 
 
 def raw(url: str) -> redis.Redis:
@@ -87,7 +93,8 @@ def test_round_trip_all_types(settings, tmp_path):
     assert info.keys == len(before)
     assert set(info.by_type) == {"string", "list", "set", "zset", "hash"}
     assert info.elements > 200_000
-    header = json.loads(gzip.open(path, "rt").readline())
+    with gzip.open(path, "rt") as fh:
+        header = json.loads(fh.readline())
     assert header["format"] == "crawler-snapshot" and header["counts"]["keys"] == len(before)
     assert not list(tmp_path.glob(".*tmp"))
 

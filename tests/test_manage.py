@@ -1,0 +1,80 @@
+"""manage.py commands as an operator runs them: resume, stats, seed, robots, bad config."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from crawler_tasks.testweb import TestWeb
+
+ROOT = Path(__file__).resolve().parent.parent
+UA = ["--user-agent", "testbot/1.0 (+http://127.0.0.1/bot)"]
+
+
+def manage(*args: str, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
+    return subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], capture_output=True, text=True,
+                          cwd=ROOT, env={**base, **(env or {})}, timeout=timeout)
+
+
+def records(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "pages.jsonl").read_text().splitlines()]
+
+
+def test_resume_continues_where_the_crawl_stopped(tmp_path):
+    out = tmp_path / "out"
+    with TestWeb(n_hosts=2, pages_per_host=6, seed=5) as web:
+        first = manage("crawl", *web.seeds(), "--out", str(out), "--allow-private", "--min-delay", "0.1",
+                       "--max-pages", "4", *UA)
+        assert first.returncode == 0, first.stderr[-2000:]
+        fetched_first = {r["url"] for r in records(out) if r.get("status") is not None}
+        assert 4 <= len(fetched_first) < len(web.reachable(web.seeds()))
+
+        stats = manage("stats", "--out", str(out))
+        assert stats.returncode == 0, stats.stderr
+        assert "state finished" in stats.stdout and "fetch/pages" in stats.stdout
+
+        extra = web.url(1, "/p/5.html")
+        seeded = manage("seed", "--out", str(out), extra, "mailto:nobody@example.org")
+        assert seeded.returncode == 0 and "skipped" in seeded.stderr
+
+        second = manage("crawl", "--resume", "--out", str(out), "--allow-private", "--min-delay", "0.1", *UA)
+        assert second.returncode == 0, second.stderr[-2000:]
+        assert "frontier exhausted" in second.stderr
+        all_fetched = [r["url"] for r in records(out) if r.get("status") == 200]
+        assert len(all_fetched) == len(set(all_fetched))  # nothing fetched twice across the runs
+        assert web.reachable(web.seeds()) | {extra} <= set(all_fetched)
+
+
+def test_fresh_crawl_replaces_previous_output(tmp_path):
+    out = tmp_path / "out"
+    with TestWeb(n_hosts=1, pages_per_host=2) as web:
+        for _ in range(2):
+            proc = manage("crawl", *web.seeds(), "--out", str(out), "--allow-private", "--min-delay", "0", *UA)
+            assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "fresh crawl: removed previous output" in proc.stderr
+        urls = [r["url"] for r in records(out) if r.get("status") == 200]
+        assert len(urls) == len(set(urls))
+
+
+def test_robots_command_explains_the_verdict():
+    with TestWeb(n_hosts=1, pages_per_host=2) as web:
+        blocked = manage("robots", web.url(0, "/private/x.html"), "--allow-private", "--agent", "somebot")
+        assert blocked.returncode == 3
+        assert "DISALLOWED" in blocked.stdout and "/private/" in blocked.stdout
+        ok = manage("robots", web.url(0, "/p/1.html"), "--allow-private")
+        assert ok.returncode == 0 and "ALLOWED" in ok.stdout
+
+
+@pytest.mark.parametrize("env, args, message", [
+    ({"CRAWLER_SHARDS": "lots"}, [], "SHARDS"),
+    ({}, ["--min-delay", "-1"], "MIN_DELAY_S"),
+    ({}, [], "no seed URLs"),
+])
+def test_bad_config_is_a_clear_error(tmp_path, env, args, message):
+    proc = manage("crawl", "--out", str(tmp_path / "o"), *args, env=env, timeout=60)
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
