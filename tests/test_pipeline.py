@@ -238,3 +238,28 @@ def test_host_budget_and_query_variant_trap(fast):
         stats = rp(s).stats
         assert stats["frontier/dropped/query_variants"] == 25
         assert stats["frontier/dropped/host_budget"] > 0
+
+
+def test_crawl_delay_is_honoured(fast):
+    spec = HostSpec(pages=4, robots_txt="User-agent: *\nCrawl-delay: 0.6\nDisallow: /private/\n")
+    s = dataclasses.replace(fast, SOFT404_PROBE=False, PROBE_SITEMAP_XML=False)
+    with TestWeb(n_hosts=1, pages_per_host=4, host_specs={0: spec}) as web:
+        crawl_inline(s, web.seeds())
+        reqs = sorted(web.requests, key=lambda r: r.start)
+        assert len(reqs) >= 5
+        gaps = [b.start - a.end for a, b in zip(reqs, reqs[1:])]
+        assert min(gaps) >= 0.6 - 0.02, gaps
+
+
+def test_backoff_on_server_errors_then_error_record(fast):
+    routes = {"/": (503, HTML, b"down")}
+    spec = HostSpec(pages=0, extra_routes=routes, link_extra_routes=False)
+    s = dataclasses.replace(fast, SOFT404_PROBE=False, PROBE_SITEMAP_XML=False, MAX_RETRIES=2,
+                            BACKOFF_BASE_S=0.3, BACKOFF_MAX_S=5.0)
+    with TestWeb(n_hosts=1, pages_per_host=1, host_specs={0: spec}) as web:
+        recs = crawl_inline(s, web.seeds(), seconds=8)
+        home = [r for r in web.requests if r.path == "/"]
+        assert len(home) == 3  # first try + 2 retries
+        gaps = [b.start - a.end for a, b in zip(home, home[1:])]
+        assert gaps[1] > gaps[0] * 1.3  # exponential (jittered) backoff
+        assert [r["status"] for r in recs] == [503]
