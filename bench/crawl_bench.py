@@ -123,6 +123,9 @@ def main() -> int:
         for role, secs in cpu_by_pid.values():
             roles[role] = roles.get(role, 0.0) + secs
         n = max(len(fetched), 1)
+        stats_line = [ln for ln in err.splitlines() if ln.strip().startswith("stage CPU")]
+        if stats_line:
+            print(stats_line[0].strip())
         print("CPU ms per page by role (sampled every 0.5 s): " +
               ", ".join(f"{role} {secs / n * 1000:.2f}" for role, secs in sorted(roles.items())))
         return 0 if crawl.returncode == 0 else 1

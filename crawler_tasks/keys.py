@@ -25,6 +25,7 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 ``qvariants``             hash    URL without query -> distinct queries enqueued (facet traps)
 ``seedhosts``             set     hosts of seed URLs (larger budget)
 ``soft404``               hash    host -> content fingerprint of its answer to a random path
+``queued``                string  URLs in the shard's front and back queues (kept by the scripts)
 ========================  ======  ===================================================
 
 Global (``<prefix>:{g}:...``): ``stats`` (hash of counters with slash paths),
@@ -104,6 +105,10 @@ class ShardKeys:
     @property
     def seed_hosts(self) -> str:
         return f"{self.base}:seedhosts"
+
+    @property
+    def queued(self) -> str:
+        return f"{self.base}:queued"
 
     @property
     def soft404(self) -> str:

@@ -278,8 +278,7 @@ def _first_contact(w: Worker, lease: Lease, scheme: str, sitemaps: list[str]) ->
         w.frontier.put_discovered(items)
     if s.SOFT404_PROBE:
         probe = Entry(f"{base}/{random.getrandbits(64):016x}-{PROBE_MARK}.html", depth=0, kind=PROBE)
-        client = shard_client(s, lease.shard)
-        client.lpush(w.frontier.keys(lease.shard).queue(lease.host), probe.encode())
+        w.frontier.add_head(lease.shard, lease.host, probe)
 
 
 def _page(entry: Any, res: FetchResult | None, *, error_kind: str | None = None, error: str | None = None) -> dict:

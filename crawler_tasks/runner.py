@@ -212,7 +212,7 @@ class CrawlRunner:
         last_pages, last_at = 0, time.time()
         rate = 0.0
         while True:
-            time.sleep(0.5)
+            time.sleep(1.0)
             progress = read_progress(s)
             now = time.time()
             if now - last_at >= 2.0:
@@ -259,6 +259,10 @@ class CrawlRunner:
         errors = {k.split("/", 2)[2]: v for k, v in progress.stats.items() if k.startswith("records/error/")}
         if errors:
             self._say("  errors " + ", ".join(f"{k}: {v}" for k, v in sorted(errors.items())))
+        cpu = {k.split("/", 1)[1]: v for k, v in progress.stats.items() if k.startswith("cpu_ms/")}
+        if cpu and progress.pages:
+            self._say("  stage CPU ms per page: " + ", ".join(
+                f"{k} {v / progress.pages:.2f}" for k, v in sorted(cpu.items())))
         self._say(f"  output: {self.out_dir / 'pages.jsonl'}, {self.out_dir / 'warc'}")
 
     def _shutdown(self) -> None:

@@ -8,6 +8,7 @@ file there), which is known only once a fetch worker has taken the batch.
 from __future__ import annotations
 
 import logging
+import time
 
 import redis
 from celery.signals import worker_process_init
@@ -59,23 +60,32 @@ def wake() -> int:
           retry_backoff=True, retry_backoff_max=30, max_retries=10)
 def fetch(shard: int, batch_id: str, leases: list[list[str]]) -> int:
     w = get_worker()
+    t0 = time.process_time()
     pages, spool = fetch_stage(w, [Lease(shard, host, raw, token) for host, raw, token in leases], batch_id)
     parse.apply_async((pages, batch_id, spool), queue=parse_queue(w.settings.node_name))
+    w.count({"cpu_ms/fetch": round((time.process_time() - t0) * 1000)})
     return len(pages)
 
 
 @app.task(name="crawler.parse", acks_late=True, autoretry_for=_REDIS_DOWN,
           retry_backoff=True, retry_backoff_max=30, max_retries=10)
 def parse(pages: list[dict], batch_id: str, spool: str | None) -> int:
-    records = parse_stage(get_worker(), pages, spool)
+    w = get_worker()
+    t0 = time.process_time()
+    records = parse_stage(w, pages, spool)
     dedup.apply_async((records, batch_id), queue=DEDUP_QUEUE)
+    w.count({"cpu_ms/parse": round((time.process_time() - t0) * 1000)})
     return len(records)
 
 
 @app.task(name="crawler.dedup", acks_late=True, autoretry_for=_REDIS_DOWN,
           retry_backoff=True, retry_backoff_max=30, max_retries=10)
 def dedup(records: list[dict], batch_id: str) -> int:
-    return dedup_stage(get_worker(), records, batch_id)
+    w = get_worker()
+    t0 = time.process_time()
+    enqueued = dedup_stage(w, records, batch_id)
+    w.count({"cpu_ms/dedup": round((time.process_time() - t0) * 1000)})
+    return enqueued
 
 
 @app.task(name="crawler.maintenance", ignore_result=True)

@@ -145,7 +145,7 @@ class Frontier:
                 args += ["1" if item.force else "0", min(max(item.priority, 0), top), entry, segment + 1,
                          h1, h2, item.host, qkey]
             keys = (k.fronts(self.levels) + [k.bloom(s) for s in range(self.bloom.segments)]
-                    + [k.seen, k.host_counts, k.query_variants, k.seed_hosts])
+                    + [k.seen, k.host_counts, k.query_variants, k.seed_hosts, k.queued])
             verdicts = self._run(shard, "add", keys, args)
             for i, verdict in zip(indexes, verdicts):  # type: ignore[call-overload]
                 result[i] = int(verdict)
@@ -201,7 +201,7 @@ class Frontier:
         if action == "retry":
             e = lease.entry
             retry_raw = Entry(e.url, e.depth, e.tries + 1, e.hops, e.kind).encode()
-        keys = [k.active, k.ready, k.lease, k.te, k.queue(lease.host)]
+        keys = [k.active, k.ready, k.lease, k.te, k.queue(lease.host), k.queued]
         args = [lease.host, lease.token, action, te, lease.raw, retry_raw]
         if not host_state:
             return self._run(lease.shard, "complete", keys, args) == 1
@@ -218,27 +218,29 @@ class Frontier:
 
     # -- observing --------------------------------------------------------------------
     def sizes(self, shard: int) -> dict[str, int]:
-        """Queue sizes of one shard (front URLs, back-queued URLs, hosts by state)."""
+        """Queue sizes of one shard (front URLs, back-queued URLs, hosts by state); a few
+        O(1) commands, cheap enough for progress displays and metrics."""
         k = self.keys(shard)
-        client = self.client(shard)
-        pipe = client.pipeline(transaction=False)
+        pipe = self.client(shard).pipeline(transaction=False)
         for key in k.fronts(self.levels):
             pipe.llen(key)
+        pipe.get(k.queued)
         pipe.scard(k.active)
         pipe.zcard(k.ready)
         pipe.zcard(k.lease)
-        pipe.smembers(k.active)
         res = pipe.execute()
         front = sum(res[: self.levels])
-        active, ready, leased, hosts = res[self.levels:]
-        back = 0
-        if hosts:
-            pipe = client.pipeline(transaction=False)
-            for host in hosts:
-                pipe.llen(k.queue(host))
-            back = sum(pipe.execute())
-        return {"front": front, "back": back, "active_hosts": active,
+        queued, active, ready, leased = res[self.levels:]
+        return {"front": front, "back": max(0, int(queued or 0) - front), "active_hosts": active,
                 "ready_hosts": ready, "leased_hosts": leased}
+
+    def add_head(self, shard: int, host: str, entry: Entry) -> None:
+        """Put an entry at the head of a leased host's back queue (it is fetched next)."""
+        k = self.keys(shard)
+        pipe = self.client(shard).pipeline(transaction=False)
+        pipe.lpush(k.queue(host), entry.encode())
+        pipe.incr(k.queued)
+        pipe.execute()
 
     def host_queue(self, shard: int, host: str) -> list[Entry]:
         return [Entry.decode(raw) for raw in self.client(shard).lrange(self.keys(shard).queue(host), 0, -1)]

@@ -5,6 +5,7 @@
 -- KEYS[F+S+2]    hash host -> URLs enqueued for it (per-host budget)
 -- KEYS[F+S+3]    hash host+path -> distinct query strings enqueued (facet traps)
 -- KEYS[F+S+4]    set of seed hosts (they get the larger budget)
+-- KEYS[F+S+5]    counter of URLs queued in the shard (front + back queues)
 -- ARGV[1] F, ARGV[2] S, ARGV[3] k (hashes per URL), ARGV[4] m (bits per segment),
 -- ARGV[5] host budget, ARGV[6] seed-host budget, ARGV[7] max query variants per path
 -- (budgets: 0 = none), then per URL 8 values: force (1 = seed), level, entry, segment
@@ -21,6 +22,7 @@ local seed_budget = tonumber(ARGV[6])
 local max_variants = tonumber(ARGV[7])
 local seen_key = KEYS[F + S + 1]
 local counts, variants, seed_hosts = KEYS[F + S + 2], KEYS[F + S + 3], KEYS[F + S + 4]
+local queued = KEYS[F + S + 5]
 local out = {}
 local i = 8
 while i <= #ARGV do
@@ -57,6 +59,7 @@ while i <= #ARGV do
   if verdict == 1 then
     redis.call('RPUSH', KEYS[level + 1], entry)
     redis.call('HINCRBY', counts, host, 1)
+    redis.call('INCR', queued)
   end
   out[#out + 1] = verdict
   i = i + 8

@@ -1,6 +1,6 @@
 -- complete.lua: a leased host's fetch is over; consume or keep its head URL and set te.
 -- KEYS[1] active set, KEYS[2] ready zset, KEYS[3] lease zset, KEYS[4] te hash,
--- KEYS[5] the host's back queue.
+-- KEYS[5] the host's back queue, KEYS[6] the shard's queued-URL counter.
 -- ARGV[1] host, ARGV[2] lease token (deadline given by lease.lua), ARGV[3] action:
 --   'done'  the head URL is finished (fetched, refused, or failed for good): pop it;
 --   'retry' pop the head and append ARGV[6] (the same URL with tries + 1) at the tail;
@@ -9,7 +9,7 @@
 -- The host re-enters the ready heap at te if its back queue still has URLs, else it
 -- leaves the active set and its te is remembered in the te hash.
 -- Returns 1, or -1 when the lease is no longer ours (expired and re-leased): nothing changed.
-local active, ready, lease, te_hash, queue = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local active, ready, lease, te_hash, queue, queued = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local host, token, action = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local te = tonumber(ARGV[4])
 local score = redis.call('ZSCORE', lease, host)
@@ -21,6 +21,8 @@ if action ~= 'keep' and redis.call('LINDEX', queue, 0) == ARGV[5] then
   redis.call('LPOP', queue)
   if action == 'retry' then
     redis.call('RPUSH', queue, ARGV[6])
+  else
+    redis.call('DECR', queued)
   end
 end
 if redis.call('LLEN', queue) > 0 then
