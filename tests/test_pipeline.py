@@ -263,3 +263,13 @@ def test_backoff_on_server_errors_then_error_record(fast):
         gaps = [b.start - a.end for a, b in zip(home, home[1:])]
         assert gaps[1] > gaps[0] * 1.3  # exponential (jittered) backoff
         assert [r["status"] for r in recs] == [503]
+
+
+def test_static_resolve_override_connects_to_checked_address(fast):
+    with TestWeb(n_hosts=1, pages_per_host=1) as web:
+        ip, port = web.hosts[0].split(":")
+        s = dataclasses.replace(fast, RESOLVE=(f"site-a.test={ip}",), SOFT404_PROBE=False,
+                                PROBE_SITEMAP_XML=False, MAX_DEPTH=0)
+        recs = crawl_inline(s, [f"http://site-a.test:{port}/"])
+        assert [r["status"] for r in recs] == [200] and recs[0]["ip"] == ip
+        assert {r.headers.get("host") for r in web.requests} == {f"site-a.test:{port}"}
