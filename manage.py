@@ -39,6 +39,7 @@ def _settings_from(args: argparse.Namespace, **extra: object) -> Settings:
         "USER_AGENT": getattr(args, "user_agent", None),
         "SHARDS": getattr(args, "shards", None),
         "MAX_DEPTH": getattr(args, "max_depth", None),
+        "MAX_PAGES_PER_HOST": getattr(args, "max_pages_per_host", None),
         "ALLOWED_DOMAINS": tuple(args.allow_domain) if getattr(args, "allow_domain", None) else None,
         "RESOLVE": tuple(args.resolve) if getattr(args, "resolve", None) else None,
         "ALLOW_PRIVATE": True if getattr(args, "allow_private", False) else None,
@@ -176,6 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--max-pages", type=int, help="stop after N pages")
     c.add_argument("--max-seconds", type=float, help="stop after S seconds")
     c.add_argument("--max-depth", type=int, help="link depth limit from the seeds (-1 = none)")
+    c.add_argument("--max-pages-per-host", type=int, help="per-host page budget (hosts of seeds get 10x; 0 = none)")
     c.add_argument("--min-delay", type=float, help="minimum seconds between two requests to one host")
     c.add_argument("--user-agent", help="user agent with a contact URL")
     c.add_argument("--allow-private", action="store_true", help="permit private/loopback targets (local webs)")

@@ -76,9 +76,10 @@ class Settings:
         "rar", "tar", "iso", "dmg", "exe", "msi", "bin", "apk", "deb", "rpm", "woff", "woff2", "ttf",
         "otf", "eot", "css", "js", "pdf", "doc", "docx", "xls", "xlsx", "ppt", "pptx",
     )
-    # Per-host page budget for one crawl (0 = none); hosts of seed URLs get the larger one.
+    # Per-host page budget for one crawl (0 = none); hosts of seed URLs get the larger
+    # one (0 = 10 x MAX_PAGES_PER_HOST).
     MAX_PAGES_PER_HOST: int = 10_000
-    MAX_PAGES_PER_SEED_HOST: int = 100_000
+    MAX_PAGES_PER_SEED_HOST: int = 0
     # Distinct query strings enqueued for one path before the rest count as a facet trap.
     MAX_QUERY_VARIANTS: int = 100
     # Read Sitemap: lines of robots.txt and probe /sitemap.xml of every host.
@@ -232,6 +233,10 @@ class Settings:
         from .robots import product_token
 
         return self.ROBOTS_AGENT or product_token(self.USER_AGENT)
+
+    @property
+    def seed_host_budget(self) -> int:
+        return self.MAX_PAGES_PER_SEED_HOST or 10 * self.MAX_PAGES_PER_HOST
 
     @property
     def node_name(self) -> str:

@@ -136,7 +136,7 @@ class Frontier:
         for shard, indexes in by_shard.items():
             k = self.keys(shard)
             args: list = [self.levels, self.bloom.segments, self.bloom.hashes, self.bloom.segment_bits,
-                          s.MAX_PAGES_PER_HOST, s.MAX_PAGES_PER_SEED_HOST, s.MAX_QUERY_VARIANTS]
+                          s.MAX_PAGES_PER_HOST, s.seed_host_budget, s.MAX_QUERY_VARIANTS]
             for i in indexes:
                 item = items[i]
                 segment, h1, h2 = self.bloom.hashes_of(item.url)
