@@ -6,6 +6,7 @@
     python manage.py seed URL... [--out DIR | --redis-url URL]     add URLs to a running crawl
     python manage.py stats [--out DIR | --redis-url URL] [--watch]
     python manage.py robots URL [--agent A]                        robots.txt verdict and matching rule
+    python manage.py dupes [--out DIR] [--threshold 0.9]           near-duplicate clusters of a crawl
     python manage.py testweb [--hosts N] [--pages P]               a local synthetic web for demos
 
 Settings: every flag overrides the matching CRAWLER_* environment variable, which
@@ -156,6 +157,12 @@ def cmd_robots(args: argparse.Namespace) -> int:
     return 0 if verdict.allowed else 3
 
 
+def cmd_dupes(args: argparse.Namespace) -> int:
+    from crawler_tasks import dupes
+
+    return dupes.main(["--out", args.out or Settings.from_env().OUT_DIR, "--threshold", str(args.threshold)])
+
+
 def cmd_testweb(args: argparse.Namespace) -> int:
     from crawler_tasks import testweb
 
@@ -208,6 +215,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--allow-private", action="store_true")
     r.add_argument("--resolve", action="append")
     r.set_defaults(func=cmd_robots)
+
+    dp = sub.add_parser("dupes", help="cluster near-duplicate pages of a finished crawl (MinHash)")
+    dp.add_argument("--out", help="the crawl's output folder")
+    dp.add_argument("--threshold", type=float, default=0.9, help="Jaccard similarity (default 0.9)")
+    dp.set_defaults(func=cmd_dupes)
 
     t = sub.add_parser("testweb", help="serve a local synthetic web on 127.0.0.x until Ctrl-C")
     t.add_argument("--hosts", type=int, default=5)

@@ -31,6 +31,8 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 Global (``<prefix>:{g}:...``): ``stats`` (hash of counters with slash paths),
 ``control`` (hash: state, started_at, ...), ``inflight`` (zset batch id -> deadline).
 Content (``<prefix>:{f<k>}:fp``): exact content fingerprint -> first URL.
+Near-duplicates (``<prefix>:{n<k>}:sim:<block>:<value>``): simhash permuted-blocks
+buckets (see dedup/nearindex.py, which builds those keys itself).
 """
 from __future__ import annotations
 

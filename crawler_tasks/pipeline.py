@@ -27,6 +27,8 @@ from urllib.parse import urlsplit
 
 from .connection import global_client, shard_client
 from .dedup.fingerprint import fingerprint_collapsed
+from .dedup.nearindex import NearDupIndex
+from .dedup.simhash import from_hex, simhash64_with_count, to_hex
 from .fetcher import Fetcher, FetchResult
 from .filters import UrlFilter
 from .frontier import ENQUEUED, PAGE, PROBE, SITEMAP, VERDICT_NAMES, Discovered, Entry, Frontier, Lease
@@ -64,6 +66,7 @@ class Worker:
     policy: PolitenessPolicy
     drop_params: frozenset[str]
     pool: ThreadPoolExecutor
+    near_index: NearDupIndex
 
     @classmethod
     def create(cls, settings: Settings) -> "Worker":
@@ -81,7 +84,8 @@ class Worker:
                    WarcStore(settings.OUT_DIR, settings.WARC_MAX_BYTES, operator=settings.USER_AGENT,
                              gzip_level=settings.WARC_GZIP_LEVEL),
                    UrlFilter(settings), policy, drop,
-                   ThreadPoolExecutor(max_workers=min(64, settings.FETCH_BATCH), thread_name_prefix="fetch"))
+                   ThreadPoolExecutor(max_workers=min(64, settings.FETCH_BATCH), thread_name_prefix="fetch"),
+                   NearDupIndex(global_client(settings), settings.KEY_PREFIX, parts=settings.SHARDS))
 
     @property
     def gkeys(self) -> GlobalKeys:
@@ -360,6 +364,10 @@ def _parse_into(w: Worker, page: dict, body: bytes) -> None:
                         headers=page.get("headers"), agent=s.robots_agent, max_text_chars=s.MAX_TEXT_CHARS)
     page["title"] = parsed.title
     page["fingerprint"] = fingerprint_collapsed(parsed.text)
+    if s.NEAR_DUPLICATES:
+        sim, n_words = simhash64_with_count(parsed.text[: s.SIMHASH_MAX_CHARS])
+        if n_words >= s.SIMHASH_MIN_WORDS:
+            page["simhash"] = to_hex(sim)
     page["text_chars"] = len(parsed.text)
     if parsed.canonical:
         page["canonical"] = w.normalize(parsed.canonical)
@@ -395,6 +403,7 @@ def dedup_stage(w: Worker, records: list[dict], batch_id: str) -> int:
     counters: dict[str, int] = {}
     _mark_duplicates(w, records, counters)
     _mark_soft404(w, records, counters)
+    _mark_near_duplicates(w, records, counters)
     discovered: list[Discovered] = []
     canonical_of: dict[int, int] = {}   # index in discovered -> index in records
     for n, rec in enumerate(records):
@@ -454,7 +463,8 @@ def _indexable(rec: dict) -> bool:
     """Whether an indexer should take this page: a 200 HTML page that is not noindex,
     not a duplicate, not a soft 404, and is its own canonical."""
     return bool(rec.get("status") == 200 and rec.get("fingerprint") and not rec.get("noindex")
-                and not rec.get("duplicate_of") and not rec.get("soft_404") and not rec.get("kind")
+                and not rec.get("duplicate_of") and not rec.get("near_duplicate_of")
+                and not rec.get("soft_404") and not rec.get("kind")
                 and rec.get("canonical") in (None, rec["url"]))
 
 
@@ -475,6 +485,20 @@ def _candidate(w: Worker, url: str | None, depth: int, hops: int, counters: dict
         return None
     level = min(depth, w.settings.PRIORITY_LEVELS - 1) if priority is None else priority
     return Discovered(url=url, host=host_key(url), depth=depth, priority=level, hops=hops, kind=kind)
+
+
+def _mark_near_duplicates(w: Worker, records: list[dict], counters: dict[str, int]) -> None:
+    """simhash within 3 bits of a page seen before: ``near_duplicate_of`` that page.
+    Links of near-duplicates are still followed (a false match must not hide a site)."""
+    candidates = [r for r in records if r.get("simhash") and r.get("status") == 200
+                  and not r.get("duplicate_of") and not r.get("kind") and not r.get("soft_404")]
+    if not candidates:
+        return
+    matches = w.near_index.check_and_add([(r["url"], from_hex(r["simhash"])) for r in candidates])
+    for rec, match in zip(candidates, matches):
+        if match:
+            rec["near_duplicate_of"] = match
+            _bump(counters, "dedup/near_duplicate")
 
 
 def _mark_soft404(w: Worker, records: list[dict], counters: dict[str, int]) -> None:

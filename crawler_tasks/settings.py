@@ -147,6 +147,13 @@ class Settings:
     MAX_REDIRECTS: int = 5
 
     # --- Dedup ---------------------------------------------------------------------------
+    # Near-duplicate detection: 64-bit simhash, pages within 3 bits are near-duplicates.
+    NEAR_DUPLICATES: bool = True
+    # simhash reads at most this many characters of a page's text (it costs about as
+    # much as parsing per character; the head of a page decides similarity well).
+    SIMHASH_MAX_CHARS: int = 30_000
+    # Pages with fewer distinct words get no simhash (short pages collide too easily).
+    SIMHASH_MIN_WORDS: int = 50
     # URL-seen Bloom filter sized for this many URLs at this false-positive rate.
     BLOOM_EXPECTED_URLS: int = 10_000_000
     BLOOM_ERROR_RATE: float = 0.01

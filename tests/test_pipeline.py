@@ -273,3 +273,20 @@ def test_static_resolve_override_connects_to_checked_address(fast):
         recs = crawl_inline(s, [f"http://site-a.test:{port}/"])
         assert [r["status"] for r in recs] == [200] and recs[0]["ip"] == ip
         assert {r.headers.get("host") for r in web.requests} == {f"site-a.test:{port}"}
+
+
+def test_near_duplicates_with_changing_timestamp(fast):
+    import random as _r
+
+    rng = _r.Random(4)
+    vocab = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9))) for _ in range(900)]
+    words = " ".join(rng.choice(vocab[:450]) for _ in range(1500))
+    page = "<html><body><p>{}</p><p>Generated at 2026-11-30 {} UTC, visit {}</p></body></html>"
+    routes = {f"/n{i}": (200, HTML, page.format(words, f"10:{i:02d}:{i:02d}", 1000 + i).encode()) for i in range(4)}
+    other = " ".join(rng.choice(vocab[450:]) for _ in range(1500))
+    routes["/other"] = (200, HTML, f"<html><body><p>{other}</p></body></html>".encode())
+    with TestWeb(n_hosts=1, pages_per_host=1, host_specs={0: HostSpec(extra_routes=routes)}) as web:
+        recs = {r["url"].rsplit("/", 1)[1]: r for r in crawl_inline(fast, web.seeds())}
+        near = [k for k in ("n0", "n1", "n2", "n3") if recs[k].get("near_duplicate_of")]
+        assert len(near) == 3 and not recs["other"].get("near_duplicate_of")
+        assert all(not recs[k]["indexable"] for k in near)

@@ -26,9 +26,9 @@ Why these choices:
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import combinations
 from operator import eq
-from typing import Callable, Iterable, Iterator, Mapping
 
 NUM_PERM = 200
 K = 4
@@ -71,11 +71,15 @@ def _fill_empty(bins: list[int | None], num_perm: int) -> list[int]:
 
 
 def _bin_minima(values: Iterable[int], num_perm: int) -> list[int | None]:
-    """Smallest value of each bin ``x % num_perm`` (C-level: sort descending, then a
-    dict keeps the last, i.e. smallest, value written to each bin)."""
-    desc = sorted(values, reverse=True)
-    minima = dict(zip(map(num_perm.__rmod__, desc), desc))
-    return [minima.get(b) for b in range(num_perm)]
+    """Smallest value of each bin ``x % num_perm`` (a plain loop measured faster than
+    sort-based C-level variants at these sizes)."""
+    bins: list[int | None] = [None] * num_perm
+    for x in values:
+        b = x % num_perm
+        v = bins[b]
+        if v is None or x < v:
+            bins[b] = x
+    return bins
 
 
 def _sketch(make: Callable[[], Iterable[int]], n: int, num_perm: int) -> list[int]:
@@ -117,7 +121,7 @@ def jaccard(a: set[int], b: set[int]) -> float:
     return len(a & b) / len(a | b)
 
 
-def jaccard_estimate(a: list[int], b: list[int]) -> float:
+def jaccard_estimate(a: Sequence[int], b: Sequence[int]) -> float:
     """Fraction of equal sketch values; 0.0 if either text had no words."""
     if not a or not b or len(a) != len(b):
         return 0.0
@@ -135,7 +139,7 @@ def lsh_params(threshold: float, num_perm: int = NUM_PERM) -> tuple[int, int]:
     return best
 
 
-def _buckets(sketches: Mapping[str, list[int]], bands: int, rows: int) -> Iterator[list[str]]:
+def _buckets(sketches: Mapping[str, Sequence[int]], bands: int, rows: int) -> Iterator[list[str]]:
     """Groups of two or more keys sharing one whole band."""
     for band in range(bands):
         lo, hi = band * rows, (band + 1) * rows
@@ -148,7 +152,7 @@ def _buckets(sketches: Mapping[str, list[int]], bands: int, rows: int) -> Iterat
                 yield members
 
 
-def candidate_pairs(sketches: Mapping[str, list[int]], bands: int = 20,
+def candidate_pairs(sketches: Mapping[str, Sequence[int]], bands: int = 20,
                     rows: int = 10) -> set[tuple[str, str]]:
     """Pairs (a < b) of keys whose sketches agree on at least one whole band.
 
@@ -161,7 +165,7 @@ def candidate_pairs(sketches: Mapping[str, list[int]], bands: int = 20,
     return pairs
 
 
-def clusters(sketches: Mapping[str, list[int]], threshold: float = 0.9,
+def clusters(sketches: Mapping[str, Sequence[int]], threshold: float = 0.9,
              bands: int | None = None, rows: int | None = None) -> list[list[str]]:
     """Groups of near-duplicate keys: connected components of the pairs whose estimated
     Jaccard is >= threshold (only LSH candidates are compared). Keys with an empty
@@ -193,7 +197,7 @@ def clusters(sketches: Mapping[str, list[int]], threshold: float = 0.9,
         rep = reps.setdefault(tuple(sk), key)
         if rep != key:
             union(rep, key)
-    rep_sketches = {key: list(sk) for sk, key in reps.items()}
+    rep_sketches = {key: sk for sk, key in reps.items()}
     for members in _buckets(rep_sketches, bands, rows):
         for i, a in enumerate(members):
             for b in members[i + 1:]:

@@ -28,6 +28,7 @@ import zlib
 from pathlib import Path
 
 import redis
+from redis.client import Pipeline
 
 from .simhash import to_hex
 
@@ -79,9 +80,9 @@ class NearDupIndex:
         # per part: keys, args and the item indexes whose results come back, in order
         plan: dict[int, tuple[list[str], list, list[int]]] = {}
         for i, (url, h) in enumerate(items):
-            fp = to_hex(h)
-            if len(fp) != 16:
+            if not 0 <= h < 1 << 64:
                 raise ValueError(f"not a 64-bit simhash: {h!r}")
+            fp = to_hex(h)
             per_part: dict[int, list[int]] = {}
             for b in range(BLOCKS):
                 value = (h >> (BLOCK_BITS * (BLOCKS - 1 - b))) & 0xFFFF
@@ -95,8 +96,9 @@ class NearDupIndex:
                     args.append(b + 1)
                 idx.append(i)
         parts = sorted(plan)
+        replies: list[list[str | bytes | None]]
         if len(parts) == 1:
-            replies = [self._call(parts[0], plan[parts[0]], self.client)]
+            replies = [self._call(parts[0], plan[parts[0]], self.client)]  # type: ignore[list-item]
         else:
             pipe = self.client.pipeline(transaction=True)
             for part in parts:
@@ -112,7 +114,7 @@ class NearDupIndex:
                         best[i] = (url, int(d))
         return best
 
-    def _call(self, part: int, plan: tuple[list[str], list, list[int]], client) -> object:
+    def _call(self, part: int, plan: tuple[list[str], list, list[int]], client: redis.Redis | Pipeline) -> object:
         keys, args, idx = plan
         return self._script(keys=keys + [self.stats_key(part)],
                             args=[self.max_bucket, self.max_distance, len(idx)] + args, client=client)

@@ -20,8 +20,8 @@ Choices, each measured with ``bench/dedup_bench.py`` and the property tests:
   feature), one ``zlib.crc32`` per distinct word (a stable 32-bit hash), then all
   words are processed at once with big integers used as SIMD lanes: the CRCs go
   into 128-bit lanes, one multiplication by a 64-bit odd constant mixes every
-  lane, and bits 16..79 of each product (the well-mixed middle; balanced and
-  pairwise uncorrelated over words, checked in tests) are the word's 64-bit hash.
+  lane, and bits 16..79 of each product (the well-mixed middle; each bit is set
+  for half of the words, checked in tests) are the word's 64-bit hash.
   The per-bit counts are ``int.bit_count`` over byte columns. No per-word Python
   bytecode runs, and no word cache is kept (a cache was slower: memory-bound).
 - Text that is mostly unspaced (CJK, Thai) falls back to character trigrams, so
@@ -32,8 +32,10 @@ Empty text hashes to 0. Hashes are stable across processes, machines and runs
 """
 from __future__ import annotations
 
+import sys
 import zlib
 from array import array
+from collections.abc import Collection
 from itertools import repeat
 from operator import add
 
@@ -46,25 +48,27 @@ _UNSPACED = 24                   # mean bytes per token above which text counts 
 _BIT_MASKS: dict[int, list[int]] = {}
 
 
-def features(text: str) -> list[bytes]:
+def features(text: str) -> set[bytes]:
     """The distinct features of a text, as UTF-8 bytes (see the module doc)."""
     data = text.lower().encode("utf-8", "surrogatepass").translate(_FOLD)
     words = data.split()
     if words and len(data) > _UNSPACED * len(words):
         s = "".join(text.lower().split()).translate(_FOLD_STR)
         if len(s) < 3:
-            return [s.encode("utf-8", "surrogatepass")]
+            return {s.encode("utf-8", "surrogatepass")}
         grams = set(map(add, map(add, s, s[1:]), s[2:]))
-        return list(map(str.encode, grams, repeat("utf-8"), repeat("surrogatepass")))
-    return list(set(words))
+        return set(map(str.encode, grams, repeat("utf-8"), repeat("surrogatepass")))
+    return set(words)
 
 
-def feature_hashes(feats: list[bytes]) -> bytes:
+def feature_hashes(feats: Collection[bytes]) -> bytes:
     """64-bit hashes of the features, as ``len(feats)`` lanes of 16 bytes whose bytes
     2..9 are the little-endian hash (all features mixed by one multiplication)."""
     n = len(feats)
     lanes = array("Q", bytes(16 * n))
     lanes[::2] = array("Q", map(zlib.crc32, feats))
+    if sys.byteorder == "big":  # pragma: no cover - the lanes are read as little-endian
+        lanes.byteswap()
     return (int.from_bytes(lanes, "little") * _MIX).to_bytes(16 * n + 16, "little")
 
 
@@ -81,7 +85,7 @@ def _masks(n: int) -> list[int]:
 def bit_counts(lanes: bytes, n: int) -> list[int]:
     """For each of the 64 hash bits, how many of the n features have it set."""
     masks = _masks(n)
-    counts = []
+    counts: list[int] = []
     for k in range(_FIRST_BYTE, _FIRST_BYTE + 8):
         column = int.from_bytes(lanes[k:16 * n:16], "little")
         counts.extend((column & m).bit_count() for m in masks)
@@ -90,12 +94,18 @@ def bit_counts(lanes: bytes, n: int) -> list[int]:
 
 def simhash64(text: str) -> int:
     """Simhash of the text's distinct words (see the module doc); 0 for no words."""
+    return simhash64_with_count(text)[0]
+
+
+def simhash64_with_count(text: str) -> tuple[int, int]:
+    """(simhash, number of distinct features). Few features make a weak fingerprint:
+    pages of a few words collide easily, so callers may skip indexing them."""
     feats = features(text)
     if not feats:
-        return 0
+        return 0, 0
     n = len(feats)
     counts = bit_counts(feature_hashes(feats), n)
-    return sum(1 << j for j, c in enumerate(counts) if 2 * c > n)
+    return sum(1 << j for j, c in enumerate(counts) if 2 * c > n), n
 
 
 def hamming(a: int, b: int) -> int:

@@ -1,0 +1,147 @@
+"""Simhash properties: identical -> equal, small edits -> within 3 bits, unrelated -> far."""
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from crawler_tasks.dedup.simhash import (
+    feature_hashes,
+    features,
+    from_hex,
+    hamming,
+    simhash64,
+    simhash64_with_count,
+    to_hex,
+)
+
+_SYLLABLES = ["ka", "to", "ri", "men", "sa", "lo", "ver", "ing", "pa", "de", "un", "tion",
+              "al", "er", "qu", "es", "mor", "bi", "ne", "st", "th", "ou", "ly", "ch"]
+_COMMON = ["the", "of", "and", "to", "a", "in", "is", "it", "for", "on", "with", "as", "was", "at"]
+
+
+def _vocabulary(seed: int = 0, size: int = 20_000) -> tuple[list[str], list[float]]:
+    rng = random.Random(seed)
+    words = list(_COMMON)
+    seen = set(words)
+    while len(words) < size:
+        w = "".join(rng.choices(_SYLLABLES, k=rng.randint(1, 4)))
+        if w not in seen:
+            seen.add(w)
+            words.append(w)
+    return words, list(itertools.accumulate(1 / (rank + 1) for rank in range(size)))
+
+
+VOCAB, CUM = _vocabulary()
+
+
+def words(rng: random.Random, n: int) -> list[str]:
+    """Zipf-distributed words, like natural text."""
+    return rng.choices(VOCAB, cum_weights=CUM, k=n)
+
+
+def test_identical_texts_identical_hash():
+    rng = random.Random(1)
+    text = " ".join(words(rng, 2000))
+    assert simhash64(text) == simhash64(text)
+    assert simhash64(text) == simhash64("  " + text.upper().replace(" ", "\n  "))
+    assert 0 <= simhash64(text) < 1 << 64
+
+
+def test_empty_and_tiny_texts():
+    assert simhash64("") == 0
+    assert simhash64("   \n ") == 0
+    assert simhash64("word") != 0 or simhash64("other") != 0
+    assert simhash64_with_count("b a b 12 34") == (simhash64("a b 00"), 3)
+    assert simhash64_with_count("") == (0, 0)
+
+
+def test_value_is_stable_across_runs():
+    """Fingerprints are stored in Redis and compared between processes and machines:
+    a change of this value is a format change."""
+    assert to_hex(simhash64("The quick brown fox jumps over the lazy dog")) == "a96e03a0161ae119"
+
+
+def test_hex_round_trip_and_hamming():
+    rng = random.Random(2)
+    for _ in range(100):
+        h = rng.getrandbits(64)
+        assert len(to_hex(h)) == 16
+        assert from_hex(to_hex(h)) == h
+    assert to_hex(1) == "0000000000000001"
+    assert hamming(0, (1 << 64) - 1) == 64
+    assert hamming(0b1011, 0b0001) == 2
+    for bad in ("", "0x12", "12345678901234567", "zz", " 1"):
+        with pytest.raises(ValueError):
+            from_hex(bad)
+
+
+def test_feature_hash_bits_are_balanced():
+    """The 64 bits of the mixed CRC must each be set for about half of the words."""
+    feats = [w.encode() for w in VOCAB]
+    lanes = feature_hashes(feats)
+    hashes = [int.from_bytes(lanes[16 * i + 2:16 * i + 10], "little") for i in range(len(feats))]
+    for j in range(64):
+        share = sum(h >> j & 1 for h in hashes) / len(hashes)
+        assert 0.47 < share < 0.53, (j, share)
+
+
+def _with_counter_line(rng: random.Random, body: list[str]) -> tuple[str, str]:
+    pos = rng.randrange(len(body))
+
+    def line() -> list[str]:
+        unit = rng.choice(["minutes", "hours", "days"])
+        return (f"posted {rng.randint(2, 59)} {unit} ago updated {rng.randint(2000, 2030)}-"
+                f"{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d} {rng.randint(0, 23):02d}:"
+                f"{rng.randint(0, 59):02d} {rng.randint(10, 99999)} views").split()
+
+    a = body[:pos] + line() + body[pos:]
+    b = body[:pos] + line() + body[pos:]
+    return " ".join(a), " ".join(b)
+
+
+def test_counter_line_change_is_within_3_bits():
+    rng = random.Random(3)
+    distances = []
+    for _ in range(40):
+        a, b = _with_counter_line(rng, words(rng, 2000))
+        distances.append(hamming(simhash64(a), simhash64(b)))
+    assert sum(d <= 3 for d in distances) >= 0.9 * len(distances), distances
+
+
+def test_few_word_edits_are_within_3_bits():
+    """Not only digits: two real words replaced in a 2,000-word page."""
+    rng = random.Random(4)
+    distances = []
+    for _ in range(40):
+        a = words(rng, 2000)
+        b = list(a)
+        for _ in range(2):
+            b[rng.randrange(len(b))] = rng.choice(VOCAB[:5000])
+        distances.append(hamming(simhash64(" ".join(a)), simhash64(" ".join(b))))
+    assert sum(d <= 3 for d in distances) >= 0.9 * len(distances), distances
+
+
+def test_unrelated_texts_are_more_than_3_bits_apart():
+    rng = random.Random(5)
+    hashes = [simhash64(" ".join(words(rng, rng.randint(300, 2500)))) for _ in range(200)]
+    distances = [hamming(a, b) for a, b in itertools.combinations(hashes, 2)]
+    assert sum(d <= 3 for d in distances) < 0.01 * len(distances)
+    assert 24 < sum(distances) / len(distances) < 36
+
+
+def test_unspaced_text_uses_character_trigrams():
+    rng = random.Random(6)
+    chars = [chr(0x4E00 + i) for i in range(3000)]
+    cum = list(itertools.accumulate(1 / (i + 1) for i in range(3000)))
+    close = 0
+    for _ in range(20):
+        text = "".join(rng.choices(chars, cum_weights=cum, k=3000))
+        assert all(len(f.decode()) == 3 for f in features(text))
+        i = rng.randrange(len(text))
+        edited = text[:i] + rng.choice(chars) + text[i + 1:]
+        close += hamming(simhash64(text), simhash64(edited)) <= 3
+        other = "".join(rng.choices(chars, cum_weights=cum, k=3000))
+        assert hamming(simhash64(text), simhash64(other)) > 3
+    assert close >= 17
