@@ -151,7 +151,7 @@ class Settings:
     NEAR_DUPLICATES: bool = True
     # simhash reads at most this many characters of a page's text (it costs about as
     # much as parsing per character; the head of a page decides similarity well).
-    SIMHASH_MAX_CHARS: int = 30_000
+    SIMHASH_MAX_CHARS: int = 12_000
     # Pages with fewer distinct words get no simhash (short pages collide too easily).
     SIMHASH_MIN_WORDS: int = 50
     # URL-seen Bloom filter sized for this many URLs at this false-positive rate.

@@ -58,7 +58,7 @@ import zlib
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
