@@ -7,6 +7,7 @@
     python manage.py stats [--out DIR | --redis-url URL] [--watch]
     python manage.py robots URL [--agent A]                        robots.txt verdict and matching rule
     python manage.py dupes [--out DIR] [--threshold 0.9]           near-duplicate clusters of a crawl
+    python manage.py snapshot [--out DIR] | restore FILE [--out DIR] [--replace]   checkpoints
     python manage.py testweb [--hosts N] [--pages P]               a local synthetic web for demos
 
 Settings: every flag overrides the matching CRAWLER_* environment variable, which
@@ -26,7 +27,7 @@ from typing import Iterator
 
 import redis
 
-from crawler_tasks.exceptions import ConfigError
+from crawler_tasks.exceptions import ConfigError, CrawlerError
 from crawler_tasks.settings import Settings, reset_settings
 
 
@@ -45,6 +46,7 @@ def _settings_from(args: argparse.Namespace, **extra: object) -> Settings:
         "RESOLVE": tuple(args.resolve) if getattr(args, "resolve", None) else None,
         "ALLOW_PRIVATE": True if getattr(args, "allow_private", False) else None,
         "OBEY_ROBOTS": False if getattr(args, "ignore_robots", False) else None,
+        "METRICS_PORT": getattr(args, "metrics_port", None),
         **extra,
     }
     settings = Settings.from_env(**overrides)
@@ -64,7 +66,14 @@ def _attach(args: argparse.Namespace) -> Iterator[Settings]:
         if not state.exists():
             raise ConfigError(f"no crawl found: {state} does not exist (give --out DIR or --redis-url)")
         info = json.loads(state.read_text())
-        extra = {"KEY_PREFIX": info["key_prefix"], "SHARDS": info["shards"], "REDIS_URL": info["redis_url"]}
+        extra = {"KEY_PREFIX": info["key_prefix"], "SHARDS": info["shards"], "REDIS_URL": info["redis_url"],
+                 "OUT_DIR": str(out)}
+        for field, name in (("priority_levels", "PRIORITY_LEVELS"), ("bloom_expected_urls", "BLOOM_EXPECTED_URLS"),
+                            ("bloom_error_rate", "BLOOM_ERROR_RATE")):
+            if field in info:
+                extra[name] = info[field]
+        if info.get("redis_shard_urls"):
+            extra["REDIS_SHARD_URLS"] = tuple(info["redis_shard_urls"])
         try:
             redis.Redis.from_url(info["redis_url"], socket_connect_timeout=1).ping()
         except redis.RedisError:
@@ -94,7 +103,8 @@ def cmd_crawl(args: argparse.Namespace) -> int:
     if not settings.ALLOW_PRIVATE:
         print("note: private and loopback addresses are refused (use --allow-private for local webs)",
               file=sys.stderr)
-    runner = CrawlRunner(settings, seeds=seeds, workers=args.workers, parsers=args.parsers, resume=args.resume)
+    runner = CrawlRunner(settings, seeds=seeds, workers=args.workers, parsers=args.parsers,
+                         resume=args.resume or bool(args.restore), restore_from=args.restore)
     return runner.run()
 
 
@@ -157,6 +167,27 @@ def cmd_robots(args: argparse.Namespace) -> int:
     return 0 if verdict.allowed else 3
 
 
+def cmd_snapshot(args: argparse.Namespace) -> int:
+    from crawler_tasks.snapshot import checkpoint, info_dict, snapshot
+
+    with _attach(args) as settings:
+        info = snapshot(settings, args.path) if args.path else checkpoint(settings, keep=args.keep)
+    if info is None:
+        print("another snapshot is being written to this folder; try again", file=sys.stderr)
+        return 1
+    print(json.dumps(info_dict(info), indent=1, default=str))
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    from crawler_tasks.snapshot import info_dict, restore
+
+    with _attach(args) as settings:
+        info = restore(settings, args.file, replace=args.replace)
+    print(json.dumps(info_dict(info), indent=1, default=str))
+    return 0
+
+
 def cmd_dupes(args: argparse.Namespace) -> int:
     from crawler_tasks import dupes
 
@@ -195,6 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--workers", type=int, default=2, help="fetch worker processes (default 2)")
     c.add_argument("--parsers", type=int, default=2, help="parse/dedup worker processes (default 2)")
     c.add_argument("--resume", action="store_true", help="continue the crawl whose state is in --out / Redis")
+    c.add_argument("--restore", metavar="FILE|latest",
+                   help="load a snapshot (OUT/snapshots/...) first, then resume from it")
+    c.add_argument("--metrics-port", type=int, help="Prometheus endpoint port (0 = free port, -1 = off)")
     c.set_defaults(func=cmd_crawl)
 
     for name, func, text in (("seed", cmd_seed, "add URLs to a running crawl"),
@@ -208,6 +242,20 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--out", help="the crawl's output folder (finds its Redis)")
         sp.add_argument("--redis-url")
         sp.set_defaults(func=func)
+
+    sn = sub.add_parser("snapshot", help="write a portable checkpoint of a crawl's Redis state")
+    sn.add_argument("--out", help="the crawl's output folder (finds its Redis)")
+    sn.add_argument("--redis-url")
+    sn.add_argument("--path", help="file to write (default OUT/snapshots/snapshot-<time>.jsonl.gz)")
+    sn.add_argument("--keep", type=int, default=3, help="snapshots kept in OUT/snapshots")
+    sn.set_defaults(func=cmd_snapshot)
+
+    rs = sub.add_parser("restore", help="load a snapshot into a crawl's Redis (then crawl --resume)")
+    rs.add_argument("file")
+    rs.add_argument("--out", help="the crawl's output folder (finds its Redis)")
+    rs.add_argument("--redis-url")
+    rs.add_argument("--replace", action="store_true", help="drop the crawl's current keys first")
+    rs.set_defaults(func=cmd_restore)
 
     r = sub.add_parser("robots", help="fetch a site's robots.txt and print the verdict for URL")
     r.add_argument("url")
@@ -234,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except ConfigError as exc:
+    except CrawlerError as exc:  # ConfigError, SnapshotError: a clear message, no traceback
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -33,6 +33,7 @@ from .fetcher import Fetcher, FetchResult
 from .filters import UrlFilter
 from .frontier import ENQUEUED, PAGE, PROBE, SITEMAP, VERDICT_NAMES, Discovered, Entry, Frontier, Lease
 from .keys import GlobalKeys
+from .metrics import record_latencies
 from .netsafety import AddressRefused, ResolveError
 from .parser import is_html, parse_html
 from .sitemaps import MAX_SITEMAP_BYTES, parse_sitemap
@@ -147,6 +148,9 @@ def fetch_stage(w: Worker, leases: list[Lease], batch_id: str) -> tuple[list[dic
                     bodies.append(body)
                 pages.append(page)
     _bump(counters, "fetch/batches")
+    latencies = [p["fetch_ms"] / 1000 for p in pages if p.get("fetch_ms") is not None]
+    if latencies:
+        record_latencies(global_client(w.settings), w.settings.KEY_PREFIX, latencies)
     w.warc.flush()
     spool = _write_spool(w.settings, batch_id, bodies) if bodies else None
     for page in pages:
@@ -573,6 +577,3 @@ def seed_urls(settings: Settings, urls: list[str], frontier: Frontier | None = N
         pipe.execute()
     return added, rejected
 
-
-def new_batch_id() -> str:
-    return f"{int(time.time() * 1000):x}-{os.getpid():x}-{random.getrandbits(32):08x}"

@@ -28,9 +28,12 @@ from .exceptions import ConfigError
 from .frontier import Frontier
 from .keys import GlobalKeys
 from .maintenance import Progress, read_progress, set_state
+from .metrics import serve_metrics
+from .metrics import stop as stop_metrics
 from .pipeline import seed_urls
 from .scheduler import FINISHED, RUNNING, STOPPING
 from .settings import Settings
+from .snapshot import latest_snapshot, restore
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +94,8 @@ class Child:
 
 class CrawlRunner:
     def __init__(self, settings: Settings, *, seeds: list[str], workers: int = 2, parsers: int = 2,
-                 resume: bool = False, out: TextIO = sys.stderr) -> None:
+                 resume: bool = False, restore_from: str | None = None, out: TextIO = sys.stderr) -> None:
+        self.restore_from = restore_from
         self.settings = settings
         self.seeds = seeds
         self.workers = max(1, workers)
@@ -100,6 +104,7 @@ class CrawlRunner:
         self.out = out
         self.out_dir = Path(settings.OUT_DIR)
         self.redis: EmbeddedRedis | None = None
+        self.metrics_server: object | None = None
         self.children: list[Child] = []
         self._stop_requested = ""
         self.started = time.time()
@@ -109,6 +114,7 @@ class CrawlRunner:
         old = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             self._prepare()
+            self._start_metrics()
             self._start_children()
             progress = self._watch()
             self._summary(progress)
@@ -131,7 +137,8 @@ class CrawlRunner:
         s = self.settings
         self.out_dir.mkdir(parents=True, exist_ok=True)
         if not self.resume:
-            removed = [name for name in ("pages.jsonl", "warc", "redis", "logs", STATE_FILE, "celerybeat-schedule")
+            removed = [name for name in ("pages.jsonl", "warc", "redis", "logs", STATE_FILE, "celerybeat-schedule",
+                                         "snapshots", "spool")
                        if (self.out_dir / name).exists()]
             for name in removed:
                 path = self.out_dir / name
@@ -147,6 +154,12 @@ class CrawlRunner:
         client = global_client(s)
         client.ping()
         g = GlobalKeys(s.KEY_PREFIX)
+        if self.restore_from:
+            path = latest_snapshot(self.out_dir) if self.restore_from == "latest" else Path(self.restore_from)
+            if path is None:
+                raise ConfigError(f"--restore latest: no snapshot in {self.out_dir / 'snapshots'}")
+            info = restore(s, path, replace=True)
+            self._say(f"restored {path} ({info.keys} keys)")
         if not self.resume:
             self._clear_keys()
         elif not client.exists(g.control):
@@ -163,7 +176,9 @@ class CrawlRunner:
             raise ConfigError("no seed URLs: give URLs or --seeds-file")
         (self.out_dir / STATE_FILE).write_text(json.dumps({
             "redis_url": s.REDIS_URL, "key_prefix": s.KEY_PREFIX, "shards": s.SHARDS, "pid": os.getpid(),
-            "started_at": self.started}))
+            "started_at": self.started, "priority_levels": s.PRIORITY_LEVELS,
+            "bloom_expected_urls": s.BLOOM_EXPECTED_URLS, "bloom_error_rate": s.BLOOM_ERROR_RATE,
+            "redis_shard_urls": list(s.REDIS_SHARD_URLS)}))
 
     def _clear_keys(self) -> None:
         """A fresh crawl on a given Redis: drop this prefix's keys and our queues."""
@@ -265,6 +280,21 @@ class CrawlRunner:
                 f"{k} {v / progress.pages:.2f}" for k, v in sorted(cpu.items())))
         self._say(f"  output: {self.out_dir / 'pages.jsonl'}, {self.out_dir / 'warc'}")
 
+    def _start_metrics(self) -> None:
+        s = self.settings
+        if s.METRICS_PORT < 0:
+            return
+        try:
+            self.metrics_server, port = serve_metrics(s, s.METRICS_PORT, s.METRICS_ADDR)
+        except OSError as exc:
+            self._say(f"warning: metrics endpoint not started: {exc}")
+            return
+        self._say(f"metrics: http://{s.METRICS_ADDR}:{port}/metrics")
+        state = self.out_dir / STATE_FILE
+        info = json.loads(state.read_text())
+        info["metrics_port"] = port
+        state.write_text(json.dumps(info))
+
     def _shutdown(self) -> None:
         """Beat first (nothing new is scheduled), then every worker at once."""
         beat = [c for c in self.children if c.name == "beat"]
@@ -276,6 +306,9 @@ class CrawlRunner:
             for child in group:
                 child.reap(deadline)
         self.children.clear()
+        if self.metrics_server is not None:
+            stop_metrics(self.metrics_server)
+            self.metrics_server = None
         if self.redis is not None:
             self.redis.stop()
             self.redis = None

@@ -8,13 +8,14 @@ exceed it (robots.txt fetches and retries do not count as pages).
 """
 from __future__ import annotations
 
+import os
+import random
 import time
 from dataclasses import dataclass
 
 from .connection import global_client
 from .frontier import Frontier, Lease
 from .keys import GlobalKeys
-from .pipeline import new_batch_id
 from .settings import Settings
 
 RUNNING, STOPPING, FINISHED = "running", "stopping", "finished"
@@ -25,6 +26,10 @@ class Batch:
     shard: int
     batch_id: str
     leases: list[Lease]
+
+
+def new_batch_id() -> str:
+    return f"{int(time.time() * 1000):x}-{os.getpid():x}-{random.getrandbits(32):08x}"
 
 
 def crawl_state(settings: Settings) -> str:

@@ -176,6 +176,13 @@ class Settings:
     MAX_PAGES: int = 0
     # Stop after this many seconds (0 = no limit; enforced by manage.py crawl).
     MAX_SECONDS: float = 0.0
+    # Checkpoint the frontier to OUT/snapshots every this many seconds (0 = off); keep
+    # this many files. Taken by the maintenance task, which pauses wakes meanwhile.
+    SNAPSHOT_INTERVAL_S: float = 300.0
+    SNAPSHOT_KEEP: int = 3
+    # Prometheus endpoint of manage.py crawl: -1 = off, 0 = a free port.
+    METRICS_PORT: int = 0
+    METRICS_ADDR: str = "127.0.0.1"
     # Workers started by manage.py crawl send task events (Flower needs them).
     TASK_EVENTS: bool = True
     # Beat: how often the wake task runs, seconds.

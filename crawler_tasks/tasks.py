@@ -17,7 +17,8 @@ from .celery import DEDUP_QUEUE, app, fetch_queue, parse_queue
 from .frontier import Lease
 from .maintenance import run_maintenance
 from .pipeline import Worker, dedup_stage, fetch_stage, parse_stage
-from .scheduler import Batch, plan_wake
+from .scheduler import RUNNING, Batch, plan_wake
+from .snapshot import maybe_checkpoint
 from .settings import get_settings
 
 log = logging.getLogger(__name__)
@@ -90,5 +91,11 @@ def dedup(records: list[dict], batch_id: str) -> int:
 
 @app.task(name="crawler.maintenance", ignore_result=True)
 def maintenance() -> str:
-    progress = run_maintenance(get_settings(), get_worker().frontier)
+    s = get_settings()
+    progress = run_maintenance(s, get_worker().frontier)
+    if s.SNAPSHOT_INTERVAL_S and progress.state == RUNNING:
+        try:
+            maybe_checkpoint(s, s.SNAPSHOT_INTERVAL_S, keep=s.SNAPSHOT_KEEP)
+        except OSError as exc:  # a full disk must not stop the crawl; say it each time
+            log.error("checkpoint failed: %s", exc)
     return progress.state

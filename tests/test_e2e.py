@@ -138,6 +138,11 @@ def test_sigterm_stops_everything(web, tmp_path):
     while time.time() < deadline and not (out / "pages.jsonl").exists():
         time.sleep(0.2)
     assert (out / "pages.jsonl").exists(), "crawl did not start"
+    port = json.loads((out / "crawl.json").read_text())["metrics_port"]
+    import urllib.request
+
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    assert "crawler_up 1.0" in metrics and "crawler_fetch_status_total" in metrics
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert "SIGTERM" in err

@@ -78,3 +78,36 @@ def test_robots_command_explains_the_verdict():
 def test_bad_config_is_a_clear_error(tmp_path, env, args, message):
     proc = manage("crawl", "--out", str(tmp_path / "o"), *args, env=env, timeout=60)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_snapshot_then_restore_after_losing_redis(tmp_path):
+    import shutil
+
+    out = tmp_path / "out"
+    with TestWeb(n_hosts=2, pages_per_host=5, seed=9) as web:
+        first = manage("crawl", *web.seeds(), "--out", str(out), "--allow-private", "--min-delay", "0.1",
+                       "--max-pages", "3", *UA)
+        assert first.returncode == 0, first.stderr[-2000:]
+        snap = manage("snapshot", "--out", str(out))
+        assert snap.returncode == 0, snap.stderr
+        assert list((out / "snapshots").glob("snapshot-*.jsonl.gz"))
+        shutil.rmtree(out / "redis")  # the Redis data is gone; the snapshot is not
+        second = manage("crawl", "--restore", "latest", "--out", str(out), "--allow-private",
+                        "--min-delay", "0.1", *UA)
+        assert second.returncode == 0, second.stderr[-2000:]
+        assert "restored" in second.stderr and "frontier exhausted" in second.stderr
+        fetched = [r["url"] for r in records(out) if r.get("status") == 200]
+        assert len(fetched) == len(set(fetched))
+        assert web.reachable(web.seeds()) <= set(fetched)
+
+
+def test_corrupt_snapshot_is_a_clear_error(tmp_path):
+    bad = tmp_path / "bad.jsonl.gz"
+    bad.write_bytes(b"not gzip at all")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "crawl.json").write_text(json.dumps({"redis_url": "redis://127.0.0.1:1/0", "key_prefix": "x",
+                                                "shards": 1}))
+    (out / "redis").mkdir()
+    proc = manage("restore", str(bad), "--out", str(out), timeout=60)
+    assert proc.returncode == 2 and "error:" in proc.stderr and "Traceback" not in proc.stderr
