@@ -33,7 +33,7 @@ def make_app() -> Celery:
     app.conf.update(
         broker_url=broker_url(settings) if settings.REDIS_URL or settings.BROKER_URL else "redis://127.0.0.1:6379/1",
         broker_connection_retry_on_startup=True,
-        broker_transport_options={"visibility_timeout": max(600, int(settings.BATCH_TIMEOUT_S))},
+        broker_transport_options={"visibility_timeout": max(600, int(settings.batch_timeout_s))},
         result_backend=None,
         task_ignore_result=True,
         task_serializer="json",

@@ -87,7 +87,7 @@ def run_maintenance(settings: Settings, frontier: Frontier | None = None, now: f
     if stale:
         client.zrem(g.inflight, *stale)
         log.warning("%d batches did not finish within %.0f s; their hosts return when leases expire",
-                    len(stale), settings.BATCH_TIMEOUT_S)
+                    len(stale), settings.batch_timeout_s)
     if expired:
         client.hincrby(g.stats, "frontier/lease_expired", expired)
         log.warning("%d host leases expired (a worker died or hung); hosts put back", expired)

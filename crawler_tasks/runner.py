@@ -2,10 +2,11 @@
 
 It starts (when no Redis is given) a private redis-server, then Celery worker
 processes (fetch, parse/dedup, control) and beat as children in their own process
-groups, shows progress, and stops everything (beat first, then workers with a warm
-shutdown, then Redis) when the crawl finishes, a limit is hit, on Ctrl-C or SIGTERM,
-or if a child dies. Children also get SIGTERM if this process is killed
-(PR_SET_PDEATHSIG), so no worker, beat or redis-server outlives it.
+groups, shows progress, restarts a worker or beat that dies (its leased hosts come
+back when their leases expire), and stops everything (beat first, then workers with
+a warm shutdown, then Redis) when the crawl finishes, a limit is hit, or on Ctrl-C or
+SIGTERM. Children also get SIGTERM if this process is killed (PR_SET_PDEATHSIG), so
+no worker, beat or redis-server outlives it.
 """
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ log = logging.getLogger(__name__)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STATE_FILE = "crawl.json"
+# Children that die are restarted, at most this many times per crawl.
+MAX_RESTARTS = 10
 
 
 def read_seeds_file(path: str) -> list[str]:
@@ -58,6 +61,8 @@ def read_seeds_file(path: str) -> list[str]:
 class Child:
     def __init__(self, name: str, args: list[str], env: dict[str, str], log_path: Path) -> None:
         self.name = name
+        self.args = args
+        self.env = env
         self.log_path = log_path
         self._log = open(log_path, "ab")
         self.proc = subprocess.Popen(args, env=env, cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL,
@@ -107,6 +112,7 @@ class CrawlRunner:
         self.metrics_server: object | None = None
         self.children: list[Child] = []
         self._stop_requested = ""
+        self.restarts = 0
         self.started = time.time()
 
     # -- lifecycle ------------------------------------------------------------------
@@ -245,12 +251,20 @@ class CrawlRunner:
                 if tty:
                     print(file=self.out)
                 return progress
-            dead = [c.name for c in self.children if not c.alive()]
-            if dead:
-                self._say(f"\nchild process exited unexpectedly: {', '.join(dead)} (see {self.out_dir / 'logs'})")
-                set_state(s, FINISHED, f"child died: {', '.join(dead)}")
-                progress.state, progress.reason = FINISHED, f"child died: {', '.join(dead)}"
-                return progress
+            for i, child in enumerate(self.children):
+                if child.alive():
+                    continue
+                if self.restarts >= MAX_RESTARTS:
+                    reason = f"{child.name} died {self.restarts} times; giving up (see {self.out_dir / 'logs'})"
+                    self._say("\n" + reason)
+                    set_state(s, FINISHED, reason)
+                    progress.state, progress.reason = FINISHED, reason
+                    return progress
+                # a dead worker's hosts return when their leases expire; nothing is lost
+                self.restarts += 1
+                self._say(f"\n{child.name} exited with {child.proc.returncode}; restarting it")
+                child.reap(time.monotonic())
+                self.children[i] = Child(child.name, child.args, child.env, child.log_path)
             if self._stop_requested and progress.state == RUNNING:
                 set_state(s, STOPPING, f"stopped by {self._stop_requested}")
             if s.MAX_SECONDS and now - self.started >= s.MAX_SECONDS and progress.state == RUNNING:

@@ -71,6 +71,6 @@ def plan_wake(settings: Settings, frontier: Frontier, now: float | None = None) 
         for i in range(0, len(leases), settings.FETCH_BATCH):
             batches.append(Batch(shard, new_batch_id(), leases[i:i + settings.FETCH_BATCH]))
     if batches:
-        deadline = now + settings.BATCH_TIMEOUT_S
+        deadline = now + settings.batch_timeout_s
         client.zadd(g.inflight, {b.batch_id: deadline for b in batches})
     return batches

@@ -52,8 +52,9 @@ class Settings:
     FETCH_BATCH: int = 16
     # Most fetch batches dispatched and not yet through dedup (back-pressure).
     MAX_INFLIGHT_BATCHES: int = 16
-    # A dispatched batch that did not finish by then is forgotten (its hosts' leases expire).
-    BATCH_TIMEOUT_S: float = 600.0
+    # A dispatched batch that did not finish by then is forgotten (its worker died; its
+    # hosts come back when their leases expire). 0 = 2 x LEASE_S.
+    BATCH_TIMEOUT_S: float = 0.0
     # Maximum link depth from a seed (0 = seeds only, -1 = unlimited).
     MAX_DEPTH: int = -1
 
@@ -247,6 +248,10 @@ class Settings:
         from .robots import product_token
 
         return self.ROBOTS_AGENT or product_token(self.USER_AGENT)
+
+    @property
+    def batch_timeout_s(self) -> float:
+        return self.BATCH_TIMEOUT_S or 2 * self.LEASE_S
 
     @property
     def seed_host_budget(self) -> int:

@@ -33,14 +33,18 @@ def records(out: Path) -> list[dict]:
 
 
 def no_children_left(out: Path) -> list[str]:
-    """Processes whose command line mentions this crawl's output folder or its redis."""
+    """Processes of this crawl still alive: its redis-server (data dir under OUT) and every
+    worker or beat (they carry CRAWLER_OUT_DIR=OUT in their environment)."""
     left = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
+        if proc.pid == os.getpid():
+            continue
         try:
             cmd = " ".join(proc.info["cmdline"] or [])
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            env = proc.environ() if "python" in cmd or "celery" in cmd else {}
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        if str(out) in cmd and proc.pid != os.getpid():
+        if str(out) in cmd or env.get("CRAWLER_OUT_DIR") == str(out):
             left.append(cmd)
     return left
 
@@ -155,3 +159,42 @@ def test_bad_seed_file_is_a_clear_error(tmp_path):
                            str(tmp_path / "missing.txt"), "--out", str(tmp_path / "o")],
                           capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 2 and "cannot read seeds file" in proc.stderr
+
+
+def test_kill_9_worker_and_beat_mid_crawl(tmp_path):
+    """A fetch worker and beat die hard: the crawl restarts them, the dead worker's hosts
+    come back when their leases expire, every page is fetched, no host is ever fetched
+    by two connections at once."""
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
+    env.update({"CRAWLER_LEASE_S": "6", "CRAWLER_TOTAL_TIMEOUT_S": "3", "CRAWLER_READ_TIMEOUT_S": "2",
+                "CRAWLER_CONNECT_TIMEOUT_S": "1"})
+    with TestWeb(n_hosts=3, pages_per_host=10, seed=11, mean_page_bytes=3000) as web:
+        cmd = [sys.executable, str(ROOT / "manage.py"), "crawl", *web.seeds(), "--out", str(out),
+               "--allow-private", "--min-delay", "0.3", "--user-agent", "testbot/1.0 (+http://127.0.0.1/bot)"]
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 60
+        while time.time() < deadline and len(records(out)) < 4:
+            time.sleep(0.2)
+        victims = []
+        for p in psutil.process_iter(["cmdline"]):
+            cmdline = " ".join(p.info["cmdline"] or [])
+            if f"fetch0-{proc.pid}@" in cmdline or f"{out}/celerybeat-schedule" in cmdline:
+                victims.append(p)
+        assert len(victims) == 2, victims
+        for p in victims:
+            p.kill()
+        _, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err[-3000:]
+        assert "restarting" in err and "frontier exhausted" in err
+        log = web.requests
+        fetched = {r["url"] for r in records(out) if r.get("status") == 200}
+        assert web.reachable(web.seeds()) <= fetched
+        by_host = defaultdict(list)
+        for r in log:
+            by_host[r.host].append(r)
+        for reqs in by_host.values():
+            reqs.sort(key=lambda r: r.start)
+            assert all(b.start >= a.end for a, b in zip(reqs, reqs[1:])), "two requests at once on a host"
+    time.sleep(0.5)
+    assert no_children_left(out) == []
