@@ -1,7 +1,7 @@
 """Redis clients: one place that builds them, sets timeouts and the retry policy.
 
-Shard ``s`` lives on ``REDIS_SHARD_URLS[crc32("s<s>") % n]`` when that list is set,
-else on ``REDIS_URL``; global keys (stats, control) always live on ``REDIS_URL``.
+Shard ``s`` lives on ``REDIS_SHARD_URLS[s % n]`` when that list is set (stable and
+balanced: shards are already a hash of the host), else on ``REDIS_URL``; global keys (stats, control) always live on ``REDIS_URL``.
 Clients are cached per process (and rebuilt after a fork, since sockets must not
 be shared between a Celery parent and its children).
 """
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import threading
-import zlib
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -63,7 +62,7 @@ def shard_url(settings: Settings, shard: int) -> str:
     urls = settings.REDIS_SHARD_URLS
     if not urls:
         return main_url(settings)
-    return urls[zlib.crc32(f"s{shard}".encode()) % len(urls)]
+    return urls[shard % len(urls)]
 
 
 def shard_client(settings: Settings, shard: int) -> redis.Redis:
