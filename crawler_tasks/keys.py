@@ -29,7 +29,8 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 ========================  ======  ===================================================
 
 Global (``<prefix>:{g}:...``): ``stats`` (hash of counters with slash paths),
-``control`` (hash: state, started_at, ...), ``inflight`` (zset batch id -> deadline).
+``control`` (hash: state, started_at, ...), ``inflight`` (zset batch id -> deadline),
+``feed`` (stream of indexable pages for indexers), ``latency`` (fetch latency buckets).
 Content (``<prefix>:{f<k>}:fp``): exact content fingerprint -> first URL.
 Near-duplicates (``<prefix>:{n<k>}:sim:<block>:<value>``): simhash permuted-blocks
 buckets (see dedup/nearindex.py, which builds those keys itself).
@@ -132,6 +133,10 @@ class GlobalKeys:
     @property
     def inflight(self) -> str:
         return f"{self.prefix}:{{g}}:inflight"
+
+    @property
+    def feed(self) -> str:
+        return f"{self.prefix}:{{g}}:feed"
 
     def fingerprints(self, part: int) -> str:
         return f"{self.prefix}:{{f{part}}}:fp"

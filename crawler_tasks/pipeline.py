@@ -6,10 +6,12 @@ Messages between stages are plain JSON dicts (see ``tasks.py``):
   batch's spool file on this node; bodies never cross the broker (measured: inline
   bodies, zlib + base64 + JSON + kombu's own base64, cost more CPU than parsing);
   so parse runs on the node that fetched (queue ``crawl.parse.<node>``);
-- parse returns *records*: the page fields plus title, fingerprint, outlinks, with
-  the body dropped;
-- dedup marks content duplicates, filters and enqueues links and redirect targets,
-  writes ``pages.jsonl`` and counts.
+- parse returns *records*: the page fields plus title, fingerprints and outlinks. It
+  also does the content dedup (exact fingerprint, simhash near-duplicates, soft 404s),
+  because only this node holds the text, and emits indexable pages with their text to
+  the indexer feed (``feed.jsonl`` and a Redis Stream);
+- dedup filters and enqueues links, sitemap entries and redirect targets (URL-seen
+  test), writes ``pages.jsonl`` and counts.
 
 Policy: one bad URL never fails a batch. Anything unexpected while handling one URL
 is logged once per kind, counted as ``error/<Type>`` and recorded on that URL.
@@ -40,7 +42,7 @@ from .sitemaps import MAX_SITEMAP_BYTES, parse_sitemap
 from .politeness import FetchOutcome, HostState, PolitenessPolicy, crawl_delay_verdict, next_contact
 from .robotscache import RULES, UNREACHABLE, RobotsCache
 from .settings import Settings
-from .storage import WarcStore, append_jsonl, warc_date
+from .storage import FeedWriter, WarcStore, append_jsonl, warc_date
 from .urls import DEFAULT_SESSION_PARAMS, DEFAULT_TRACKING_PARAMS, host_key, normalize_url
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,7 @@ KEEP_HEADERS = ("x-robots-tag", "link", "content-language", "last-modified", "et
 RETRYABLE_KINDS = {"timeout", "connect", "protocol", "dns"}
 NETWORK_KINDS = RETRYABLE_KINDS | {"tls", "headers_too_large"}
 KIND_NAMES = {SITEMAP: "sitemap", PROBE: "probe"}
+FEED_FIELDS = ("url", "title", "lang", "fingerprint", "simhash", "fetched_at", "canonical", "content_type")
 MAX_SITEMAPS_PER_HOST = 20
 PROBE_MARK = "soft404-probe"
 
@@ -68,6 +71,7 @@ class Worker:
     drop_params: frozenset[str]
     pool: ThreadPoolExecutor
     near_index: NearDupIndex
+    feed: FeedWriter
 
     @classmethod
     def create(cls, settings: Settings) -> "Worker":
@@ -86,7 +90,8 @@ class Worker:
                              gzip_level=settings.WARC_GZIP_LEVEL),
                    UrlFilter(settings), policy, drop,
                    ThreadPoolExecutor(max_workers=min(64, settings.FETCH_BATCH), thread_name_prefix="fetch"),
-                   NearDupIndex(global_client(settings), settings.KEY_PREFIX, parts=settings.SHARDS))
+                   NearDupIndex(global_client(settings), settings.KEY_PREFIX, parts=settings.SHARDS),
+                   FeedWriter(settings))
 
     @property
     def gkeys(self) -> GlobalKeys:
@@ -322,6 +327,7 @@ def parse_stage(w: Worker, pages: list[dict], spool: str | None) -> list[dict]:
         except OSError as exc:  # a redelivered task whose spool is gone: record, go on
             _log_once("parse/spool", "spool file %s unreadable: %s", spool, exc)
     records = []
+    texts: dict[str, tuple[str, list[list[str]]]] = {}
     for page in pages:
         ref = page.pop("body_ref", None)
         if ref is not None:
@@ -332,7 +338,7 @@ def parse_stage(w: Worker, pages: list[dict], spool: str | None) -> list[dict]:
                 if page.get("kind") == "sitemap":
                     _parse_sitemap_into(page, body)
                 else:
-                    _parse_into(w, page, body)
+                    texts[page["url"]] = _parse_into(w, page, body)
             except Exception as exc:
                 _log_once(f"parse/{type(exc).__name__}", "cannot parse %s", page.get("url"))
                 page["error_kind"], page["error"] = "parse", f"{type(exc).__name__}: {exc}"
@@ -345,6 +351,20 @@ def parse_stage(w: Worker, pages: list[dict], spool: str | None) -> list[dict]:
             os.unlink(spool)
         except OSError:
             pass
+    counters: dict[str, int] = {}
+    _mark_duplicates(w, records, counters)
+    _mark_soft404(w, records, counters)
+    _mark_near_duplicates(w, records, counters)
+    feed = []
+    for rec in records:
+        rec["indexable"] = _indexable(rec)
+        if rec["indexable"] and rec["url"] in texts:
+            text, outlinks = texts[rec["url"]]
+            feed.append({k: rec.get(k) for k in FEED_FIELDS} | {"text": text, "outlinks": outlinks})
+    if feed:
+        w.feed.emit(feed)
+        _bump(counters, "feed/records", len(feed))
+    w.count(counters)
     return records
 
 
@@ -362,7 +382,9 @@ def _parse_sitemap_into(page: dict, body: bytes) -> None:
     page["n_links"] = len(sitemap.entries)
 
 
-def _parse_into(w: Worker, page: dict, body: bytes) -> None:
+def _parse_into(w: Worker, page: dict, body: bytes) -> tuple[str, list[list[str]]]:
+    """Fill the record from the HTML; returns (text, outlinks with anchor text) for the
+    indexer feed, which must not travel through the broker."""
     s = w.settings
     parsed = parse_html(body, page["url"], content_type=page.get("content_type"),
                         headers=page.get("headers"), agent=s.robots_agent, max_text_chars=s.MAX_TEXT_CHARS)
@@ -380,6 +402,7 @@ def _parse_into(w: Worker, page: dict, body: bytes) -> None:
     if parsed.lang:
         page["lang"] = parsed.lang
     links: list[str] = []
+    anchors: list[list[str]] = []
     seen: set[str] = set()
     if parsed.meta_refresh:
         target = w.normalize(parsed.meta_refresh)
@@ -393,21 +416,21 @@ def _parse_into(w: Worker, page: dict, body: bytes) -> None:
             if url and url not in seen:
                 seen.add(url)
                 links.append(url)
+                anchors.append([url, link.text])
     else:
         page["nofollow"] = True
     page["links"] = links
     page["n_links"] = len(links)
+    return parsed.text, anchors
 
 
 # ----------------------------------------------------------------------------- dedup
 def dedup_stage(w: Worker, records: list[dict], batch_id: str) -> int:
-    """Mark content duplicates and soft 404s, enqueue new links, sitemap entries and
-    redirect targets, write pages.jsonl, close the batch. Returns URLs enqueued."""
+    """URL dedup: filter and enqueue new links, sitemap entries and redirect targets,
+    write pages.jsonl, close the batch. Returns URLs enqueued. (Content dedup ran in the
+    parse stage, on the node that holds the text.)"""
     s = w.settings
     counters: dict[str, int] = {}
-    _mark_duplicates(w, records, counters)
-    _mark_soft404(w, records, counters)
-    _mark_near_duplicates(w, records, counters)
     discovered: list[Discovered] = []
     canonical_of: dict[int, int] = {}   # index in discovered -> index in records
     for n, rec in enumerate(records):
@@ -452,7 +475,7 @@ def dedup_stage(w: Worker, records: list[dict], batch_id: str) -> int:
         _bump(counters, "frontier/enqueued", enqueued)
     for rec in records:
         rec.pop("links", None)
-        rec["indexable"] = _indexable(rec)
+        rec.setdefault("indexable", False)
         if rec.get("error_kind"):
             _bump(counters, f"records/error/{rec['error_kind']}")
     append_jsonl(os.path.join(s.OUT_DIR, "pages.jsonl"), records)

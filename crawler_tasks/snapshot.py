@@ -322,8 +322,8 @@ def _dump_keys(client: redis.Redis, w: _Writer, keys: list[bytes]) -> None:
     typed = []
     for i, key in enumerate(keys):
         type_ = res[2 * i].decode() if isinstance(res[2 * i], bytes) else str(res[2 * i])
-        if type_ == "none":
-            continue  # deleted since SCAN saw it
+        if type_ in ("none", "stream"):
+            continue  # deleted since SCAN saw it, or the indexer feed (output, not crawl state)
         if type_ not in _TYPES:
             raise SnapshotError(f"key {key!r} has type {type_}, which snapshots do not support")
         typed.append((key, type_, int(res[2 * i + 1])))

@@ -7,6 +7,11 @@
   removed), so digests match what the server sent.
 - ``OUT/pages.jsonl``: appended by whichever worker finishes a batch, one ``write``
   of whole lines under an exclusive ``flock``, so lines never interleave.
+- the indexer feed: one record per indexable page (url, title, text, outlinks with
+  anchor text, lang, fingerprints, fetched_at) appended to ``OUT/feed.jsonl`` and added
+  to the Redis Stream ``<prefix>:{g}:feed`` (capped near FEED_STREAM_MAXLEN), which an
+  indexer reads with a consumer group (XREADGROUP). Duplicates, noindex pages, soft
+  404s and non-canonical variants are not in the feed.
 
 Policy: a storage failure (disk full...) is raised: losing output silently is worse
 than a visible failure, and the batch is retried by Celery.
@@ -22,13 +27,16 @@ import threading
 import zlib
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 from . import __version__
 from .fetcher import FetchResult
+
+if TYPE_CHECKING:
+    from .settings import Settings
 
 _HOP_BY_HOP = {"transfer-encoding"}
 
@@ -142,3 +150,27 @@ class WarcStore:
         self._file = None
         self._writer = None
 
+
+
+class FeedWriter:
+    """The indexer feed of one worker process."""
+
+    def __init__(self, settings: "Settings") -> None:
+        from .keys import GlobalKeys
+
+        self.settings = settings
+        self.path = os.path.join(settings.OUT_DIR, "feed.jsonl")
+        self.stream = GlobalKeys(settings.KEY_PREFIX).feed
+
+    def emit(self, records: list[dict]) -> None:
+        s = self.settings
+        if s.FEED_JSONL:
+            append_jsonl(self.path, records)
+        if s.FEED_STREAM_MAXLEN > 0:
+            from .connection import global_client
+
+            pipe = global_client(s).pipeline(transaction=False)
+            for rec in records:
+                pipe.xadd(self.stream, {"record": json.dumps(rec, ensure_ascii=False)},
+                          maxlen=s.FEED_STREAM_MAXLEN, approximate=True)
+            pipe.execute()

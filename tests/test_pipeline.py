@@ -290,3 +290,25 @@ def test_near_duplicates_with_changing_timestamp(fast):
         near = [k for k in ("n0", "n1", "n2", "n3") if recs[k].get("near_duplicate_of")]
         assert len(near) == 3 and not recs["other"].get("near_duplicate_of")
         assert all(not recs[k]["indexable"] for k in near)
+
+
+def test_indexer_feed_jsonl_and_stream(fast, rclient):
+    routes = {"/dup": (200, HTML, b"<html><body><p>same text here</p></body></html>"),
+              "/dup2": (200, HTML, b"<html><body><p>same  text here</p></body></html>"),
+              "/noidx": (200, HTML, b'<html><head><meta name="robots" content="noindex"></head><body>x</body></html>')}
+    with TestWeb(n_hosts=1, pages_per_host=2, host_specs={0: HostSpec(extra_routes=routes)}) as web:
+        recs = crawl_inline(fast, web.seeds())
+        feed_path = Path(fast.OUT_DIR) / "feed.jsonl"
+        feed = [json.loads(line) for line in feed_path.read_text().splitlines()]
+        indexable = {r["url"] for r in recs if r["indexable"]}
+        assert {f["url"] for f in feed} == indexable
+        assert web.url(0, "/noidx") not in indexable
+        assert len({web.url(0, "/dup"), web.url(0, "/dup2")} & indexable) == 1
+        home = next(f for f in feed if f["url"] == web.url(0, "/"))
+        assert home["text"] and home["outlinks"] and all(len(o) == 2 for o in home["outlinks"])
+        # an indexer reads the same records from the stream with a consumer group
+        stream = f"{fast.KEY_PREFIX}:{{g}}:feed"
+        rclient.xgroup_create(stream, "indexer", id="0")
+        got = rclient.xreadgroup("indexer", "i1", {stream: ">"}, count=1000)
+        urls = {json.loads(fields["record"])["url"] for _, entries in got for _, fields in entries}
+        assert urls == indexable
