@@ -1,0 +1,96 @@
+"""A local web built to waste a crawler's budget: duplicate spellings, session ids,
+a calendar, facets, deep relative paths, nofollow, canonical, base href, a sitemap-only
+page, redirect chains and loops, a mirror host. The crawl must fetch every allowed page
+once, no variant twice, and stay within the trap budgets."""
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+from crawler_tasks.testweb import HostSpec, TestWeb
+
+from .test_pipeline import HTML, crawl_inline
+
+CAL_MONTHS = 120
+BUDGET = 60
+
+
+def page(body: str, head: str = "") -> bytes:
+    return f"<html><head><title>t</title>{head}</head><body>{body}</body></html>".encode()
+
+
+def build(web: TestWeb) -> tuple[str, set[str]]:
+    """Routes of host 0 (the trap site) and host 1 (its mirror); returns (base, must-fetch paths)."""
+    base = web.url(0, "/").rstrip("/")
+    host_upper = base.replace("http://", "HTTP://").upper().replace("HTTP://", "http://")
+    variants = ["/a.html", "/a.html#top", "/a.html?utm_source=news&utm_medium=x", "/./a.html", "/x/../a.html",
+                f"{host_upper}/a.html", "/%61.html", "/b.html;jsessionid=0123ABCD", "/b.html?PHPSESSID=9f9f",
+                "/b.html?sid=77", "b.html"]
+    links = "".join(f'<a href="{v}">v</a>' for v in variants)
+    links += ('<a href="/cal/2026/1.html">calendar</a><a href="/shop?color=0&size=0">shop</a>'
+              '<a href="/deep/x/y/z.html">deep</a><a href="/nf.html" rel="nofollow">nf</a>'
+              '<a href="/c1.html">c1</a><a href="/base/page.html">base</a><a href="/r1">redirect</a>'
+              '<a href="/l1">loop</a>')
+    routes = {
+        "/": page(links + " home"),
+        "/a.html": page("page a"), "/b.html": page("page b"),
+        "/deep/x/y/z.html": page('<a href="../../../a.html">up</a><a href="../../w.html">w</a> deep'),
+        "/deep/w.html": page("deep w"),
+        "/nf.html": page("must not be fetched"),
+        "/c1.html": page("variant of c", '<link rel="canonical" href="/c.html">'),
+        "/c.html": page("the canonical c"),
+        "/base/page.html": page('<a href="t.html">t</a>', '<base href="/other/">'),
+        "/other/t.html": page("other t"), "/base/t.html": page("must not be fetched"),
+        "/hidden.html": page("only in the sitemap"),
+        "/final.html": page("end of the chain"),
+    }
+    for m in range(1, CAL_MONTHS + 1):  # a calendar: every month links to the next one
+        routes[f"/cal/2026/{m}.html"] = page(f'<a href="/cal/2026/{m + 1}.html">next</a> month {m}')
+    facets = "".join(f'<a href="/shop?color={c}&size={z}">f</a>' for c in range(8) for z in range(8))
+    for path, body in routes.items():
+        web.set_route(0, path, 200, HTML, body)
+    web.set_route(0, "/shop", 200, HTML, page(facets + " shop"))
+    for src, dst in (("/r1", "/r2"), ("/r2", "/r3"), ("/r3", "/final.html"), ("/l1", "/l2"), ("/l2", "/l1")):
+        web.set_route(0, src, 301, {"Location": dst}, b"")
+    web.set_route(0, "/robots.txt", 200, {"Content-Type": "text/plain"},
+                  f"User-agent: *\nDisallow: /private/\nSitemap: {base}/sitemap.xml\n".encode())
+    web.set_route(0, "/sitemap.xml", 200, {"Content-Type": "application/xml"},
+                  (f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"><url><loc>{base}/hidden.html'
+                   f'</loc></url></urlset>').encode())
+    # host 1 mirrors host 0's pages a and b
+    for path in ("/a.html", "/b.html"):
+        web.set_route(1, path, 200, HTML, routes[path])
+    web.set_route(1, "/", 200, HTML, page('<a href="/a.html">a</a><a href="/b.html">b</a> mirror home'))
+    must = {"/", "/a.html", "/b.html", "/deep/x/y/z.html", "/deep/w.html", "/c1.html", "/c.html",
+            "/base/page.html", "/other/t.html", "/hidden.html", "/final.html", "/shop?color=0&size=0"}
+    return base, must
+
+
+def test_trap_web(settings):
+    s = dataclasses.replace(settings, MIN_DELAY_S=0.0, DELAY_FACTOR=0.0, MAX_QUERY_VARIANTS=5,
+                            MAX_PAGES_PER_HOST=BUDGET, MAX_PAGES_PER_SEED_HOST=BUDGET)
+    spec = HostSpec(pages=0, link_extra_routes=False)
+    with TestWeb(n_hosts=2, pages_per_host=1, host_specs={0: spec, 1: spec}) as web:
+        base, must = build(web)
+        recs = crawl_inline(s, [web.url(0, "/"), web.url(1, "/")], seconds=60)
+        trap = [r for r in web.requests if r.host == web.hosts[0]]
+        paths = Counter(r.path for r in trap)
+
+        assert must <= set(paths), must - set(paths)
+        twice = {p: n for p, n in paths.items() if n > 1}
+        assert not twice, twice                                  # no variant fetched twice
+        assert "/nf.html" not in paths and "/base/t.html" not in paths
+        assert paths["/r1"] == paths["/r2"] == paths["/r3"] == 1
+        assert paths["/l1"] == paths["/l2"] == 1                 # the loop ends
+        facets = [p for p in paths if p.startswith("/shop?")]
+        assert len(facets) <= 5                                  # query-variant budget
+        calendar = [p for p in paths if p.startswith("/cal/")]
+        assert len(calendar) < CAL_MONTHS and len(trap) <= BUDGET + 5  # host budget (+ robots, probes)
+
+        print(f"trap host: {len(trap)} requests, {len(paths)} distinct paths, calendar {len(calendar)}, "
+              f"facets {len(facets)}, variants of /a.html and /b.html fetched {paths['/a.html'] + paths['/b.html']}")
+        by_url = {r["url"]: r for r in recs}
+        assert not by_url[base + "/c1.html"]["indexable"]
+        mirror = [r for r in recs if r["url"].startswith(web.url(1, "/").rstrip("/") + "/") and
+                  r["url"].endswith((".html",)) and r.get("status") == 200 and not r.get("kind")]
+        assert mirror and all(r.get("duplicate_of") for r in mirror)
