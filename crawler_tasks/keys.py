@@ -30,7 +30,8 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 
 Global (``<prefix>:{g}:...``): ``stats`` (hash of counters with slash paths),
 ``control`` (hash: state, started_at, ...), ``inflight`` (zset batch id -> deadline),
-``feed`` (stream of indexable pages for indexers), ``latency`` (fetch latency buckets).
+``feed`` (stream of indexable pages for indexers), ``latency`` (fetch latency buckets),
+``ipte`` (hash address -> next contact, when per-IP politeness is on).
 Content (``<prefix>:{f<k>}:fp``): exact content fingerprint -> first URL.
 Near-duplicates (``<prefix>:{n<k>}:sim:<block>:<value>``): simhash permuted-blocks
 buckets (see dedup/nearindex.py, which builds those keys itself).
@@ -133,6 +134,10 @@ class GlobalKeys:
     @property
     def inflight(self) -> str:
         return f"{self.prefix}:{{g}}:inflight"
+
+    @property
+    def ip_te(self) -> str:
+        return f"{self.prefix}:{{g}}:ipte"
 
     @property
     def feed(self) -> str:

@@ -224,13 +224,30 @@ def _fetch_one(w: Worker, lease: Lease, state: HostState) -> tuple[dict, bytes] 
     parts = urlsplit(url)
     keys = w.frontier.keys(lease.shard)
     client = shard_client(s, lease.shard)
+    ip = None
     try:  # refuse private targets before anything, robots.txt included, is sent
-        w.fetcher.check_host(parts.hostname or "")
+        ip = w.fetcher.check_host(parts.hostname or "")
     except AddressRefused as exc:
         _release(w, lease, state, None, "done")
         return _page(entry, None, error_kind="refused", error=exc.reason), b""
     except ResolveError:
         pass  # the fetch below records the DNS failure and the retry policy applies
+    if s.PER_IP_POLITENESS and ip:
+        free_at = w.frontier.claim_ip(ip)
+        if free_at:  # another host on this address was contacted too recently
+            w.frontier.complete(lease, te=free_at, action="keep")
+            return None
+        try:
+            return _fetch_checked(w, lease, state, entry, parts, keys, client, ip)
+        finally:  # the address waits as long as the host just contacted
+            w.frontier.release_ip(ip, w.frontier.host_te(lease.shard, lease.host) or time.time())
+    return _fetch_checked(w, lease, state, entry, parts, keys, client, ip)
+
+
+def _fetch_checked(w: Worker, lease: Lease, state: HostState, entry: Entry, parts: Any, keys: Any,
+                   client: Any, ip: str | None) -> tuple[dict, bytes] | None:
+    s = w.settings
+    url = entry.url
     if s.OBEY_ROBOTS:
         robots = w.robots.get(client, keys, lease.host)
         if robots is None:

@@ -126,6 +126,8 @@ class Settings:
     ROBOTS_ERROR_TTL_S: float = 600.0
     # Obey robots.txt at all (turn off only for sites you own).
     OBEY_ROBOTS: bool = True
+    # Per-IP politeness: hosts on one address share one gap (off: per host name).
+    PER_IP_POLITENESS: bool = False
     # Permit private/loopback/link-local targets (tests and local webs need it).
     ALLOW_PRIVATE: bool = False
     # Static DNS answers, curl style: "host=addr" items.

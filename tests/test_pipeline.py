@@ -312,3 +312,17 @@ def test_indexer_feed_jsonl_and_stream(fast, rclient):
         got = rclient.xreadgroup("indexer", "i1", {stream: ">"}, count=1000)
         urls = {json.loads(fields["record"])["url"] for _, entries in got for _, fields in entries}
         assert urls == indexable
+
+
+def test_per_ip_politeness_shares_one_gap(fast):
+    # two host names on one address: with per-IP politeness their requests never come
+    # closer than the delay; hosts are told apart by name (Host header) via --resolve
+    with TestWeb(n_hosts=1, pages_per_host=4) as web:
+        ip, port = web.hosts[0].split(":")
+        s = dataclasses.replace(fast, RESOLVE=(f"one.test={ip}", f"two.test={ip}"), PER_IP_POLITENESS=True,
+                                MIN_DELAY_S=0.4, SOFT404_PROBE=False, PROBE_SITEMAP_XML=False, MAX_DEPTH=1)
+        crawl_inline(s, [f"http://one.test:{port}/", f"http://two.test:{port}/"], seconds=15)
+        reqs = sorted(web.requests, key=lambda r: r.start)
+        assert {r.headers.get("host", "").split(":")[0] for r in reqs} == {"one.test", "two.test"}
+        gaps = [b.start - a.end for a, b in zip(reqs, reqs[1:])]
+        assert len(reqs) >= 6 and min(gaps) >= 0.4 - 0.02, gaps

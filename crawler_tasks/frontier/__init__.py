@@ -20,9 +20,9 @@ from typing import Iterable
 
 import redis
 
-from ..connection import shard_client
+from ..connection import global_client, shard_client
 from ..dedup.bloom import BloomSpec
-from ..keys import ShardKeys, shard_of
+from ..keys import GlobalKeys, ShardKeys, shard_of
 from ..settings import Settings
 
 _HERE = Path(__file__).parent
@@ -32,7 +32,7 @@ def _script(name: str) -> str:
     return (_HERE / f"{name}.lua").read_text()
 
 
-_SCRIPTS = {name: _script(name) for name in ("add", "lease", "complete", "renew", "expire")}
+_SCRIPTS = {name: _script(name) for name in ("add", "lease", "complete", "renew", "expire", "ipclaim")}
 
 # Most front-queue URLs moved into back queues by one wake, per shard.
 MAX_REFILL_MOVES = 2000
@@ -209,6 +209,32 @@ class Frontier:
         pipe.hset(k.host_state(lease.host), mapping=host_state)
         self._script(lease.shard, "complete")(keys=keys, args=args, client=pipe)
         return pipe.execute()[-1] == 1
+
+    def claim_ip(self, ip: str, now: float | None = None) -> float:
+        """Per-IP politeness: 0.0 if the address may be contacted now (it is then claimed
+        until released or the lease time passes), else when it becomes free."""
+        now = time.time() if now is None else now
+        client = global_client(self.settings)
+        script = self._scripts.get((id(client), "ipclaim"))
+        if script is None:
+            script = self._scripts[(id(client), "ipclaim")] = client.register_script(_SCRIPTS["ipclaim"])
+        res = script(keys=[GlobalKeys(self.settings.KEY_PREFIX).ip_te], args=[ip, now, now + self.settings.LEASE_S],
+                     client=client)
+        return float(res)
+
+    def host_te(self, shard: int, host: str) -> float | None:
+        """The host's next contact time, wherever it is kept (ready heap or te table)."""
+        k = self.keys(shard)
+        pipe = self.client(shard).pipeline(transaction=False)
+        pipe.zscore(k.ready, host)
+        pipe.hget(k.te, host)
+        ready, te = pipe.execute()
+        value = ready if ready is not None else te
+        return float(value) if value is not None else None
+
+    def release_ip(self, ip: str, te: float) -> None:
+        """The address's next contact after a claim (what next_contact computed)."""
+        global_client(self.settings).hset(GlobalKeys(self.settings.KEY_PREFIX).ip_te, ip, te)
 
     def expire(self, shard: int, now: float | None = None) -> list[str]:
         """Return hosts whose lease deadline passed to the ready heap."""
