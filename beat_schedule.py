@@ -4,7 +4,9 @@
   contact time has passed and send fetch batches to the per-shard queues. Stale wakes
   expire instead of piling up behind a busy control worker.
 - ``maintenance`` (every MAINTENANCE_INTERVAL_S): expire dead leases, log stats,
-  decide when the crawl is finished.
+  decide when the crawl is finished, checkpoint the frontier.
+- ``recrawl`` (continuous mode, every RECRAWL_CHECK_S): move URLs whose next visit
+  is due back into the front queues.
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ CONTROL_QUEUE = "crawl.control"
 
 
 def build(settings: Settings) -> dict[str, dict[str, Any]]:
-    return {
+    schedule = {
         "wake": {
             "task": "crawler.wake",
             "schedule": timedelta(seconds=settings.WAKE_INTERVAL_S),
@@ -29,3 +31,10 @@ def build(settings: Settings) -> dict[str, dict[str, Any]]:
             "options": {"queue": CONTROL_QUEUE, "expires": max(2.0, 2 * settings.MAINTENANCE_INTERVAL_S)},
         },
     }
+    if settings.CONTINUOUS:
+        schedule["recrawl"] = {
+            "task": "crawler.recrawl",
+            "schedule": timedelta(seconds=settings.RECRAWL_CHECK_S),
+            "options": {"queue": CONTROL_QUEUE, "expires": max(2.0, 2 * settings.RECRAWL_CHECK_S)},
+        }
+    return schedule

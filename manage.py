@@ -47,6 +47,7 @@ def _settings_from(args: argparse.Namespace, **extra: object) -> Settings:
         "ALLOW_PRIVATE": True if getattr(args, "allow_private", False) else None,
         "OBEY_ROBOTS": False if getattr(args, "ignore_robots", False) else None,
         "METRICS_PORT": getattr(args, "metrics_port", None),
+        "CONTINUOUS": True if getattr(args, "continuous", False) else None,
         **extra,
     }
     settings = Settings.from_env(**overrides)
@@ -225,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--shards", type=int, help="frontier shards")
     c.add_argument("--workers", type=int, default=2, help="fetch worker processes (default 2)")
     c.add_argument("--parsers", type=int, default=2, help="parse/dedup worker processes (default 2)")
+    c.add_argument("--continuous", action="store_true",
+                   help="revisit fetched URLs (sooner when they change) until a limit or Ctrl-C")
     c.add_argument("--resume", action="store_true", help="continue the crawl whose state is in --out / Redis")
     c.add_argument("--restore", metavar="FILE|latest",
                    help="load a snapshot (OUT/snapshots/...) first, then resume from it")

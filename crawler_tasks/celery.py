@@ -47,6 +47,7 @@ def make_app() -> Celery:
             "crawler.dedup": {"queue": DEDUP_QUEUE},
             "crawler.wake": {"queue": CONTROL_QUEUE},
             "crawler.maintenance": {"queue": CONTROL_QUEUE},
+            "crawler.recrawl": {"queue": CONTROL_QUEUE},
         },
         worker_hijack_root_logger=False,
         timezone="UTC",

@@ -26,6 +26,8 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 ``seedhosts``             set     hosts of seed URLs (larger budget)
 ``soft404``               hash    host -> content fingerprint of its answer to a random path
 ``queued``                string  URLs in the shard's front and back queues (kept by the scripts)
+``hist``                  hash    URL -> change history and validators (continuous mode)
+``due``                   zset    "<level> <url>" -> next visit (continuous mode)
 ========================  ======  ===================================================
 
 Global (``<prefix>:{g}:...``): ``stats`` (hash of counters with slash paths),
@@ -109,6 +111,14 @@ class ShardKeys:
     @property
     def seed_hosts(self) -> str:
         return f"{self.base}:seedhosts"
+
+    @property
+    def history(self) -> str:
+        return f"{self.base}:hist"
+
+    @property
+    def due(self) -> str:
+        return f"{self.base}:due"
 
     @property
     def queued(self) -> str:

@@ -4,7 +4,8 @@ A crawl is *finished* when nothing can happen any more: no batch in flight, no h
 leased, no URL in a front or back queue (checked twice, the first time before and the
 second after reading the queues, so a batch that ends in between is not missed), or
 when only hosts waiting longer than MAX_IDLE_WAIT_S remain (parked or robots-blocked
-hosts must not keep a finite crawl alive for hours). It is *stopping* once MAX_PAGES
+hosts must not keep a finite crawl alive for hours); a continuous crawl never runs out
+of work this way. It is *stopping* once MAX_PAGES
 pages are fetched: wake dispatches nothing more and the crawl finishes when the
 in-flight batches are through.
 """
@@ -100,7 +101,9 @@ def run_maintenance(settings: Settings, frontier: Frontier | None = None, now: f
         set_state(settings, STOPPING, f"max pages ({settings.MAX_PAGES}) reached")
         progress.state = STOPPING
     idle = before_inflight == 0 and progress.inflight == 0 and progress.leased == 0
-    if idle and progress.state == STOPPING:
+    if settings.CONTINUOUS and progress.state == RUNNING:
+        pass  # a continuous crawl waits for its next visits; only limits and signals stop it
+    elif idle and progress.state == STOPPING:
         set_state(settings, FINISHED, client.hget(g.control, "reason") or "stopped")
         progress.state = FINISHED
     elif idle and progress.queued == 0:

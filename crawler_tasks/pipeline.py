@@ -33,17 +33,39 @@ from .dedup.nearindex import NearDupIndex
 from .dedup.simhash import from_hex, simhash64_with_count, to_hex
 from .fetcher import Fetcher, FetchResult
 from .filters import UrlFilter
-from .frontier import ENQUEUED, PAGE, PROBE, SITEMAP, VERDICT_NAMES, Discovered, Entry, Frontier, Lease
+from .frontier import (
+    ENQUEUED,
+    PAGE,
+    PROBE,
+    SITEMAP,
+    VERDICT_NAMES,
+    Discovered,
+    Entry,
+    Frontier,
+    Lease,
+)
 from .keys import GlobalKeys
 from .metrics import record_latencies
 from .netsafety import AddressRefused, ResolveError
 from .parser import is_html, parse_html
-from .sitemaps import MAX_SITEMAP_BYTES, parse_sitemap
-from .politeness import FetchOutcome, HostState, PolitenessPolicy, crawl_delay_verdict, next_contact
+from .politeness import (
+    FetchOutcome,
+    HostState,
+    PolitenessPolicy,
+    crawl_delay_verdict,
+    next_contact,
+)
+from .recrawl import Recrawler
 from .robotscache import RULES, UNREACHABLE, RobotsCache
 from .settings import Settings
+from .sitemaps import MAX_SITEMAP_BYTES, parse_sitemap
 from .storage import FeedWriter, WarcStore, append_jsonl, warc_date
-from .urls import DEFAULT_SESSION_PARAMS, DEFAULT_TRACKING_PARAMS, host_key, normalize_url
+from .urls import (
+    DEFAULT_SESSION_PARAMS,
+    DEFAULT_TRACKING_PARAMS,
+    host_key,
+    normalize_url,
+)
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +94,7 @@ class Worker:
     pool: ThreadPoolExecutor
     near_index: NearDupIndex
     feed: FeedWriter
+    recrawler: Recrawler
 
     @classmethod
     def create(cls, settings: Settings) -> "Worker":
@@ -84,14 +107,15 @@ class Worker:
             max_retry_after_s=settings.MAX_RETRY_AFTER_S, backoff_base_s=settings.BACKOFF_BASE_S,
             backoff_max_s=settings.BACKOFF_MAX_S, park_after_failures=settings.PARK_AFTER_FAILURES,
             park_s=settings.PARK_S)
-        return cls(settings, Frontier(settings), Fetcher(settings),
+        frontier = Frontier(settings)
+        return cls(settings, frontier, Fetcher(settings),
                    RobotsCache(settings.ROBOTS_TTL_S, settings.ROBOTS_ERROR_TTL_S),
                    WarcStore(settings.OUT_DIR, settings.WARC_MAX_BYTES, operator=settings.USER_AGENT,
                              gzip_level=settings.WARC_GZIP_LEVEL),
                    UrlFilter(settings), policy, drop,
                    ThreadPoolExecutor(max_workers=min(64, settings.FETCH_BATCH), thread_name_prefix="fetch"),
                    NearDupIndex(global_client(settings), settings.KEY_PREFIX, parts=settings.SHARDS),
-                   FeedWriter(settings))
+                   FeedWriter(settings), Recrawler(settings, frontier))
 
     @property
     def gkeys(self) -> GlobalKeys:
@@ -136,7 +160,9 @@ def fetch_stage(w: Worker, leases: list[Lease], batch_id: str) -> tuple[list[dic
     bodies: list[bytes] = []
     if renewed:
         states = _load_host_states(w, renewed)
-        futures = {w.pool.submit(_fetch_one, w, lease, states[lease.host]): lease for lease in renewed}
+        validators = _load_validators(w, renewed)
+        futures = {w.pool.submit(_fetch_one, w, lease, states[lease.host], validators.get(lease.raw)): lease
+                   for lease in renewed}
         for future in as_completed(futures):
             lease = futures[future]
             try:
@@ -184,6 +210,20 @@ def _write_spool(settings: Settings, batch_id: str, bodies: list[bytes]) -> str:
     return path
 
 
+def _load_validators(w: Worker, leases: list[Lease]) -> dict[str, dict[str, str]]:
+    """Conditional-GET headers (continuous mode) for the leased URLs, by lease entry."""
+    if not w.settings.CONTINUOUS:
+        return {}
+    out: dict[str, dict[str, str]] = {}
+    by_shard: dict[int, list[Lease]] = {}
+    for lease in leases:
+        by_shard.setdefault(lease.shard, []).append(lease)
+    for shard, group in by_shard.items():
+        headers = w.recrawler.conditional_headers(shard, [lease.entry.url for lease in group])
+        out.update({lease.raw: h for lease, h in zip(group, headers) if h})
+    return out
+
+
 def _load_host_states(w: Worker, leases: list[Lease]) -> dict[str, HostState]:
     """Politeness state of every host of the batch, one round trip per shard."""
     states: dict[str, HostState] = {}
@@ -215,7 +255,8 @@ def _release(w: Worker, lease: Lease, state: HostState, res: FetchResult | None,
     w.frontier.complete(lease, te=te, action=action, host_state=new_state.to_fields())
 
 
-def _fetch_one(w: Worker, lease: Lease, state: HostState) -> tuple[dict, bytes] | None:
+def _fetch_one(w: Worker, lease: Lease, state: HostState,
+               validators: dict[str, str] | None = None) -> tuple[dict, bytes] | None:
     """Fetch one leased host's head URL: (page, body to parse or b"") or None when the
     lease was used for robots.txt or the URL goes back to the queue."""
     s = w.settings
@@ -238,14 +279,14 @@ def _fetch_one(w: Worker, lease: Lease, state: HostState) -> tuple[dict, bytes] 
             w.frontier.complete(lease, te=free_at, action="keep")
             return None
         try:
-            return _fetch_checked(w, lease, state, entry, parts, keys, client, ip)
+            return _fetch_checked(w, lease, state, entry, parts, keys, client, validators)
         finally:  # the address waits as long as the host just contacted
             w.frontier.release_ip(ip, w.frontier.host_te(lease.shard, lease.host) or time.time())
-    return _fetch_checked(w, lease, state, entry, parts, keys, client, ip)
+    return _fetch_checked(w, lease, state, entry, parts, keys, client, validators)
 
 
 def _fetch_checked(w: Worker, lease: Lease, state: HostState, entry: Entry, parts: Any, keys: Any,
-                   client: Any, ip: str | None) -> tuple[dict, bytes] | None:
+                   client: Any, validators: dict[str, str] | None) -> tuple[dict, bytes] | None:
     s = w.settings
     url = entry.url
     if s.OBEY_ROBOTS:
@@ -273,7 +314,7 @@ def _fetch_checked(w: Worker, lease: Lease, state: HostState, entry: Entry, part
     if entry.kind == SITEMAP:
         res = w.fetcher.fetch(url, max_body_bytes=MAX_SITEMAP_BYTES, max_decoded_bytes=MAX_SITEMAP_BYTES)
     else:
-        res = w.fetcher.fetch(url)
+        res = w.fetcher.fetch(url, extra_headers=validators)
     action = "done"
     retryable = (res.error_kind in RETRYABLE_KINDS) or (res.status is not None and (res.status >= 500 or res.status == 429))
     if retryable and entry.tries < s.MAX_RETRIES:
@@ -495,6 +536,9 @@ def dedup_stage(w: Worker, records: list[dict], batch_id: str) -> int:
         rec.setdefault("indexable", False)
         if rec.get("error_kind"):
             _bump(counters, f"records/error/{rec['error_kind']}")
+    if s.CONTINUOUS:
+        for name, n in w.recrawler.record_visits(records).items():
+            _bump(counters, name, n)
     append_jsonl(os.path.join(s.OUT_DIR, "pages.jsonl"), records)
     _bump(counters, "records/written", len(records))
     _bump(counters, "records/indexable", sum(1 for r in records if r["indexable"]))

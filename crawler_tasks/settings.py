@@ -190,6 +190,14 @@ class Settings:
     # Prometheus endpoint of manage.py crawl: -1 = off, 0 = a free port.
     METRICS_PORT: int = 0
     METRICS_ADDR: str = "127.0.0.1"
+    # Continuous crawl: every fetched URL is revisited, sooner if it changed; the crawl
+    # runs until a limit or a signal stops it.
+    CONTINUOUS: bool = False
+    RECRAWL_INITIAL_S: float = 86_400.0
+    RECRAWL_MIN_S: float = 3_600.0
+    RECRAWL_MAX_S: float = 30 * 86_400.0
+    # Beat: how often due URLs are moved back into the front queues, seconds.
+    RECRAWL_CHECK_S: float = 5.0
     # Workers started by manage.py crawl send task events (Flower needs them).
     TASK_EVENTS: bool = True
     # Beat: how often the wake task runs, seconds.

@@ -89,6 +89,16 @@ def dedup(records: list[dict], batch_id: str) -> int:
     return enqueued
 
 
+@app.task(name="crawler.recrawl", ignore_result=True)
+def recrawl() -> int:
+    """Continuous mode: move URLs whose next visit is due back into the front queues."""
+    w = get_worker()
+    moved = w.recrawler.requeue_due()
+    if moved:
+        w.count({"recrawl/requeued": moved})
+    return moved
+
+
 @app.task(name="crawler.maintenance", ignore_result=True)
 def maintenance() -> str:
     s = get_settings()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections import Counter
 import time
 from pathlib import Path
 
@@ -31,6 +32,8 @@ def crawl_inline(settings, seeds: list[str], seconds: float = 20.0) -> list[dict
         for b in batches:
             pages, spool = fetch_stage(worker, b.leases, b.batch_id)
             dedup_stage(worker, parse_stage(worker, pages, spool), b.batch_id)
+        if settings.CONTINUOUS:
+            worker.recrawler.requeue_due()
         if not batches:
             if run_maintenance(settings, worker.frontier).state == FINISHED:
                 break
@@ -326,3 +329,36 @@ def test_per_ip_politeness_shares_one_gap(fast):
         assert {r.headers.get("host", "").split(":")[0] for r in reqs} == {"one.test", "two.test"}
         gaps = [b.start - a.end for a, b in zip(reqs, reqs[1:])]
         assert len(reqs) >= 6 and min(gaps) >= 0.4 - 0.02, gaps
+
+
+def test_continuous_recrawl_adapts_to_change_and_uses_304(fast):
+    import threading
+
+    s = dataclasses.replace(fast, CONTINUOUS=True, RECRAWL_INITIAL_S=1.0, RECRAWL_MIN_S=0.5, RECRAWL_MAX_S=30.0,
+                            SOFT404_PROBE=False, PROBE_SITEMAP_XML=False, MIN_DELAY_S=0.05)
+    with TestWeb(n_hosts=1, pages_per_host=3) as web:
+        web.set_route(0, "/news.html", 200, HTML, b"<html><body>news 0</body></html>")
+        stop = threading.Event()
+
+        def churn() -> None:  # the news page changes every 0.3 s
+            n = 0
+            while not stop.wait(0.3):
+                n += 1
+                web.set_route(0, "/news.html", 200, HTML, b"<html><body>news %d breaking</body></html>" % n)
+
+        t = threading.Thread(target=churn, daemon=True)
+        t.start()
+        try:
+            recs = crawl_inline(s, web.seeds() + [web.url(0, "/news.html")], seconds=9)
+        finally:
+            stop.set()
+            t.join()
+        visits = Counter(r.path for r in web.requests)
+        static = [visits[f"/p/{i}.html"] for i in range(3)]
+        assert visits["/news.html"] > max(static) >= 2, visits
+        assert any(r["status"] == 304 for r in recs)  # unchanged pages answered our conditional GET
+        assert any("if-none-match" in r.headers for r in web.requests)
+        news = [r["revisit_s"] for r in recs if r["url"].endswith("/news.html")]
+        page = [r["revisit_s"] for r in recs if r["url"].endswith("/p/0.html")]
+        assert news[-1] < page[-1]  # the changing page is revisited sooner
+        print(f"revisit intervals: news {news}, static page {page}; visits {dict(visits)}")

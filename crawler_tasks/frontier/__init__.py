@@ -32,7 +32,8 @@ def _script(name: str) -> str:
     return (_HERE / f"{name}.lua").read_text()
 
 
-_SCRIPTS = {name: _script(name) for name in ("add", "lease", "complete", "renew", "expire", "ipclaim")}
+_SCRIPTS = {name: _script(name) for name in ("add", "lease", "complete", "renew", "expire", "ipclaim",
+                                             "recrawl")}
 
 # Most front-queue URLs moved into back queues by one wake, per shard.
 MAX_REFILL_MOVES = 2000
@@ -114,6 +115,10 @@ class Frontier:
 
     def _run(self, shard: int, name: str, keys: list[str], args: list) -> object:
         return self._script(shard, name)(keys=keys, args=args, client=self.client(shard))
+
+    def run_script(self, shard: int, name: str, keys: list[str], args: list) -> object:
+        """Run one of the frontier's Lua scripts on a shard (for recrawl.py)."""
+        return self._run(shard, name, keys, args)
 
     def shard_of(self, host: str) -> int:
         return shard_of(host, self.shards)
