@@ -111,3 +111,16 @@ def test_corrupt_snapshot_is_a_clear_error(tmp_path):
     (out / "redis").mkdir()
     proc = manage("restore", str(bad), "--out", str(out), timeout=60)
     assert proc.returncode == 2 and "error:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_continuous_crawl_revisits_until_time_limit(tmp_path):
+    out = tmp_path / "out"
+    env = {"CRAWLER_RECRAWL_INITIAL_S": "1", "CRAWLER_RECRAWL_MIN_S": "1", "CRAWLER_RECRAWL_CHECK_S": "0.5"}
+    with TestWeb(n_hosts=1, pages_per_host=2) as web:
+        proc = manage("crawl", *web.seeds(), "--out", str(out), "--allow-private", "--min-delay", "0.1",
+                      "--continuous", "--max-seconds", "12", *UA, env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "max seconds" in proc.stderr
+        home = [r for r in records(out) if r["url"] == web.url(0, "/")]
+        assert len(home) >= 2 and {r["status"] for r in home} <= {200, 304}
+        assert 304 in {r["status"] for r in records(out)}
