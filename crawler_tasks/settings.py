@@ -171,10 +171,11 @@ class Settings:
     # gzip level of WARC records: 1 costs ~1/4 of the CPU of 6 for ~15 % larger files
     # (measured on 60 KB pages), and CPU is what bounds a crawler.
     WARC_GZIP_LEVEL: int = 1
-    # Indexer feed: OUT/feed.jsonl, and a Redis Stream capped near this many entries
-    # (0 = no stream).
+    # Indexer feed: OUT/feed.jsonl (complete), and a Redis Stream capped near this many
+    # entries (0 = no stream): a live tail for indexers that keep up; entries carry the
+    # page text, so 1,000 of them is ~60 MB of Redis memory on 60 KB pages.
     FEED_JSONL: bool = True
-    FEED_STREAM_MAXLEN: int = 10_000
+    FEED_STREAM_MAXLEN: int = 1_000
     # Keep at most this many characters of page text in records.
     MAX_TEXT_CHARS: int = 100_000
 

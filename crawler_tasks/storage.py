@@ -43,10 +43,14 @@ _HOP_BY_HOP = {"transfer-encoding"}
 
 def append_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> int:
     """Append records as JSON lines atomically with respect to other writers."""
-    data = "".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n" for r in records)
-    if not data:
+    return append_lines(path, [json.dumps(r, ensure_ascii=False, separators=(",", ":")) for r in records])
+
+
+def append_lines(path: str | os.PathLike, lines: list[str]) -> int:
+    """Append whole lines with one write under an exclusive lock (no interleaving)."""
+    if not lines:
         return 0
-    raw = data.encode("utf-8", "surrogatepass")
+    raw = ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass")
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -163,14 +167,15 @@ class FeedWriter:
         self.stream = GlobalKeys(settings.KEY_PREFIX).feed
 
     def emit(self, records: list[dict]) -> None:
+        """Each record is JSON-encoded once, for the file and the stream alike."""
         s = self.settings
+        lines = [json.dumps(r, ensure_ascii=False, separators=(",", ":")) for r in records]
         if s.FEED_JSONL:
-            append_jsonl(self.path, records)
+            append_lines(self.path, lines)
         if s.FEED_STREAM_MAXLEN > 0:
             from .connection import global_client
 
             pipe = global_client(s).pipeline(transaction=False)
-            for rec in records:
-                pipe.xadd(self.stream, {"record": json.dumps(rec, ensure_ascii=False)},
-                          maxlen=s.FEED_STREAM_MAXLEN, approximate=True)
+            for line in lines:
+                pipe.xadd(self.stream, {"record": line}, maxlen=s.FEED_STREAM_MAXLEN, approximate=True)
             pipe.execute()
