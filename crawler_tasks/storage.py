@@ -2,7 +2,8 @@
 
 - ``OUT/warc/<prefix>-<UTC time>-<machine>-<pid>-<serial>.warc.gz``: one writer per
   process (no locking between processes), a ``warcinfo`` record first, then a
-  ``request`` and a ``response`` record per fetch; rotated past WARC_MAX_BYTES.
+  ``request`` and a ``response`` record per fetch (a ``revisit`` record, profile
+  server-not-modified, for a 304 to our conditional GET); rotated past WARC_MAX_BYTES.
   The response payload is stored as transferred (content coding kept, chunking
   removed), so digests match what the server sent.
 - ``OUT/pages.jsonl``: appended by whichever worker finishes a batch, one ``write``
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from .settings import Settings
 
 _HOP_BY_HOP = {"transfer-encoding"}
+NOT_MODIFIED_PROFILE = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
 
 
 def append_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> int:
@@ -135,9 +137,14 @@ class WarcStore:
                 extra["WARC-IP-Address"] = res.ip
             if res.truncated:
                 extra["WARC-Truncated"] = "time" if res.truncated == "time" else "length"
-            resp = writer.create_warc_record(res.url, "response", payload=io.BytesIO(res.body),
-                                             length=len(res.body), http_headers=resp_headers,
-                                             warc_headers_dict=extra)
+            if res.status == 304:  # our conditional GET: nothing changed, no payload
+                extra.update({"WARC-Profile": NOT_MODIFIED_PROFILE, "WARC-Refers-To-Target-URI": res.url})
+                resp = writer.create_warc_record(res.url, "revisit", http_headers=resp_headers,
+                                                 warc_headers_dict=extra)
+            else:
+                resp = writer.create_warc_record(res.url, "response", payload=io.BytesIO(res.body),
+                                                 length=len(res.body), http_headers=resp_headers,
+                                                 warc_headers_dict=extra)
             self._write(resp)
             self._write(req)
             assert self.path is not None

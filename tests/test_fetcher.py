@@ -45,6 +45,11 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, body, [("Content-Type", "text/html"), ("Content-Encoding", "gzip")])
         elif self.path == "/big":
             self._send(200, BIG, [("Content-Type", "text/plain")])
+        elif self.path == "/cond":
+            if self.headers.get("If-None-Match") == '"v1"':
+                self._send(304, b"", [("ETag", '"v1"')])
+            else:
+                self._send(200, PAGE, [("Content-Type", "text/html"), ("ETag", '"v1"')])
         elif self.path == "/redirect":
             self._send(301, b"", [("Location", "/page")])
         elif self.path == "/drip":
@@ -191,3 +196,19 @@ def test_append_jsonl_whole_lines(tmp_path):
     lines = path.read_text().splitlines()
     assert len(lines) == 200
     assert all(json.loads(line)["pad"] == "x" * 5000 for line in lines)
+
+
+def test_conditional_get_304_is_a_revisit_record(server, fetcher, tmp_path):
+    first = fetcher.fetch(server + "/cond")
+    again = fetcher.fetch(server + "/cond", extra_headers={"If-None-Match": first.header("etag")})
+    assert (first.status, again.status, again.content) == (200, 304, b"")
+    store = WarcStore(tmp_path, max_bytes=10**9)
+    store.write_exchange(first)
+    store.write_exchange(again)
+    store.close()
+    path = next((tmp_path / "warc").glob("*.warc.gz"))
+    with open(path, "rb") as fh:
+        types = [(r.rec_type, r.rec_headers.get_header("WARC-Profile")) for r in ArchiveIterator(fh)]
+    assert ("revisit", "http://netpreserve.org/warc/1.1/revisit/server-not-modified") in types
+    check = subprocess.run([sys.executable, "-m", "warcio.cli", "check", str(path)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
