@@ -24,6 +24,7 @@ import random
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -77,6 +78,7 @@ KIND_NAMES = {SITEMAP: "sitemap", PROBE: "probe"}
 FEED_FIELDS = ("url", "title", "lang", "fingerprint", "simhash", "fetched_at", "canonical", "content_type")
 MAX_SITEMAPS_PER_HOST = 20
 PROBE_MARK = "soft404-probe"
+RECENT_LASTMOD_S = 30 * 86_400.0
 
 
 @dataclass(slots=True)
@@ -436,7 +438,7 @@ def _parse_sitemap_into(page: dict, body: bytes) -> None:
     if sitemap.kind == "sitemapindex":
         page["sitemaps"] = [e.url for e in sitemap.entries]
     else:
-        page["sitemap_urls"] = [[e.url, e.priority] for e in sitemap.entries]
+        page["sitemap_urls"] = [[e.url, e.priority, e.lastmod] for e in sitemap.entries]
     page["n_links"] = len(sitemap.entries)
 
 
@@ -498,8 +500,11 @@ def dedup_stage(w: Worker, records: list[dict], batch_id: str) -> int:
                 d = _candidate(w, url, depth + 1, 0, counters)
                 if d is not None:
                     discovered.append(d)
-        for url, priority in rec.pop("sitemap_urls", ()):
-            d = _candidate(w, url, 0, 0, counters, check_depth=False, priority=_sitemap_level(w, priority))
+        for url, priority, lastmod in rec.pop("sitemap_urls", ()):
+            # not forced: a sitemap usually lists pages the links reach too, and only the
+            # Bloom filter knows those (an exact test would fetch each of them twice)
+            d = _candidate(w, w.normalize(url), 0, 0, counters, check_depth=False,
+                           priority=_sitemap_level(w, priority, lastmod))
             if d is not None:
                 discovered.append(d)
         for url in rec.pop("sitemaps", ()):
@@ -556,15 +561,27 @@ def _indexable(rec: dict) -> bool:
                 and rec.get("canonical") in (None, rec["url"]))
 
 
-def _sitemap_level(w: Worker, priority: float | None) -> int:
-    """Sitemap <priority> (0..1, default 0.5) -> front-queue level (0 = highest)."""
+def _sitemap_level(w: Worker, priority: float | None, lastmod: str | None = None) -> int:
+    """Sitemap <priority> (0..1, default 0.5) -> front-queue level (0 = highest); a page
+    modified in the last RECENT_LASTMOD_S moves up one level."""
     top = w.settings.PRIORITY_LEVELS - 1
     p = 0.5 if priority is None else priority
-    return min(top, int(round((1.0 - p) * top)))
+    level = min(top, int(round((1.0 - p) * top)))
+    if lastmod and level > 0:
+        try:
+            when = datetime.fromisoformat(lastmod.replace("Z", "+00:00"))
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=timezone.utc)
+            if time.time() - when.timestamp() < RECENT_LASTMOD_S:
+                level -= 1
+        except ValueError:
+            pass
+    return level
 
 
 def _candidate(w: Worker, url: str | None, depth: int, hops: int, counters: dict[str, int], *,
                check_depth: bool = True, priority: int | None = None, kind: str = PAGE) -> Discovered | None:
+    """A link that passed the filters, ready for the URL-seen test."""
     if not url:
         return None
     reason = w.filter.reason(url, depth, check_depth=check_depth, check_extension=kind != SITEMAP)

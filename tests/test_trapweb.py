@@ -56,7 +56,8 @@ def build(web: TestWeb) -> tuple[str, set[str]]:
                   f"User-agent: *\nDisallow: /private/\nSitemap: {base}/sitemap.xml\n".encode())
     web.set_route(0, "/sitemap.xml", 200, {"Content-Type": "application/xml"},
                   (f'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"><url><loc>{base}/hidden.html'
-                   f'</loc></url></urlset>').encode())
+                   f'</loc></url><url><loc>{base}/a.html</loc><lastmod>2026-11-01</lastmod></url>'
+                   f'</urlset>').encode())
     # host 1 mirrors host 0's pages a and b
     for path in ("/a.html", "/b.html"):
         web.set_route(1, path, 200, HTML, routes[path])
