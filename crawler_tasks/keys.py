@@ -26,6 +26,7 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 ``seedhosts``             set     hosts of seed URLs (larger budget)
 ``soft404``               hash    host -> content fingerprint of its answer to a random path
 ``queued``                string  URLs in the shard's front and back queues (kept by the scripts)
+``dupstats``              hash    ``p:<host>`` pages, ``d:<host>`` (near-)duplicates: the trap signal
 ``hist``                  hash    URL -> change history and validators (continuous mode)
 ``due``                   zset    "<level> <url>" -> next visit (continuous mode)
 ========================  ======  ===================================================
@@ -111,6 +112,10 @@ class ShardKeys:
     @property
     def seed_hosts(self) -> str:
         return f"{self.base}:seedhosts"
+
+    @property
+    def dup_stats(self) -> str:
+        return f"{self.base}:dupstats"
 
     @property
     def history(self) -> str:

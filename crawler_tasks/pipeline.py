@@ -23,9 +23,10 @@ import os
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
+import dataclasses
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Iterable
 from urllib.parse import urlsplit
 
 from .connection import global_client, shard_client
@@ -415,6 +416,7 @@ def parse_stage(w: Worker, pages: list[dict], spool: str | None) -> list[dict]:
     _mark_duplicates(w, records, counters)
     _mark_soft404(w, records, counters)
     _mark_near_duplicates(w, records, counters)
+    _count_host_duplicates(w, records)
     feed = []
     for rec in records:
         rec["indexable"] = _indexable(rec)
@@ -529,6 +531,7 @@ def dedup_stage(w: Worker, records: list[dict], batch_id: str) -> int:
                     discovered.append(d)
     enqueued = 0
     if discovered:
+        discovered = _demote_duplicate_hosts(w, discovered, counters)
         verdicts = w.frontier.put_discovered(discovered)
         for i, verdict in enumerate(verdicts):
             if verdict == ENQUEUED:
@@ -604,6 +607,51 @@ def _mark_near_duplicates(w: Worker, records: list[dict], counters: dict[str, in
         if match:
             rec["near_duplicate_of"] = match
             _bump(counters, "dedup/near_duplicate")
+
+
+def _by_shard(w: Worker, hosts: Iterable[str]) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for host in hosts:
+        out.setdefault(w.frontier.shard_of(host), []).append(host)
+    return out
+
+
+def _count_host_duplicates(w: Worker, records: list[dict]) -> None:
+    """Per host: pages parsed and how many duplicated content we had (the trap signal)."""
+    pages: dict[str, list[int]] = {}
+    for rec in records:
+        if rec.get("fingerprint") and rec.get("status") == 200 and not rec.get("kind"):
+            n = pages.setdefault(host_key(rec["url"]), [0, 0])
+            n[0] += 1
+            n[1] += bool(rec.get("duplicate_of") or rec.get("near_duplicate_of"))
+    for shard, hosts in _by_shard(w, pages).items():
+        pipe = shard_client(w.settings, shard).pipeline(transaction=False)
+        key = w.frontier.keys(shard).dup_stats
+        for host in hosts:
+            pipe.hincrby(key, f"p:{host}", pages[host][0])
+            if pages[host][1]:
+                pipe.hincrby(key, f"d:{host}", pages[host][1])
+        pipe.execute()
+
+
+def _demote_duplicate_hosts(w: Worker, discovered: list[Discovered], counters: dict[str, int]) -> list[Discovered]:
+    """New URLs of hosts whose content keeps duplicating go to the lowest level."""
+    s = w.settings
+    trap: set[str] = set()
+    for shard, hosts in _by_shard(w, {d.host for d in discovered}).items():
+        key = w.frontier.keys(shard).dup_stats
+        fields = [f for h in hosts for f in (f"p:{h}", f"d:{h}")]
+        values = shard_client(s, shard).hmget(key, fields)
+        for i, host in enumerate(hosts):
+            n_pages, n_dups = int(values[2 * i] or 0), int(values[2 * i + 1] or 0)
+            if n_pages >= s.DUP_TRAP_MIN_PAGES and n_dups >= s.DUP_TRAP_RATIO * n_pages:
+                trap.add(host)
+    if not trap:
+        return discovered
+    top = s.PRIORITY_LEVELS - 1
+    out = [dataclasses.replace(d, priority=top) if d.host in trap else d for d in discovered]
+    _bump(counters, "frontier/demoted_duplicate_host", sum(d.host in trap for d in discovered))
+    return out
 
 
 def _mark_soft404(w: Worker, records: list[dict], counters: dict[str, int]) -> None:

@@ -157,6 +157,10 @@ class Settings:
     SIMHASH_MAX_CHARS: int = 12_000
     # Pages with fewer distinct words get no simhash (short pages collide too easily).
     SIMHASH_MIN_WORDS: int = 50
+    # Trap signal: a host whose pages keep duplicating pages we have (this share of at
+    # least DUP_TRAP_MIN_PAGES pages) gets its new URLs at the lowest priority.
+    DUP_TRAP_RATIO: float = 0.5
+    DUP_TRAP_MIN_PAGES: int = 20
     # URL-seen Bloom filter sized for this many URLs at this false-positive rate.
     BLOOM_EXPECTED_URLS: int = 10_000_000
     BLOOM_ERROR_RATE: float = 0.01

@@ -362,3 +362,22 @@ def test_continuous_recrawl_adapts_to_change_and_uses_304(fast):
         page = [r["revisit_s"] for r in recs if r["url"].endswith("/p/0.html")]
         assert news[-1] < page[-1]  # the changing page is revisited sooner
         print(f"revisit intervals: news {news}, static page {page}; visits {dict(visits)}")
+
+
+def test_host_of_duplicates_is_demoted(fast):
+    import random as _r
+
+    rng = _r.Random(7)
+    vocab = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(7)) for _ in range(300)]
+    text = " ".join(rng.choice(vocab) for _ in range(800))
+    links = "".join(f'<a href="/item/{i}.html">i</a>' for i in range(30))
+    routes = {"/": (200, HTML, f"<html><body>{links}</body></html>".encode())}
+    routes.update({f"/item/{i}.html": (200, HTML, f'<html><body><p>{text}</p><p>item {i}</p>'
+                                                   f'<a href="/more/{i}.html">m</a></body></html>'.encode())
+                   for i in range(30)})
+    s = dataclasses.replace(fast, DUP_TRAP_MIN_PAGES=10, SOFT404_PROBE=False, PROBE_SITEMAP_XML=False)
+    with TestWeb(n_hosts=1, pages_per_host=1, host_specs={0: HostSpec(extra_routes=routes)}) as web:
+        crawl_inline(s, web.seeds(), seconds=10)
+        stats = read_progress(s).stats
+        assert stats.get("frontier/demoted_duplicate_host", 0) > 0
+        assert stats["dedup/near_duplicate"] >= 20
