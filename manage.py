@@ -5,6 +5,7 @@
                                [--min-delay S] [--user-agent UA] [--allow-private] [--workers N]
     python manage.py seed URL... [--out DIR | --redis-url URL]     add URLs to a running crawl
     python manage.py stats [--out DIR | --redis-url URL] [--watch]
+    python manage.py hosts HOST [--out DIR]                        one host's frontier state
     python manage.py robots URL [--agent A]                        robots.txt verdict and matching rule
     python manage.py dupes [--out DIR] [--threshold 0.9]           near-duplicate clusters of a crawl
     python manage.py snapshot [--out DIR] | restore FILE [--out DIR] [--replace]   checkpoints
@@ -123,6 +124,7 @@ def cmd_seed(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
+    from crawler_tasks.frontier import Frontier
     from crawler_tasks.maintenance import read_progress
 
     with _attach(args) as settings:
@@ -132,12 +134,47 @@ def cmd_stats(args: argparse.Namespace) -> int:
             print(f"pages {p.pages}  queued {p.queued}  leased hosts {p.leased}  batches in flight {p.inflight}")
             for i, shard in enumerate(p.shards):
                 print(f"  shard {i}: " + "  ".join(f"{k} {v}" for k, v in shard.items()))
+            frontier = Frontier(settings)
+            bits, fp_rate = frontier.bloom_fill()
+            print(f"URL-seen Bloom filter: {bits / frontier.bloom.bits / settings.SHARDS:.1%} full, "
+                  f"estimated false-positive rate {fp_rate:.3%} "
+                  f"({frontier.bloom.bytes * settings.SHARDS / 2**20:.1f} MiB for {settings.BLOOM_EXPECTED_URLS} URLs)")
             for key in sorted(p.stats):
                 print(f"  {key:40s} {p.stats[key]}")
             if not args.watch:
                 return 0
             time.sleep(2.0)
             print()
+
+
+def cmd_hosts(args: argparse.Namespace) -> int:
+    from crawler_tasks.frontier import Frontier
+
+    with _attach(args) as settings:
+        frontier = Frontier(settings)
+        host = args.host.lower()
+        shard = frontier.shard_of(host)
+        k = frontier.keys(shard)
+        c = frontier.client(shard)
+        now = time.time()
+        ready, lease, te = c.zscore(k.ready, host), c.zscore(k.lease, host), c.hget(k.te, host)
+        queue = frontier.host_queue(shard, host)
+        robots = c.hgetall(k.robots(host))
+        state = c.hgetall(k.host_state(host))
+        print(f"host {host}  shard {shard}  active {bool(c.sismember(k.active, host))}  queued {len(queue)}")
+        when = ready if ready is not None else (float(te) if te else None)
+        print("next contact " + (f"in {when - now:.1f} s" if when is not None else "not scheduled")
+              + (f"  leased until {lease - now:+.1f} s" if lease is not None else ""))
+        print(f"pages enqueued {c.hget(k.host_counts, host) or 0}  "
+              f"duplicates {c.hget(k.dup_stats, 'd:' + host) or 0}/{c.hget(k.dup_stats, 'p:' + host) or 0}")
+        if robots:
+            print(f"robots.txt {robots.get('kind')} (status {robots.get('status') or '-'}), "
+                  f"expires in {float(robots.get('expires', 0)) - now:.0f} s {robots.get('error') or ''}".rstrip())
+        if state:
+            print("politeness " + "  ".join(f"{key} {value}" for key, value in sorted(state.items())))
+        for entry in queue[: args.show]:
+            print(f"  depth {entry.depth} tries {entry.tries} {entry.url}")
+    return 0
 
 
 def cmd_robots(args: argparse.Namespace) -> int:
@@ -259,6 +296,13 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--redis-url")
     rs.add_argument("--replace", action="store_true", help="drop the crawl's current keys first")
     rs.set_defaults(func=cmd_restore)
+
+    h = sub.add_parser("hosts", help="one host's frontier state: queue, next contact, robots, politeness")
+    h.add_argument("host", help="host[:port] as in the URLs")
+    h.add_argument("--show", type=int, default=5, help="queued URLs to list")
+    h.add_argument("--out", help="the crawl's output folder (finds its Redis)")
+    h.add_argument("--redis-url")
+    h.set_defaults(func=cmd_hosts)
 
     r = sub.add_parser("robots", help="fetch a site's robots.txt and print the verdict for URL")
     r.add_argument("url")

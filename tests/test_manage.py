@@ -37,6 +37,10 @@ def test_resume_continues_where_the_crawl_stopped(tmp_path):
         stats = manage("stats", "--out", str(out))
         assert stats.returncode == 0, stats.stderr
         assert "state finished" in stats.stdout and "fetch/pages" in stats.stdout
+        assert "Bloom filter:" in stats.stdout and "false-positive rate" in stats.stdout
+
+        hosts = manage("hosts", web.hosts[0], "--out", str(out))
+        assert hosts.returncode == 0 and "robots.txt rules" in hosts.stdout and "next contact" in hosts.stdout
 
         extra = web.url(1, "/p/5.html")
         seeded = manage("seed", "--out", str(out), extra, "mailto:nobody@example.org")
