@@ -303,6 +303,9 @@ def test_resolution_agrees_with_urljoin(href: str, base: str) -> None:
     before_fragment = href.split("#", 1)[0]
     assume(not before_fragment.endswith("?"))
     assume("//" not in before_fragment.split("?", 1)[0].lstrip("/"))
+    # a third quirk: "///x" (an empty authority then a path) is a network-path reference
+    # with an empty host to urljoin, while browsers skip the extra slashes
+    assume(not href.startswith("///"))
     got = parse(f'<a href="{href}">x</a>', url=base).links
     if got:
         assert urlsplit(got[0].url) == urlsplit(urljoin(base, href))
