@@ -68,8 +68,10 @@ def plan_wake(settings: Settings, frontier: Frontier, now: float | None = None) 
             continue
         if budget is not None:
             budget -= len(leases)
-        for i in range(0, len(leases), settings.FETCH_BATCH):
-            batches.append(Batch(shard, new_batch_id(), leases[i:i + settings.FETCH_BATCH]))
+        n = -(-len(leases) // settings.FETCH_BATCH)   # as few batches as the cap allows,
+        size = -(-len(leases) // n)                    # of even size (not 32 + 1)
+        for i in range(0, len(leases), size):
+            batches.append(Batch(shard, new_batch_id(), leases[i:i + size]))
     if batches:
         deadline = now + settings.batch_timeout_s
         client.zadd(g.inflight, {b.batch_id: deadline for b in batches})

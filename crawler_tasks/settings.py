@@ -49,7 +49,7 @@ class Settings:
     # Most hosts one wake task leases per shard.
     WAKE_MAX_HOSTS: int = 256
     # Hosts per fetch task (fetched concurrently, one connection per host).
-    FETCH_BATCH: int = 16
+    FETCH_BATCH: int = 32
     # Most fetch batches dispatched and not yet through dedup (back-pressure).
     MAX_INFLIGHT_BATCHES: int = 16
     # A dispatched batch that did not finish by then is forgotten (its worker died; its
