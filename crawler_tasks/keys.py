@@ -35,7 +35,8 @@ Global (``<prefix>:{g}:...``): ``stats`` (hash of counters with slash paths),
 ``control`` (hash: state, started_at, ...), ``inflight`` (zset batch id -> deadline),
 ``feed`` (stream of indexable pages for indexers), ``latency`` (fetch latency buckets),
 ``ipte`` (hash address -> next contact, when per-IP politeness is on).
-Content (``<prefix>:{f<k>}:fp``): exact content fingerprint -> first URL.
+Content (``<prefix>:{f<k>}:fp``): exact content fingerprint -> first URL;
+(``<prefix>:{f<k>}:payload``): WARC payload digest -> "first URL and WARC date".
 Near-duplicates (``<prefix>:{n<k>}:sim:<block>:<value>``): simhash permuted-blocks
 buckets (see dedup/nearindex.py, which builds those keys itself).
 """
@@ -160,3 +161,6 @@ class GlobalKeys:
 
     def fingerprints(self, part: int) -> str:
         return f"{self.prefix}:{{f{part}}}:fp"
+
+    def payloads(self, part: int) -> str:
+        return f"{self.prefix}:{{f{part}}}:payload"

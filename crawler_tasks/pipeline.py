@@ -61,7 +61,7 @@ from .recrawl import Recrawler
 from .robotscache import RULES, UNREACHABLE, RobotsCache
 from .settings import Settings
 from .sitemaps import MAX_SITEMAP_BYTES, parse_sitemap
-from .storage import FeedWriter, WarcStore, append_jsonl, warc_date
+from .storage import FeedWriter, WarcStore, append_jsonl, payload_digest, warc_date
 from .urls import (
     DEFAULT_SESSION_PARAMS,
     DEFAULT_TRACKING_PARAMS,
@@ -322,18 +322,41 @@ def _fetch_checked(w: Worker, lease: Lease, state: HostState, entry: Entry, part
     retryable = (res.error_kind in RETRYABLE_KINDS) or (res.status is not None and (res.status >= 500 or res.status == 429))
     if retryable and entry.tries < s.MAX_RETRIES:
         action = "retry"
+    record_id = None
     if res.status is not None:
         try:
-            w.warc.write_exchange(res)
+            record_id = w.warc.write_exchange(res, _earlier_capture(w, res))
         except (ValueError, UnicodeError):  # warcio on odd headers: record the URL, keep going
             _log_once("warc", "cannot write WARC record for %s", url)
     _release(w, lease, state, res, action)
     if action == "retry":
         return None
     page = _page(entry, res)
+    if record_id:
+        page["warc_id"] = record_id
     ok = res.status is not None and 200 <= res.status < 300
     parseable = ok and (entry.kind == SITEMAP or is_html(res.content_type, res.content[:512]))
     return page, res.content if parseable else b""
+
+
+def _earlier_capture(w: Worker, res: FetchResult) -> tuple[str, str] | None:
+    """(url, date) of an earlier capture of the very same payload bytes, if any: that
+    fetch is then stored as a revisit record. The first capture of a digest wins."""
+    s = w.settings
+    if not s.WARC_DEDUP_REVISITS or res.status != 200 or not res.body or res.truncated:
+        return None
+    digest = payload_digest(res.body)
+    key = w.gkeys.payloads(int.from_bytes(digest.encode()[-4:], "big") % s.SHARDS)
+    client = global_client(s)
+    mine = f"{res.url} {warc_date(res.started)}"
+    pipe = client.pipeline(transaction=False)
+    pipe.hsetnx(key, digest, mine)
+    pipe.hget(key, digest)
+    _, first = pipe.execute()
+    if not first or first == mine:
+        return None
+    url, date = first.rsplit(" ", 1)
+    return None if url == res.url else (url, date)
 
 
 def _first_contact(w: Worker, lease: Lease, scheme: str, sitemaps: list[str]) -> None:
@@ -420,9 +443,13 @@ def parse_stage(w: Worker, pages: list[dict], spool: str | None) -> list[dict]:
     feed = []
     for rec in records:
         rec["indexable"] = _indexable(rec)
+        warc_id = rec.pop("warc_id", None)
+        if w.settings.WARC_METADATA and rec["url"] in texts and texts[rec["url"]][1]:
+            w.warc.write_metadata(rec["url"], warc_id, [u for u, _ in texts[rec["url"]][1]], rec["fetched_at"])
         if rec["indexable"] and rec["url"] in texts:
             text, outlinks = texts[rec["url"]]
             feed.append({k: rec.get(k) for k in FEED_FIELDS} | {"text": text, "outlinks": outlinks})
+    w.warc.flush()
     if feed:
         w.feed.emit(feed)
         _bump(counters, "feed/records", len(feed))

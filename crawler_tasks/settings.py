@@ -175,6 +175,10 @@ class Settings:
     # gzip level of WARC records: 1 costs ~1/4 of the CPU of 6 for ~15 % larger files
     # (measured on 60 KB pages), and CPU is what bounds a crawler.
     WARC_GZIP_LEVEL: int = 1
+    # Byte-identical payloads after the first are stored as revisit records (no body).
+    WARC_DEDUP_REVISITS: bool = True
+    # Parse workers write a metadata record with each page's outlinks.
+    WARC_METADATA: bool = True
     # Indexer feed: OUT/feed.jsonl (complete), and a Redis Stream capped near this many
     # entries (0 = no stream): a live tail for indexers that keep up; entries carry the
     # page text, so 1,000 of them is ~60 MB of Redis memory on 60 KB pages.

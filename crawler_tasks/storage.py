@@ -2,8 +2,10 @@
 
 - ``OUT/warc/<prefix>-<UTC time>-<machine>-<pid>-<serial>.warc.gz``: one writer per
   process (no locking between processes), a ``warcinfo`` record first, then a
-  ``request`` and a ``response`` record per fetch (a ``revisit`` record, profile
-  server-not-modified, for a 304 to our conditional GET); rotated past WARC_MAX_BYTES.
+  ``request`` and a ``response`` record per fetch (a ``revisit`` record for a 304 to
+  our conditional GET, profile server-not-modified, and for a payload byte-identical to
+  an earlier capture, profile identical-payload-digest); parse workers add ``metadata``
+  records with each page's outlinks to their own files; rotated past WARC_MAX_BYTES.
   The response payload is stored as transferred (content coding kept, chunking
   removed), so digests match what the server sent.
 - ``OUT/pages.jsonl``: appended by whichever worker finishes a batch, one ``write``
@@ -19,7 +21,9 @@ than a visible failure, and the batch is retried by Celery.
 """
 from __future__ import annotations
 
+import base64
 import fcntl
+import hashlib
 import io
 import json
 import os
@@ -41,6 +45,12 @@ if TYPE_CHECKING:
 
 _HOP_BY_HOP = {"transfer-encoding"}
 NOT_MODIFIED_PROFILE = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
+IDENTICAL_PAYLOAD_PROFILE = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
+
+
+def payload_digest(body: bytes) -> str:
+    """WARC-Payload-Digest as warcio writes it (sha1, base32)."""
+    return "sha1:" + base64.b32encode(hashlib.sha1(body).digest()).decode("ascii")
 
 
 def append_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> int:
@@ -115,9 +125,12 @@ class WarcStore:
         comp = zlib.compressobj(self.gzip_level, zlib.DEFLATED, 31)
         self._file.write(comp.compress(self._buffer.getbuffer()) + comp.flush())
 
-    def write_exchange(self, res: FetchResult) -> str | None:
-        """Write request + response records of one fetch; returns the file name, or
-        None when there was no HTTP response to record."""
+    def write_exchange(self, res: FetchResult, duplicate_of: tuple[str, str] | None = None) -> str | None:
+        """Write request + response records of one fetch; returns the response record's
+        WARC-Record-ID, or None when there was no HTTP response to record.
+
+        ``duplicate_of`` (url, WARC date of the first capture with the same payload
+        digest) turns the response into a ``revisit`` record without payload."""
         if res.status is None:
             return None
         with self._lock:
@@ -141,14 +154,31 @@ class WarcStore:
                 extra.update({"WARC-Profile": NOT_MODIFIED_PROFILE, "WARC-Refers-To-Target-URI": res.url})
                 resp = writer.create_warc_record(res.url, "revisit", http_headers=resp_headers,
                                                  warc_headers_dict=extra)
+            elif duplicate_of is not None:  # same payload as an earlier capture: headers only
+                extra.update({"WARC-Profile": IDENTICAL_PAYLOAD_PROFILE, "WARC-Refers-To-Target-URI": duplicate_of[0],
+                              "WARC-Refers-To-Date": duplicate_of[1], "WARC-Payload-Digest": payload_digest(res.body)})
+                resp = writer.create_warc_record(res.url, "revisit", http_headers=resp_headers,
+                                                 warc_headers_dict=extra)
             else:
                 resp = writer.create_warc_record(res.url, "response", payload=io.BytesIO(res.body),
                                                  length=len(res.body), http_headers=resp_headers,
                                                  warc_headers_dict=extra)
             self._write(resp)
             self._write(req)
-            assert self.path is not None
-            return self.path.name
+            return resp.rec_headers.get_header("WARC-Record-ID")
+
+    def write_metadata(self, url: str, refers_to: str | None, outlinks: list[str], date: str) -> None:
+        """A ``metadata`` record with the page's outlinks (Heritrix's ``outlink:`` lines)."""
+        body = "".join(f"outlink: {link} L a/@href\r\n" for link in outlinks).encode("utf-8", "replace")
+        with self._lock:
+            writer = self._open()
+            headers = {"WARC-Date": date}
+            if refers_to:
+                headers["WARC-Concurrent-To"] = refers_to
+            record = writer.create_warc_record(url, "metadata", payload=io.BytesIO(body), length=len(body),
+                                               warc_content_type="application/warc-fields",
+                                               warc_headers_dict=headers)
+            self._write(record)
 
     def flush(self) -> None:
         with self._lock:

@@ -381,3 +381,29 @@ def test_host_of_duplicates_is_demoted(fast):
         stats = read_progress(s).stats
         assert stats.get("frontier/demoted_duplicate_host", 0) > 0
         assert stats["dedup/near_duplicate"] >= 20
+
+
+def test_warc_revisits_for_identical_payloads_and_outlink_metadata(fast):
+    import subprocess
+    import sys
+
+    from warcio.archiveiterator import ArchiveIterator
+
+    same = b"<html><body><p>byte for byte the same</p></body></html>"
+    routes = {"/a": (200, HTML, same), "/b": (200, HTML, same)}
+    with TestWeb(n_hosts=1, pages_per_host=1, host_specs={0: HostSpec(extra_routes=routes)}) as web:
+        crawl_inline(fast, web.seeds())
+        kinds: dict[str, list[str]] = {}
+        warcs = sorted((Path(fast.OUT_DIR) / "warc").glob("*.warc.gz"))
+        for path in warcs:
+            with open(path, "rb") as fh:
+                for rec in ArchiveIterator(fh):
+                    uri = rec.rec_headers.get_header("WARC-Target-URI")
+                    if uri:
+                        kinds.setdefault(uri.rsplit("/", 1)[1], []).append(rec.rec_type)
+        pair = kinds["a"] + kinds["b"]
+        assert pair.count("revisit") == 1 and pair.count("response") == 1
+        assert "metadata" in kinds[""]  # the home page's outlinks
+        check = subprocess.run([sys.executable, "-m", "warcio.cli", "check", *map(str, warcs)],
+                               capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
