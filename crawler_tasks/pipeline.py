@@ -101,7 +101,7 @@ class Worker:
 
     @classmethod
     def create(cls, settings: Settings) -> "Worker":
-        drop = frozenset(p.lower() for p in settings.DROP_PARAMS) or (DEFAULT_TRACKING_PARAMS | DEFAULT_SESSION_PARAMS)
+        drop = drop_params(settings)
         policy = PolitenessPolicy(
             min_delay_s=settings.MIN_DELAY_S, delay_factor=settings.DELAY_FACTOR,
             max_factor_delay_s=settings.MAX_FACTOR_DELAY_S, honour_crawl_delay=settings.HONOUR_CRAWL_DELAY,
@@ -134,6 +134,11 @@ class Worker:
 
     def normalize(self, href: str, base: str | None = None) -> str | None:
         return normalize_url(href, base, drop_params=self.drop_params)
+
+
+def drop_params(settings: Settings) -> frozenset[str]:
+    """Query parameters normalization drops: the settings' list, else urls.py's defaults."""
+    return frozenset(p.lower() for p in settings.DROP_PARAMS) or (DEFAULT_TRACKING_PARAMS | DEFAULT_SESSION_PARAMS)
 
 
 _errors_logged: set[str] = set()
@@ -733,7 +738,7 @@ def seed_urls(settings: Settings, urls: list[str], frontier: Frontier | None = N
     """Normalize, filter and force-add seed URLs. Returns (added, rejected messages)."""
     frontier = frontier or Frontier(settings)
     flt = UrlFilter(settings)
-    drop = frozenset(p.lower() for p in settings.DROP_PARAMS) or (DEFAULT_TRACKING_PARAMS | DEFAULT_SESSION_PARAMS)
+    drop = drop_params(settings)
     items, rejected = [], []
     for raw in urls:
         url = normalize_url(raw, drop_params=drop)
