@@ -52,12 +52,12 @@ class EmbeddedRedis:
     """A redis-server child process; ``url`` is valid between ``start()`` and ``stop()``."""
 
     def __init__(self, data_dir: str | os.PathLike, *, host: str = "127.0.0.1",
-                 save: str = "60 1000", appendonly: bool = False) -> None:
+                 save: str = "60 1000", appendonly: bool = False, port: int = 0) -> None:
         self.data_dir = Path(data_dir)
         self.host = host
         self.save = save
         self.appendonly = appendonly
-        self.port = 0
+        self.port = port  # 0: a free one
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -68,12 +68,13 @@ class EmbeddedRedis:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         binary = redis_server_binary()
         last_error = ""
+        fixed = self.port
         for _ in range(5):  # the free port may be taken between probe and bind
-            self.port = free_port(self.host)
+            self.port = fixed or free_port(self.host)
             args = [
                 binary, "--port", str(self.port), "--bind", self.host, "--dir", str(self.data_dir),
                 "--dbfilename", "dump.rdb", "--save", *(self.save.split() or [""]),
-                "--appendonly", "yes" if self.appendonly else "no",
+                "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", "everysec",
                 "--maxmemory-policy", "noeviction", "--protected-mode", "no",
                 "--daemonize", "no", "--loglevel", "warning",
                 "--logfile", str(self.data_dir / "redis.log"),
@@ -94,6 +95,16 @@ class EmbeddedRedis:
         log = self.data_dir / "redis.log"
         tail = log.read_text(errors="replace")[-500:] if log.exists() else last_error
         raise ConfigError(f"could not start embedded redis-server: {tail.strip()}")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def restart(self) -> "EmbeddedRedis":
+        """Start again on the same port from the data folder's last RDB (after a crash),
+        so every client's URL stays valid and reconnects."""
+        self.stop()
+        self.proc = None
+        return self.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         proc, self.proc = self.proc, None

@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import TextIO
 
+import redis
+
 from .celery import CONTROL_QUEUE, DEDUP_QUEUE, fetch_queue, parse_queue
 from .connection import global_client
 from .embedded import EmbeddedRedis, die_with_parent
@@ -154,7 +156,9 @@ class CrawlRunner:
                           "use --resume to continue a crawl")
         (self.out_dir / "logs").mkdir(exist_ok=True)
         if not s.REDIS_URL:
-            self.redis = EmbeddedRedis(self.out_dir / "redis").start()
+            # append-only file, fsync every second: a crashed redis-server comes back
+            # with all but the last second of the frontier
+            self.redis = EmbeddedRedis(self.out_dir / "redis", appendonly=True).start()
             s = self.settings = dataclasses.replace(s, REDIS_URL=self.redis.url)
             self._say(f"embedded redis-server on {self.redis.url} (data in {self.out_dir / 'redis'})")
         client = global_client(s)
@@ -234,7 +238,15 @@ class CrawlRunner:
         rate = 0.0
         while True:
             time.sleep(1.0)
-            progress = read_progress(s)
+            if self.redis is not None and not self.redis.alive():
+                self._recover_redis()
+                continue
+            try:
+                progress = read_progress(s)
+            except redis.RedisError:
+                if self.redis is not None and not self.redis.alive():
+                    continue  # restarted on the next turn
+                raise
             now = time.time()
             if now - last_at >= 2.0:
                 rate = (progress.pages - last_pages) / (now - last_at)
@@ -275,6 +287,26 @@ class CrawlRunner:
                 stopping_for = now - float(global_client(s).hget(GlobalKeys(s.KEY_PREFIX).control, "state_at") or now)
                 if stopping_for > s.TOTAL_TIMEOUT_S + 10:
                     set_state(s, FINISHED, "stopped with batches still in flight")
+
+    def _recover_redis(self) -> None:
+        """Restart a crashed embedded redis-server on its port from its append-only file
+        (at most the last second is lost; those fetches are simply done again, and leases
+        it held expire and return their hosts). Without its data, fall back to the last
+        checkpoint; without one, stop with a clear message rather than call it done."""
+        assert self.redis is not None
+        self._say(f"\nembedded redis-server exited; restarting it from {self.out_dir / 'redis'}")
+        self.redis.restart()
+        self.restarts += 1
+        s = self.settings
+        if global_client(s).exists(GlobalKeys(s.KEY_PREFIX).control):
+            return
+        path = latest_snapshot(self.out_dir)
+        if path is None:
+            raise ConfigError("the embedded Redis lost the crawl state and there is no checkpoint in "
+                              f"{self.out_dir / 'snapshots'}; the crawl cannot continue")
+        info = restore(s, path, replace=True)
+        global_client(s).hset(GlobalKeys(s.KEY_PREFIX).control, mapping={"state": RUNNING, "reason": ""})
+        self._say(f"crawl state restored from checkpoint {path} ({info.keys} keys)")
 
     def _summary(self, progress: Progress) -> None:
         elapsed = time.time() - self.started
