@@ -8,9 +8,10 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 
 ========================  ======  ===================================================
 ``front:<level>``         list    front queue of one priority level; entries
-                                  ``"<host> <depth> <tries> <hops> <kind> <url>"``
-``q:<host>``              list    the host's back queue; entries ``"<depth> <tries> <hops> <kind> <url>"``
-                                  (kind ``p`` page, ``s`` sitemap);
+                                  ``"<depth> <tries> <hops> <kind> <url>"`` (kind ``p`` page,
+                                  ``s`` sitemap, ``x`` soft-404 probe); the host is the URL's
+                                  authority, which is its politeness key once normalized
+``q:<host>``              list    the host's back queue, same entries;
                                   the head stays in place while it is being fetched
 ``active``                set     hosts holding a back queue (Mercator's host table, <= B)
 ``ready``                 zset    host -> earliest next contact ``te`` (epoch s)

@@ -145,7 +145,7 @@ class Frontier:
             for i in indexes:
                 item = items[i]
                 segment, h1, h2 = self.bloom.hashes_of(item.url)
-                entry = f"{item.host} {Entry(item.url, item.depth, 0, item.hops, item.kind).encode()}"
+                entry = Entry(item.url, item.depth, 0, item.hops, item.kind).encode()
                 qkey = item.url.split("?", 1)[0] if "?" in item.url else ""
                 args += ["1" if item.force else "0", min(max(item.priority, 0), top), entry, segment + 1,
                          h1, h2, item.host, qkey]

@@ -41,9 +41,11 @@ while moved < max_moves and redis.call('SCARD', active) < B do
     end
   end
   local entry = redis.call('LPOP', KEYS[4 + pick])
-  local host, rest = string.match(entry, '^([^ ]+) (.*)$')
+  -- entries are "<depth> <tries> <hops> <kind> <url>"; the host is the URL's authority
+  -- (the politeness key of a normalized URL), so front entries need not repeat it
+  local host = string.match(entry, '^[^ ]+ [^ ]+ [^ ]+ [^ ]+ [%a][%w+.-]*://([^/?#]+)')
   if host then
-    redis.call('RPUSH', qprefix .. host, rest)
+    redis.call('RPUSH', qprefix .. host, entry)
     if redis.call('SADD', active, host) == 1 then
       local te = tonumber(redis.call('HGET', te_hash, host) or now)
       redis.call('HDEL', te_hash, host)

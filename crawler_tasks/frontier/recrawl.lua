@@ -13,7 +13,7 @@ for _, member in ipairs(due) do
   local host = url and string.match(url, '^[%a][%w+.-]*://([^/?#]+)')
   if host then
     local l = math.min(tonumber(level), F - 1)
-    redis.call('RPUSH', KEYS[3 + l], host .. ' 0 0 0 p ' .. url)
+    redis.call('RPUSH', KEYS[3 + l], '0 0 0 p ' .. url)
     redis.call('INCR', KEYS[2])
   end
 end
