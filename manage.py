@@ -139,12 +139,26 @@ def cmd_stats(args: argparse.Namespace) -> int:
             print(f"URL-seen Bloom filter: {bits / frontier.bloom.bits / settings.SHARDS:.1%} full, "
                   f"estimated false-positive rate {fp_rate:.3%} "
                   f"({frontier.bloom.bytes * settings.SHARDS / 2**20:.1f} MiB for {settings.BLOOM_EXPECTED_URLS} URLs)")
+            top = _top_hosts(settings, frontier)
+            if top:
+                print("top hosts by URLs enqueued: " + ", ".join(f"{h} {n}" for h, n in top))
             for key in sorted(p.stats):
                 print(f"  {key:40s} {p.stats[key]}")
             if not args.watch:
                 return 0
             time.sleep(2.0)
             print()
+
+
+def _top_hosts(settings: Settings, frontier: object, n: int = 10, max_scan: int = 100_000) -> list[tuple[str, int]]:
+    """Hosts with the most URLs enqueued (skipped on frontiers with very many hosts)."""
+    counts: dict[str, int] = {}
+    for shard in range(settings.SHARDS):
+        client, key = frontier.client(shard), frontier.keys(shard).host_counts  # type: ignore[attr-defined]
+        if client.hlen(key) > max_scan:
+            return []
+        counts.update({h: int(v) for h, v in client.hgetall(key).items()})
+    return sorted(counts.items(), key=lambda kv: -kv[1])[:n]
 
 
 def cmd_hosts(args: argparse.Namespace) -> int:

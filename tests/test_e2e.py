@@ -147,6 +147,31 @@ def test_sigterm_stops_everything(web, tmp_path):
 
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
     assert "crawler_up 1.0" in metrics and "crawler_fetch_status_total" in metrics
+
+    # Flower sees the crawl's workers and their tasks (the workers send events)
+    from crawler_tasks.embedded import free_port
+
+    info = json.loads((out / "crawl.json").read_text())
+    flower_port = free_port()
+    env = {**os.environ, "CRAWLER_REDIS_URL": info["redis_url"], "FLOWER_UNAUTHENTICATED_API": "true"}
+    flower = subprocess.Popen([sys.executable, "-m", "celery", "-A", "crawler_tasks", "flower",
+                               f"--port={flower_port}", "--address=127.0.0.1"], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        workers: dict = {}
+        for _ in range(30):
+            try:
+                workers = json.loads(urllib.request.urlopen(
+                    f"http://127.0.0.1:{flower_port}/api/workers?refresh=1", timeout=10).read())
+                if len(workers) >= 4:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.5)
+        assert any(name.startswith("fetch") for name in workers) and any(n.startswith("control") for n in workers)
+    finally:
+        flower.terminate()
+        flower.wait(20)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert "SIGTERM" in err

@@ -38,6 +38,7 @@ def test_resume_continues_where_the_crawl_stopped(tmp_path):
         assert stats.returncode == 0, stats.stderr
         assert "state finished" in stats.stdout and "fetch/pages" in stats.stdout
         assert "Bloom filter:" in stats.stdout and "false-positive rate" in stats.stdout
+        assert "top hosts by URLs enqueued: " + web.hosts[0] in stats.stdout or web.hosts[1] in stats.stdout
 
         hosts = manage("hosts", web.hosts[0], "--out", str(out))
         assert hosts.returncode == 0 and "robots.txt rules" in hosts.stdout and "next contact" in hosts.stdout
