@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             frontier = Frontier(settings)
             client = frontier.client(0)
             before = int(client.info("memory")["used_memory"])
+            frontier.allocate_bloom()  # as manage.py crawl does: full-size segments up front
             spec = frontier.bloom
             print(f"{n:,} URLs over {hosts:,} hosts, {settings.SHARDS} shards, batches of {BATCH:,}; "
                   f"Bloom {spec.segments} segment(s)/shard, k={spec.hashes}, {mb(spec.bytes)}/shard")

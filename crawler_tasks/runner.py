@@ -175,6 +175,7 @@ class CrawlRunner:
         elif not client.exists(g.control):
             raise ConfigError(f"--resume: no crawl state found in {s.REDIS_URL} (prefix {s.KEY_PREFIX!r})")
         client.hset(g.control, mapping={"state": RUNNING, "reason": "", "started_at": self.started})
+        Frontier(s).allocate_bloom()
         if self.seeds:
             added, rejected = seed_urls(s, self.seeds)
             for message in rejected:
