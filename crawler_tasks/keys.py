@@ -26,7 +26,9 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 ``qvariants``             hash    URL without query -> distinct queries enqueued (facet traps)
 ``seedhosts``             set     hosts of seed URLs (larger budget)
 ``soft404``               hash    host -> content fingerprint of its answer to a random path
-``queued``                string  URLs in the shard's front and back queues (kept by the scripts)
+``queued``                string  URLs in the shard's front and back queues and spill files
+``spilled``               string  of which in spill files on disk (spill.py)
+``spilling:<level>``      list    a front-queue tail on its way to a spill file
 ``dupstats``              hash    ``p:<host>`` pages, ``d:<host>`` (near-)duplicates: the trap signal
 ``hist``                  hash    URL -> change history and validators (continuous mode)
 ``due``                   zset    "<level> <url>" -> next visit (continuous mode)
@@ -118,6 +120,13 @@ class ShardKeys:
     @property
     def dup_stats(self) -> str:
         return f"{self.base}:dupstats"
+
+    def spill_staging(self, level: int) -> str:
+        return f"{self.base}:spilling:{level}"
+
+    @property
+    def spilled(self) -> str:
+        return f"{self.base}:spilled"
 
     @property
     def history(self) -> str:

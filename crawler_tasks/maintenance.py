@@ -20,6 +20,7 @@ from .frontier import Frontier
 from .keys import GlobalKeys
 from .scheduler import FINISHED, RUNNING, STOPPING
 from .settings import Settings
+from .spill import Spiller
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,9 @@ def run_maintenance(settings: Settings, frontier: Frontier | None = None, now: f
     if expired:
         client.hincrby(g.stats, "frontier/lease_expired", expired)
         log.warning("%d host leases expired (a worker died or hung); hosts put back", expired)
+    moved_out, moved_in = Spiller(settings, frontier).run()
+    if moved_out or moved_in:
+        log.info("front queues: %d URLs spilled to disk, %d read back", moved_out, moved_in)
     before_inflight = client.zcard(g.inflight)
     progress = read_progress(settings, frontier)
     progress.expired_leases = expired

@@ -146,7 +146,7 @@ class CrawlRunner:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         if not self.resume:
             removed = [name for name in ("pages.jsonl", "warc", "redis", "logs", STATE_FILE, "celerybeat-schedule",
-                                         "snapshots", "spool")
+                                         "snapshots", "spool", "spill")
                        if (self.out_dir / name).exists()]
             for name in removed:
                 path = self.out_dir / name

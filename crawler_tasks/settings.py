@@ -46,6 +46,10 @@ class Settings:
     MAX_ACTIVE_HOSTS: int = 512
     # A leased host not returned by then is put back by maintenance, seconds.
     LEASE_S: float = 120.0
+    # Bounded memory: a front queue longer than this spills its tail to OUT/spill
+    # (0 = never), and files are read back once it is shorter than FRONT_REFILL_AT.
+    FRONT_SPILL_AT: int = 2_000_000
+    FRONT_REFILL_AT: int = 500_000
     # Most hosts one wake task leases per shard.
     WAKE_MAX_HOSTS: int = 256
     # Hosts per fetch task (fetched concurrently, one connection per host).

@@ -33,7 +33,7 @@ def _script(name: str) -> str:
 
 
 _SCRIPTS = {name: _script(name) for name in ("add", "lease", "complete", "renew", "expire", "ipclaim",
-                                             "recrawl")}
+                                             "recrawl", "spill")}
 
 # Most front-queue URLs moved into back queues by one wake, per shard.
 MAX_REFILL_MOVES = 2000
@@ -256,14 +256,16 @@ class Frontier:
         for key in k.fronts(self.levels):
             pipe.llen(key)
         pipe.get(k.queued)
+        pipe.get(k.spilled)
         pipe.scard(k.active)
         pipe.zcard(k.ready)
         pipe.zcard(k.lease)
         res = pipe.execute()
         front = sum(res[: self.levels])
-        queued, active, ready, leased = res[self.levels:]
-        return {"front": front, "back": max(0, int(queued or 0) - front), "active_hosts": active,
-                "ready_hosts": ready, "leased_hosts": leased}
+        queued, spilled, active, ready, leased = res[self.levels:]
+        spilled = int(spilled or 0)
+        return {"front": front + spilled, "back": max(0, int(queued or 0) - front - spilled),
+                "spilled": spilled, "active_hosts": active, "ready_hosts": ready, "leased_hosts": leased}
 
     def add_head(self, shard: int, host: str, entry: Entry) -> None:
         """Put an entry at the head of a leased host's back queue (it is fetched next)."""
