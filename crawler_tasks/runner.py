@@ -156,9 +156,10 @@ class CrawlRunner:
                           "use --resume to continue a crawl")
         (self.out_dir / "logs").mkdir(exist_ok=True)
         if not s.REDIS_URL:
-            # append-only file, fsync every second: a crashed redis-server comes back
-            # with all but the last second of the frontier
-            self.redis = EmbeddedRedis(self.out_dir / "redis", appendonly=True).start()
+            # with EMBEDDED_REDIS_AOF a crashed redis-server comes back with all but the
+            # last second; without, with its last RDB save or else the last checkpoint
+            self.redis = EmbeddedRedis(self.out_dir / "redis", appendonly=s.EMBEDDED_REDIS_AOF,
+                                       save="30 1000 300 1").start()
             s = self.settings = dataclasses.replace(s, REDIS_URL=self.redis.url)
             self._say(f"embedded redis-server on {self.redis.url} (data in {self.out_dir / 'redis'})")
         client = global_client(s)
@@ -290,10 +291,11 @@ class CrawlRunner:
                     set_state(s, FINISHED, "stopped with batches still in flight")
 
     def _recover_redis(self) -> None:
-        """Restart a crashed embedded redis-server on its port from its append-only file
-        (at most the last second is lost; those fetches are simply done again, and leases
-        it held expire and return their hosts). Without its data, fall back to the last
-        checkpoint; without one, stop with a clear message rather than call it done."""
+        """Restart a crashed embedded redis-server on its port from its data folder (the
+        append-only file loses at most a second, an RDB save more; what was fetched since
+        is fetched again, and leases it held expire and return their hosts). Without its
+        data, fall back to the last checkpoint; without one, stop with a clear message
+        rather than call the crawl done."""
         assert self.redis is not None
         self._say(f"\nembedded redis-server exited; restarting it from {self.out_dir / 'redis'}")
         self.redis.restart()

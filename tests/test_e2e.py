@@ -225,11 +225,11 @@ def test_kill_9_worker_and_beat_mid_crawl(tmp_path):
     assert no_children_left(out) == []
 
 
-def test_redis_killed_mid_crawl_restarts_from_its_rdb(tmp_path):
+def test_redis_killed_mid_crawl_restarts_from_its_aof(tmp_path):
     out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
     env.update({"CRAWLER_LEASE_S": "6", "CRAWLER_TOTAL_TIMEOUT_S": "3", "CRAWLER_READ_TIMEOUT_S": "2",
-                "CRAWLER_CONNECT_TIMEOUT_S": "1"})
+                "CRAWLER_CONNECT_TIMEOUT_S": "1", "CRAWLER_EMBEDDED_REDIS_AOF": "1"})
     with TestWeb(n_hosts=3, pages_per_host=8, seed=12, mean_page_bytes=3000) as web:
         cmd = [sys.executable, str(ROOT / "manage.py"), "crawl", *web.seeds(), "--out", str(out),
                "--allow-private", "--min-delay", "0.3", "--user-agent", "testbot/1.0 (+http://127.0.0.1/bot)"]
@@ -252,5 +252,27 @@ def test_redis_killed_mid_crawl_restarts_from_its_rdb(tmp_path):
         assert "restarting it from" in err and "frontier exhausted" in err
         fetched = {r["url"] for r in records(out) if r.get("status") == 200}
         assert web.reachable(web.seeds()) <= fetched
+    time.sleep(0.5)
+    assert no_children_left(out) == []
+
+
+def test_redis_state_lost_without_checkpoint_is_an_error_not_success(tmp_path):
+    """No AOF, no RDB save yet, no checkpoint: the crawl must say it cannot go on."""
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
+    with TestWeb(n_hosts=2, pages_per_host=8, seed=13, mean_page_bytes=3000) as web:
+        cmd = [sys.executable, str(ROOT / "manage.py"), "crawl", *web.seeds(), "--out", str(out),
+               "--allow-private", "--min-delay", "0.5", "--user-agent", "testbot/1.0 (+http://127.0.0.1/bot)"]
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.time() + 60
+        while time.time() < deadline and len(records(out)) < 2:
+            time.sleep(0.2)
+        port = json.loads((out / "crawl.json").read_text())["redis_url"].rsplit(":", 1)[1].split("/")[0]
+        victims = [p for p in psutil.process_iter(["cmdline"])
+                   if "redis-server" in " ".join(p.info["cmdline"] or []) and f":{port}" in " ".join(p.info["cmdline"] or [])]
+        assert len(victims) == 1
+        victims[0].kill()
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2 and "lost the crawl state" in err and "frontier exhausted" not in err
     time.sleep(0.5)
     assert no_children_left(out) == []
