@@ -29,6 +29,8 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 ``queued``                string  URLs in the shard's front and back queues and spill files
 ``spilled``               string  of which in spill files on disk (spill.py)
 ``spilling:<level>``      list    a front-queue tail on its way to a spill file
+``overflow``              list    URLs of hosts whose back queue is at HOST_QUEUE_CAP, going to disk
+``spilledhosts``          set     hosts with URLs in per-host spill files
 ``dupstats``              hash    ``p:<host>`` pages, ``d:<host>`` (near-)duplicates: the trap signal
 ``hist``                  hash    URL -> change history and validators (continuous mode)
 ``due``                   zset    "<level> <url>" -> next visit (continuous mode)
@@ -120,6 +122,14 @@ class ShardKeys:
     @property
     def dup_stats(self) -> str:
         return f"{self.base}:dupstats"
+
+    @property
+    def overflow(self) -> str:
+        return f"{self.base}:overflow"
+
+    @property
+    def spilled_hosts(self) -> str:
+        return f"{self.base}:spilledhosts"
 
     def spill_staging(self, level: int) -> str:
         return f"{self.base}:spilling:{level}"

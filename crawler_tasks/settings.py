@@ -54,6 +54,9 @@ class Settings:
     # (0 = never), and files are read back once it is shorter than FRONT_REFILL_AT.
     FRONT_SPILL_AT: int = 2_000_000
     FRONT_REFILL_AT: int = 500_000
+    # A host's back queue holds at most this many URLs (0 = no cap); more go to per-host
+    # spill files and come back as the host's queue drains below half of it.
+    HOST_QUEUE_CAP: int = 100_000
     # Most hosts one wake task leases per shard.
     WAKE_MAX_HOSTS: int = 256
     # Hosts per fetch task (fetched concurrently, one connection per host).

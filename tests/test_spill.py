@@ -51,3 +51,33 @@ def test_a_crash_between_staging_and_file_loses_nothing(settings, tmp_path):
     Spiller(s, frontier).run()  # the next maintenance run writes the staged chunk
     assert frontier.client(0).llen(k.spill_staging(0)) == 0
     assert frontier.sizes(0)["spilled"] == 20 and len(list((tmp_path / "spill").rglob("*.gz"))) == 1
+
+
+def test_hot_host_queue_is_capped_and_refilled_from_disk(settings, tmp_path):
+    s = dataclasses.replace(settings, SHARDS=1, HOST_QUEUE_CAP=50, FRONT_SPILL_AT=0, OUT_DIR=str(tmp_path))
+    frontier = Frontier(s)
+    spiller = Spiller(s, frontier)
+    urls = [f"http://hot.test/p{i}" for i in range(400)] + [f"http://cold{i}.test/" for i in range(10)]
+    frontier.put_discovered([Discovered(url=u, host=u.split("/")[2]) for u in urls])
+    frontier.get_urls(0, 0, now=1.0)  # refill only
+    k = frontier.keys(0)
+    client = frontier.client(0)
+    assert client.llen(k.queue("hot.test")) == 50
+    spiller.run(chunk=1000)
+    assert client.llen(k.overflow) == 0 and frontier.sizes(0)["spilled"] == 350
+    assert len(list((tmp_path / "spill").rglob("*.gz"))) == 1
+
+    fetched = []
+    now = 10.0
+    for _ in range(3000):
+        spiller.run(chunk=1000)
+        leases = frontier.get_urls(0, 100, now=now)
+        for lease in leases:
+            fetched.append(lease.entry.url)
+            frontier.complete(lease, te=now)
+        assert client.llen(k.queue("hot.test")) <= 50 + 50  # the cap, plus one read-back
+        sizes = frontier.sizes(0)
+        if not leases and sizes["front"] + sizes["back"] == 0:
+            break
+        now += 1
+    assert Counter(fetched) == Counter(urls)

@@ -33,7 +33,7 @@ def _script(name: str) -> str:
 
 
 _SCRIPTS = {name: _script(name) for name in ("add", "lease", "complete", "renew", "expire", "ipclaim",
-                                             "recrawl", "spill")}
+                                             "recrawl", "spill", "hostload")}
 
 # Most front-queue URLs moved into back queues by one wake, per shard.
 MAX_REFILL_MOVES = 2000
@@ -170,6 +170,7 @@ class Frontier:
         out = self._run(shard, "lease", [k.active, k.ready, k.lease, k.te] + k.fronts(self.levels), [
             now, lease_s, max_hosts, self.settings.MAX_ACTIVE_HOSTS, k.queue_prefix,
             random.getrandbits(31) if seed is None else seed, MAX_REFILL_MOVES,
+            self.settings.HOST_QUEUE_CAP, k.overflow,
         ])
         flat = list(out)[1:]  # type: ignore[call-overload]
         return [Lease(shard, flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)]

@@ -2,7 +2,9 @@
 -- KEYS[1] active set, KEYS[2] ready zset, KEYS[3] lease zset, KEYS[4] te hash,
 -- KEYS[5..4+F] front queues (priority 0 first).
 -- ARGV[1] now, ARGV[2] lease seconds, ARGV[3] max hosts to lease, ARGV[4] B (max active
--- hosts), ARGV[5] back-queue key prefix, ARGV[6] random seed, ARGV[7] max refill moves.
+-- hosts), ARGV[5] back-queue key prefix, ARGV[6] random seed, ARGV[7] max refill moves,
+-- ARGV[8] per-host back-queue cap (0 = none), ARGV[9] the shard's overflow list (same
+-- hash tag): URLs of a host whose back queue is at the cap go there, then to disk.
 -- Back queues ``<prefix><host>`` share the shard's hash tag, so they are in the same slot.
 -- Refill (Mercator): while fewer than B hosts are active, draw a front queue weighted
 -- 2^(F-1-level) among the non-empty ones, pop its head; a URL of an active host joins
@@ -21,6 +23,8 @@ local B = tonumber(ARGV[4])
 local qprefix = ARGV[5]
 math.randomseed(tonumber(ARGV[6]))
 local max_moves = tonumber(ARGV[7])
+local cap = tonumber(ARGV[8])
+local overflow = ARGV[9]
 
 local moved = 0
 while moved < max_moves and redis.call('SCARD', active) < B do
@@ -44,7 +48,9 @@ while moved < max_moves and redis.call('SCARD', active) < B do
   -- entries are "<depth> <tries> <hops> <kind> <url>"; the host is the URL's authority
   -- (the politeness key of a normalized URL), so front entries need not repeat it
   local host = string.match(entry, '^[^ ]+ [^ ]+ [^ ]+ [^ ]+ [%a][%w+.-]*://([^/?#]+)')
-  if host then
+  if host and cap > 0 and redis.call('LLEN', qprefix .. host) >= cap then
+    redis.call('RPUSH', overflow, entry)  -- a hot host: spill.py moves these to disk
+  elseif host then
     redis.call('RPUSH', qprefix .. host, entry)
     if redis.call('SADD', active, host) == 1 then
       local te = tonumber(redis.call('HGET', te_hash, host) or now)
