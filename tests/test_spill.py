@@ -81,3 +81,13 @@ def test_hot_host_queue_is_capped_and_refilled_from_disk(settings, tmp_path):
             break
         now += 1
     assert Counter(fetched) == Counter(urls)
+
+
+def test_spilling_a_chunk_larger_than_luas_unpack_limit(settings, tmp_path):
+    s = dataclasses.replace(settings, SHARDS=1, FRONT_SPILL_AT=100, OUT_DIR=str(tmp_path))
+    frontier = Frontier(s)
+    urls = [f"http://h{i % 50}.test/p{i}" for i in range(20_100)]
+    for i in range(0, len(urls), 5000):
+        frontier.put_discovered([Discovered(url=u, host=u.split("/")[2]) for u in urls[i:i + 5000]])
+    spilled, _ = Spiller(s, frontier).run()  # default chunk: 10,000 entries in one script call
+    assert spilled == 10_000

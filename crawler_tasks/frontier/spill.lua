@@ -12,7 +12,9 @@ if len <= limit or redis.call('EXISTS', KEYS[2]) == 1 then
 end
 local n = math.min(chunk, len - limit)
 local tail = redis.call('LRANGE', KEYS[1], -n, -1)
-redis.call('RPUSH', KEYS[2], unpack(tail))
+for i = 1, #tail, 1000 do  -- unpack() of more than ~8,000 values overflows Lua's C stack
+  redis.call('RPUSH', KEYS[2], unpack(tail, i, math.min(#tail, i + 999)))
+end
 redis.call('LTRIM', KEYS[1], 0, -n - 1)
 redis.call('INCRBY', KEYS[3], n)
 return n
