@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 import dataclasses
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Iterable
+from typing import Any
 from urllib.parse import urlsplit
 
 from .connection import global_client, shard_client
@@ -45,6 +45,7 @@ from .frontier import (
     Entry,
     Frontier,
     Lease,
+    group_by,
 )
 from .keys import GlobalKeys
 from .metrics import record_latencies
@@ -223,10 +224,7 @@ def _load_validators(w: Worker, leases: list[Lease]) -> dict[str, dict[str, str]
     if not w.settings.CONTINUOUS:
         return {}
     out: dict[str, dict[str, str]] = {}
-    by_shard: dict[int, list[Lease]] = {}
-    for lease in leases:
-        by_shard.setdefault(lease.shard, []).append(lease)
-    for shard, group in by_shard.items():
+    for shard, group in group_by(leases, lambda lease: lease.shard).items():
         headers = w.recrawler.conditional_headers(shard, [lease.entry.url for lease in group])
         out.update({lease.raw: h for lease, h in zip(group, headers) if h})
     return out
@@ -235,10 +233,7 @@ def _load_validators(w: Worker, leases: list[Lease]) -> dict[str, dict[str, str]
 def _load_host_states(w: Worker, leases: list[Lease]) -> dict[str, HostState]:
     """Politeness state of every host of the batch, one round trip per shard."""
     states: dict[str, HostState] = {}
-    by_shard: dict[int, list[Lease]] = {}
-    for lease in leases:
-        by_shard.setdefault(lease.shard, []).append(lease)
-    for shard, group in by_shard.items():
+    for shard, group in group_by(leases, lambda lease: lease.shard).items():
         pipe = shard_client(w.settings, shard).pipeline(transaction=False)
         for lease in group:
             pipe.hgetall(w.frontier.keys(shard).host_state(lease.host))
@@ -641,13 +636,6 @@ def _mark_near_duplicates(w: Worker, records: list[dict], counters: dict[str, in
             _bump(counters, "dedup/near_duplicate")
 
 
-def _by_shard(w: Worker, hosts: Iterable[str]) -> dict[int, list[str]]:
-    out: dict[int, list[str]] = {}
-    for host in hosts:
-        out.setdefault(w.frontier.shard_of(host), []).append(host)
-    return out
-
-
 def _count_host_duplicates(w: Worker, records: list[dict]) -> None:
     """Per host: pages parsed and how many duplicated content we had (the trap signal)."""
     pages: dict[str, list[int]] = {}
@@ -656,7 +644,7 @@ def _count_host_duplicates(w: Worker, records: list[dict]) -> None:
             n = pages.setdefault(host_key(rec["url"]), [0, 0])
             n[0] += 1
             n[1] += bool(rec.get("duplicate_of") or rec.get("near_duplicate_of"))
-    for shard, hosts in _by_shard(w, pages).items():
+    for shard, hosts in group_by(pages, w.frontier.shard_of).items():
         pipe = shard_client(w.settings, shard).pipeline(transaction=False)
         key = w.frontier.keys(shard).dup_stats
         for host in hosts:
@@ -670,7 +658,7 @@ def _demote_duplicate_hosts(w: Worker, discovered: list[Discovered], counters: d
     """New URLs of hosts whose content keeps duplicating go to the lowest level."""
     s = w.settings
     trap: set[str] = set()
-    for shard, hosts in _by_shard(w, {d.host for d in discovered}).items():
+    for shard, hosts in group_by({d.host for d in discovered}, w.frontier.shard_of).items():
         key = w.frontier.keys(shard).dup_stats
         fields = [f for h in hosts for f in (f"p:{h}", f"d:{h}")]
         values = shard_client(s, shard).hmget(key, fields)
@@ -694,10 +682,7 @@ def _mark_soft404(w: Worker, records: list[dict], counters: dict[str, int]) -> N
     with_fp = [r for r in records if r.get("fingerprint") and r.get("status") == 200]
     if not with_fp:
         return
-    by_shard: dict[int, list[dict]] = {}
-    for rec in with_fp:
-        by_shard.setdefault(w.frontier.shard_of(host_key(rec["url"])), []).append(rec)
-    for shard, group in by_shard.items():
+    for shard, group in group_by(with_fp, lambda rec: w.frontier.shard_of(host_key(rec["url"]))).items():
         key = w.frontier.keys(shard).soft404
         client = shard_client(w.settings, shard)
         probes = {host_key(r["url"]): r["fingerprint"] for r in group if r.get("kind") == "probe"}

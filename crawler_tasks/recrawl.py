@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass
 
 from .connection import shard_client
-from .frontier import Frontier
+from .frontier import Frontier, group_by
 from .settings import Settings
 from .urls import host_key
 
@@ -102,10 +102,8 @@ class Recrawler:
         """Update histories and schedule next visits; returns counters."""
         now = time.time() if now is None else now
         counters = {"recrawl/changed": 0, "recrawl/unchanged": 0}
-        by_shard: dict[int, list[dict]] = {}
-        for rec in records:
-            if rec.get("status") in (200, 304) and rec.get("kind") != "probe":
-                by_shard.setdefault(self.frontier.shard_of(host_key(rec["url"])), []).append(rec)
+        visited = [r for r in records if r.get("status") in (200, 304) and r.get("kind") != "probe"]
+        by_shard = group_by(visited, lambda rec: self.frontier.shard_of(host_key(rec["url"])))
         for shard, group in by_shard.items():
             k = self.frontier.keys(shard)
             client = shard_client(self.settings, shard)

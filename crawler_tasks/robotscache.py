@@ -61,14 +61,6 @@ class RobotsCache:
         self._remember(host, entry)
         return entry
 
-    def peek(self, client: redis.Redis, keys: ShardKeys, host: str) -> RobotsEntry | None:
-        """Like get() but also returns expired entries (for filtering links early)."""
-        entry = self._local.get(host)
-        if entry is not None:
-            return entry
-        data = client.hgetall(keys.robots(host))
-        return self._from_fields(data) if data else None
-
     def fetch_and_store(self, fetcher: Fetcher, client: redis.Redis, keys: ShardKeys,
                         scheme: str, host: str) -> tuple[RobotsEntry, FetchResult]:
         """Fetch robots.txt for ``scheme://host`` (following redirects) and cache it."""

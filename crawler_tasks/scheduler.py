@@ -32,10 +32,6 @@ def new_batch_id() -> str:
     return f"{int(time.time() * 1000):x}-{os.getpid():x}-{random.getrandbits(32):08x}"
 
 
-def crawl_state(settings: Settings) -> str:
-    return global_client(settings).hget(GlobalKeys(settings.KEY_PREFIX).control, "state") or RUNNING
-
-
 def plan_wake(settings: Settings, frontier: Frontier, now: float | None = None) -> list[Batch]:
     """Lease ready hosts of every shard, within the in-flight and page budgets."""
     now = time.time() if now is None else now

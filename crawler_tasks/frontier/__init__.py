@@ -16,7 +16,7 @@ import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable, TypeVar
 
 import redis
 
@@ -26,6 +26,8 @@ from ..keys import GlobalKeys, ShardKeys, shard_of
 from ..settings import Settings
 
 _HERE = Path(__file__).parent
+T = TypeVar("T")
+K = TypeVar("K")
 
 
 def _script(name: str) -> str:
@@ -78,6 +80,14 @@ class Discovered:
     kind: str = PAGE
 
 
+def group_by(items: Iterable[T], key: Callable[[T], K]) -> dict[K, list[T]]:
+    """Items grouped by key, order kept: one Redis round trip per shard, not per item."""
+    out: dict[K, list[T]] = {}
+    for item in items:
+        out.setdefault(key(item), []).append(item)
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class Lease:
     shard: int
@@ -106,15 +116,16 @@ class Frontier:
     def client(self, shard: int) -> redis.Redis:
         return shard_client(self.settings, shard)
 
-    def _script(self, shard: int, name: str) -> redis.commands.core.Script:
-        client = self.client(shard)
+    def _script(self, client: redis.Redis, name: str) -> redis.commands.core.Script:
+        """The named Lua script registered on ``client`` (cached per client)."""
         script = self._scripts.get((id(client), name))
         if script is None:
             script = self._scripts[(id(client), name)] = client.register_script(_SCRIPTS[name])
         return script
 
     def _run(self, shard: int, name: str, keys: list[str], args: list) -> object:
-        return self._script(shard, name)(keys=keys, args=args, client=self.client(shard))
+        client = self.client(shard)
+        return self._script(client, name)(keys=keys, args=args, client=client)
 
     def run_script(self, shard: int, name: str, keys: list[str], args: list) -> object:
         """Run one of the frontier's Lua scripts on a shard (for recrawl.py)."""
@@ -132,9 +143,7 @@ class Frontier:
         the configured rate), OVER_HOST_BUDGET (2) or QUERY_TRAP (3).
         """
         items = list(items)
-        by_shard: dict[int, list[int]] = {}
-        for i, item in enumerate(items):
-            by_shard.setdefault(self.shard_of(item.host), []).append(i)
+        by_shard = group_by(range(len(items)), lambda i: self.shard_of(items[i].host))
         result = [SEEN] * len(items)
         top = self.levels - 1
         s = self.settings
@@ -181,9 +190,7 @@ class Frontier:
         now = time.time() if now is None else now
         deadline = now + (self.settings.LEASE_S if lease_s is None else lease_s)
         out: list[Lease | None] = [None] * len(leases)
-        by_shard: dict[int, list[int]] = {}
-        for i, lease in enumerate(leases):
-            by_shard.setdefault(lease.shard, []).append(i)
+        by_shard = group_by(range(len(leases)), lambda i: leases[i].shard)
         for shard, indexes in by_shard.items():
             args: list = [deadline]
             for i in indexes:
@@ -213,7 +220,7 @@ class Frontier:
             return self._run(lease.shard, "complete", keys, args) == 1
         pipe = self.client(lease.shard).pipeline(transaction=False)
         pipe.hset(k.host_state(lease.host), mapping=host_state)
-        self._script(lease.shard, "complete")(keys=keys, args=args, client=pipe)
+        self._script(self.client(lease.shard), "complete")(keys=keys, args=args, client=pipe)
         return pipe.execute()[-1] == 1
 
     def claim_ip(self, ip: str, now: float | None = None) -> float:
@@ -221,10 +228,7 @@ class Frontier:
         until released or the lease time passes), else when it becomes free."""
         now = time.time() if now is None else now
         client = global_client(self.settings)
-        script = self._scripts.get((id(client), "ipclaim"))
-        if script is None:
-            script = self._scripts[(id(client), "ipclaim")] = client.register_script(_SCRIPTS["ipclaim"])
-        res = script(keys=[GlobalKeys(self.settings.KEY_PREFIX).ip_te], args=[ip, now, now + self.settings.LEASE_S],
+        res = self._script(client, "ipclaim")(keys=[GlobalKeys(self.settings.KEY_PREFIX).ip_te], args=[ip, now, now + self.settings.LEASE_S],
                      client=client)
         return float(res)
 
