@@ -49,6 +49,31 @@ def no_children_left(out: Path) -> list[str]:
     return left
 
 
+FAST_FAIL = {"CRAWLER_LEASE_S": "6", "CRAWLER_TOTAL_TIMEOUT_S": "3", "CRAWLER_READ_TIMEOUT_S": "2",
+             "CRAWLER_CONNECT_TIMEOUT_S": "1"}
+
+
+def start_crawl(out: Path, seeds: list[str], min_delay: float, wait_records: int,
+                env_extra: dict[str, str] | None = None) -> subprocess.Popen:
+    """A crawl in the background, returned once it has written ``wait_records`` records."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
+    env.update(env_extra or {})
+    cmd = [sys.executable, str(ROOT / "manage.py"), "crawl", *seeds, "--out", str(out), "--allow-private",
+           "--min-delay", str(min_delay), "--user-agent", "testbot/1.0 (+http://127.0.0.1/bot)"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline and len(records(out)) < wait_records:
+        time.sleep(0.2)
+    return proc
+
+
+def crawl_redis(out: Path) -> list[psutil.Process]:
+    """The embedded redis-server of the crawl writing to ``out`` (found by its port)."""
+    port = json.loads((out / "crawl.json").read_text())["redis_url"].rsplit(":", 1)[1].split("/")[0]
+    return [p for p in psutil.process_iter(["cmdline"])
+            if "redis-server" in " ".join(p.info["cmdline"] or []) and f":{port}" in " ".join(p.info["cmdline"] or [])]
+
+
 @pytest.fixture(scope="module")
 def web():
     specs = {3: HostSpec(pages=6, robots_txt="User-agent: *\nDisallow: /p/\n")}
@@ -191,16 +216,8 @@ def test_kill_9_worker_and_beat_mid_crawl(tmp_path):
     come back when their leases expire, every page is fetched, no host is ever fetched
     by two connections at once."""
     out = tmp_path / "out"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
-    env.update({"CRAWLER_LEASE_S": "6", "CRAWLER_TOTAL_TIMEOUT_S": "3", "CRAWLER_READ_TIMEOUT_S": "2",
-                "CRAWLER_CONNECT_TIMEOUT_S": "1"})
     with TestWeb(n_hosts=3, pages_per_host=10, seed=11, mean_page_bytes=3000) as web:
-        cmd = [sys.executable, str(ROOT / "manage.py"), "crawl", *web.seeds(), "--out", str(out),
-               "--allow-private", "--min-delay", "0.3", "--user-agent", "testbot/1.0 (+http://127.0.0.1/bot)"]
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 60
-        while time.time() < deadline and len(records(out)) < 4:
-            time.sleep(0.2)
+        proc = start_crawl(out, web.seeds(), 0.3, 4, FAST_FAIL)
         victims = []
         for p in psutil.process_iter(["cmdline"]):
             cmdline = " ".join(p.info["cmdline"] or [])
@@ -227,24 +244,9 @@ def test_kill_9_worker_and_beat_mid_crawl(tmp_path):
 
 def test_redis_killed_mid_crawl_restarts_from_its_aof(tmp_path):
     out = tmp_path / "out"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
-    env.update({"CRAWLER_LEASE_S": "6", "CRAWLER_TOTAL_TIMEOUT_S": "3", "CRAWLER_READ_TIMEOUT_S": "2",
-                "CRAWLER_CONNECT_TIMEOUT_S": "1", "CRAWLER_EMBEDDED_REDIS_AOF": "1"})
     with TestWeb(n_hosts=3, pages_per_host=8, seed=12, mean_page_bytes=3000) as web:
-        cmd = [sys.executable, str(ROOT / "manage.py"), "crawl", *web.seeds(), "--out", str(out),
-               "--allow-private", "--min-delay", "0.3", "--user-agent", "testbot/1.0 (+http://127.0.0.1/bot)"]
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 60
-        while time.time() < deadline and len(records(out)) < 6:
-            time.sleep(0.2)
-        redis_proc = [p for p in psutil.process_iter(["cmdline"])
-                      if "redis-server" in " ".join(p.info["cmdline"] or []) and p.pid != proc.pid
-                      and str(out) in " ".join(p.info["cmdline"] or [])]
-        if not redis_proc:  # the data dir is in the config args, not always in the cmdline
-            port = json.loads((out / "crawl.json").read_text())["redis_url"].rsplit(":", 1)[1].split("/")[0]
-            redis_proc = [p for p in psutil.process_iter(["cmdline"])
-                          if "redis-server" in " ".join(p.info["cmdline"] or [])
-                          and f":{port}" in " ".join(p.info["cmdline"] or [])]
+        proc = start_crawl(out, web.seeds(), 0.3, 6, {**FAST_FAIL, "CRAWLER_EMBEDDED_REDIS_AOF": "1"})
+        redis_proc = crawl_redis(out)
         assert len(redis_proc) == 1
         redis_proc[0].kill()
         _, err = proc.communicate(timeout=240)
@@ -259,17 +261,9 @@ def test_redis_killed_mid_crawl_restarts_from_its_aof(tmp_path):
 def test_redis_state_lost_without_checkpoint_is_an_error_not_success(tmp_path):
     """No AOF, no RDB save yet, no checkpoint: the crawl must say it cannot go on."""
     out = tmp_path / "out"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
     with TestWeb(n_hosts=2, pages_per_host=8, seed=13, mean_page_bytes=3000) as web:
-        cmd = [sys.executable, str(ROOT / "manage.py"), "crawl", *web.seeds(), "--out", str(out),
-               "--allow-private", "--min-delay", "0.5", "--user-agent", "testbot/1.0 (+http://127.0.0.1/bot)"]
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 60
-        while time.time() < deadline and len(records(out)) < 2:
-            time.sleep(0.2)
-        port = json.loads((out / "crawl.json").read_text())["redis_url"].rsplit(":", 1)[1].split("/")[0]
-        victims = [p for p in psutil.process_iter(["cmdline"])
-                   if "redis-server" in " ".join(p.info["cmdline"] or []) and f":{port}" in " ".join(p.info["cmdline"] or [])]
+        proc = start_crawl(out, web.seeds(), 0.5, 2)
+        victims = crawl_redis(out)
         assert len(victims) == 1
         victims[0].kill()
         _, err = proc.communicate(timeout=120)
