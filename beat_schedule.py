@@ -1,40 +1,16 @@
-"""Celery Beat entries of the crawler; the only place that schedules periodic work.
+"""The crawl's Celery Beat schedule, for ``celery -A crawler_tasks beat``.
 
-- ``wake`` (every WAKE_INTERVAL_S, 0.25 s by default): lease hosts whose earliest
-  contact time has passed and send fetch batches to the per-shard queues. Stale wakes
-  expire instead of piling up behind a busy control worker.
-- ``maintenance`` (every MAINTENANCE_INTERVAL_S): expire dead leases, log stats,
-  decide when the crawl is finished, checkpoint the frontier.
-- ``recrawl`` (continuous mode, every RECRAWL_CHECK_S): move URLs whose next visit
-  is due back into the front queues.
+The app installs it itself (``crawler_tasks.schedule.build_schedule``), so Beat works
+from any directory; this module shows the entries for the current ``CRAWLER_*``
+settings: ``python beat_schedule.py``.
 """
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Any
+from crawler_tasks.schedule import build_schedule
+from crawler_tasks.settings import get_settings
 
-from crawler_tasks.settings import Settings
+beat_schedule = build_schedule(get_settings())
 
-CONTROL_QUEUE = "crawl.control"
-
-
-def build(settings: Settings) -> dict[str, dict[str, Any]]:
-    schedule = {
-        "wake": {
-            "task": "crawler.wake",
-            "schedule": timedelta(seconds=settings.WAKE_INTERVAL_S),
-            "options": {"queue": CONTROL_QUEUE, "expires": max(1.0, 4 * settings.WAKE_INTERVAL_S)},
-        },
-        "maintenance": {
-            "task": "crawler.maintenance",
-            "schedule": timedelta(seconds=settings.MAINTENANCE_INTERVAL_S),
-            "options": {"queue": CONTROL_QUEUE, "expires": max(2.0, 2 * settings.MAINTENANCE_INTERVAL_S)},
-        },
-    }
-    if settings.CONTINUOUS:
-        schedule["recrawl"] = {
-            "task": "crawler.recrawl",
-            "schedule": timedelta(seconds=settings.RECRAWL_CHECK_S),
-            "options": {"queue": CONTROL_QUEUE, "expires": max(2.0, 2 * settings.RECRAWL_CHECK_S)},
-        }
-    return schedule
+if __name__ == "__main__":
+    for name, entry in beat_schedule.items():
+        print(f"{name:12} {entry['task']:22} every {entry['schedule'].total_seconds():g} s -> {entry['options']['queue']}")

@@ -81,7 +81,7 @@ def _attach(args: argparse.Namespace) -> Iterator[Settings]:
         except redis.RedisError:
             if not (out / "redis").is_dir():
                 raise ConfigError(f"the crawl's Redis {info['redis_url']} is unreachable") from None
-            from crawler_tasks.embedded import EmbeddedRedis
+            from crawler_tasks.ops.embedded import EmbeddedRedis
 
             server = EmbeddedRedis(out / "redis").start()
             extra["REDIS_URL"] = server.url
@@ -93,7 +93,7 @@ def _attach(args: argparse.Namespace) -> Iterator[Settings]:
 
 
 def cmd_crawl(args: argparse.Namespace) -> int:
-    from crawler_tasks.runner import CrawlRunner, read_seeds_file
+    from crawler_tasks.ops.runner import CrawlRunner, read_seeds_file
 
     settings = _settings_from(args)
     seeds = list(args.urls)
@@ -111,8 +111,8 @@ def cmd_crawl(args: argparse.Namespace) -> int:
 
 
 def cmd_seed(args: argparse.Namespace) -> int:
-    from crawler_tasks.pipeline import seed_urls
-    from crawler_tasks.runner import read_seeds_file
+    from crawler_tasks.stages.pipeline import seed_urls
+    from crawler_tasks.ops.runner import read_seeds_file
 
     urls = list(args.urls) + (read_seeds_file(args.seeds_file) if args.seeds_file else [])
     with _attach(args) as settings:
@@ -125,7 +125,7 @@ def cmd_seed(args: argparse.Namespace) -> int:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     from crawler_tasks.frontier import Frontier
-    from crawler_tasks.maintenance import read_progress
+    from crawler_tasks.ops.maintenance import read_progress
 
     with _attach(args) as settings:
         while True:
@@ -194,8 +194,8 @@ def cmd_hosts(args: argparse.Namespace) -> int:
 def cmd_robots(args: argparse.Namespace) -> int:
     from urllib.parse import urlsplit
 
-    from crawler_tasks.fetcher import Fetcher
-    from crawler_tasks.robots import MAX_ROBOTS_BYTES, RobotsRules, parse_robots, product_token
+    from crawler_tasks.fetch.http import Fetcher
+    from crawler_tasks.robots.rules import MAX_ROBOTS_BYTES, RobotsRules, parse_robots, product_token
 
     settings = _settings_from(args)
     agent = args.agent or settings.robots_agent
@@ -220,7 +220,7 @@ def cmd_robots(args: argparse.Namespace) -> int:
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
-    from crawler_tasks.snapshot import checkpoint, info_dict, snapshot
+    from crawler_tasks.ops.snapshot import checkpoint, info_dict, snapshot
 
     with _attach(args) as settings:
         info = snapshot(settings, args.path) if args.path else checkpoint(settings, keep=args.keep)
@@ -232,7 +232,7 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from crawler_tasks.snapshot import info_dict, restore
+    from crawler_tasks.ops.snapshot import info_dict, restore
 
     with _attach(args) as settings:
         info = restore(settings, args.file, replace=args.replace)
@@ -241,13 +241,13 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 def cmd_dupes(args: argparse.Namespace) -> int:
-    from crawler_tasks import dupes
+    from crawler_tasks.dedup import dupes
 
     return dupes.main(["--out", args.out or Settings.from_env().OUT_DIR, "--threshold", str(args.threshold)])
 
 
 def cmd_testweb(args: argparse.Namespace) -> int:
-    from crawler_tasks import testweb
+    import testweb
 
     argv = ["--hosts", str(args.hosts), "--pages", str(args.pages)]
     if args.mean_bytes:

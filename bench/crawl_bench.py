@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from crawler_tasks.embedded import die_with_parent  # noqa: E402
+from crawler_tasks.ops.embedded import die_with_parent  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -72,7 +72,7 @@ def main() -> int:
                     help="a crawler setting for this run, e.g. --set FETCH_BATCH=32")
     args = ap.parse_args()
 
-    web = subprocess.Popen([sys.executable, "-m", "crawler_tasks.testweb", "--hosts", str(args.hosts),
+    web = subprocess.Popen([sys.executable, "-m", "testweb", "--hosts", str(args.hosts),
                             "--pages", str(args.pages), "--mean-bytes", str(args.mean_bytes)],
                            cwd=ROOT, stdout=subprocess.PIPE, text=True, preexec_fn=die_with_parent)
     seeds = [web.stdout.readline().strip() for _ in range(args.hosts)]

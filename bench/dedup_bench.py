@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from crawler_tasks.dedup.fingerprint import fingerprint_collapsed
 from crawler_tasks.dedup.minhash import sketch
 from crawler_tasks.dedup.simhash import simhash64
-from crawler_tasks.parser import parse_html
+from crawler_tasks.parse.html import parse_html
 
 _SYLLABLES = ["ka", "to", "ri", "men", "sa", "lo", "ver", "ing", "pa", "de", "un", "tion",
               "al", "er", "qu", "es", "mor", "bi", "ne", "st", "th", "ou", "ly", "ch"]
@@ -71,7 +71,7 @@ def bench_index(n_pages: int, indexed: int, rounds: int) -> float:
     import redis
 
     from crawler_tasks.dedup.nearindex import NearDupIndex
-    from crawler_tasks.embedded import EmbeddedRedis
+    from crawler_tasks.ops.embedded import EmbeddedRedis
 
     rng = random.Random(2)
     with tempfile.TemporaryDirectory() as tmp, EmbeddedRedis(Path(tmp), save="") as server:

@@ -10,7 +10,7 @@ back queues), which is where nearly all of a large frontier waits.
 
     python bench/frontier_memory.py [--urls 10000000] [--hosts 100000] [--shards 2] [--snapshot]
 
-``--snapshot`` also times ``crawler_tasks.snapshot`` snapshot + restore of the result.
+``--snapshot`` also times ``crawler_tasks.ops.snapshot`` snapshot + restore of the result.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from crawler_tasks.embedded import EmbeddedRedis  # noqa: E402
+from crawler_tasks.ops.embedded import EmbeddedRedis  # noqa: E402
 from crawler_tasks.frontier import ENQUEUED, Discovered, Frontier  # noqa: E402
 from crawler_tasks.keys import ShardKeys  # noqa: E402
 from crawler_tasks.settings import Settings  # noqa: E402
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"fill {bits / (spec.bits * settings.SHARDS):.3f}, est. false-positive rate {fp:.4f}")
             print(f"rate: {n / elapsed:,.0f} URLs/s ({elapsed:.1f} s for {n:,} URLs)")
             if args.snapshot:
-                from crawler_tasks.snapshot import restore, snapshot
+                from crawler_tasks.ops.snapshot import restore, snapshot
 
                 path = Path(tmp) / "snapshot.jsonl.gz"
                 info = snapshot(settings, path)

@@ -9,23 +9,10 @@ from __future__ import annotations
 
 from celery import Celery
 
-from .connection import broker_url
-from .settings import get_settings
-
-FETCH_QUEUE = "crawl.fetch.{shard}"
-PARSE_QUEUE = "crawl.parse.{node}"
-DEDUP_QUEUE = "crawl.dedup"
-CONTROL_QUEUE = "crawl.control"
-
-
-def fetch_queue(shard: int) -> str:
-    return FETCH_QUEUE.format(shard=shard)
-
-
-def parse_queue(node: str) -> str:
-    """Parse work stays on the node that fetched: it reads that node's spool files."""
-    return PARSE_QUEUE.format(node=node)
-
+from crawler_tasks.connection import broker_url
+from crawler_tasks.queues import CONTROL_QUEUE, DEDUP_QUEUE
+from crawler_tasks.schedule import build_schedule
+from crawler_tasks.settings import get_settings
 
 def make_app() -> Celery:
     settings = get_settings()
@@ -52,9 +39,7 @@ def make_app() -> Celery:
         worker_hijack_root_logger=False,
         timezone="UTC",
     )
-    import beat_schedule
-
-    app.conf.beat_schedule = beat_schedule.build(settings)
+    app.conf.beat_schedule = build_schedule(settings)
     return app
 
 

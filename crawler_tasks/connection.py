@@ -14,8 +14,8 @@ import redis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from .exceptions import ConfigError
-from .settings import Settings
+from crawler_tasks.exceptions import ConfigError
+from crawler_tasks.settings import Settings
 
 _lock = threading.Lock()
 _clients: dict[str, redis.Redis] = {}

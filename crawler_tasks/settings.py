@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
 
-from .exceptions import ConfigError
+from crawler_tasks.exceptions import ConfigError
 
 ENV_PREFIX = "CRAWLER_"
 
@@ -279,7 +279,7 @@ class Settings:
 
     @property
     def robots_agent(self) -> str:
-        from .robots import product_token
+        from crawler_tasks.robots.rules import product_token
 
         return self.ROBOTS_AGENT or product_token(self.USER_AGENT)
 

@@ -13,13 +13,14 @@ import time
 import redis
 from celery.signals import worker_process_init
 
-from .celery import DEDUP_QUEUE, app, fetch_queue, parse_queue
-from .frontier import Lease
-from .maintenance import run_maintenance
-from .pipeline import Worker, dedup_stage, fetch_stage, parse_stage
-from .scheduler import RUNNING, Batch, plan_wake
-from .snapshot import maybe_checkpoint
-from .settings import get_settings
+from crawler_tasks.celery import app
+from crawler_tasks.queues import DEDUP_QUEUE, fetch_queue, parse_queue
+from crawler_tasks.frontier import Lease
+from crawler_tasks.ops.maintenance import run_maintenance
+from crawler_tasks.stages.pipeline import Worker, dedup_stage, fetch_stage, parse_stage
+from crawler_tasks.stages.wake import RUNNING, Batch, plan_wake
+from crawler_tasks.ops.snapshot import maybe_checkpoint
+from crawler_tasks.settings import get_settings
 
 log = logging.getLogger(__name__)
 

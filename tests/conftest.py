@@ -8,7 +8,7 @@ import os
 import pytest
 import redis
 
-from crawler_tasks.embedded import EmbeddedRedis
+from crawler_tasks.ops.embedded import EmbeddedRedis
 from crawler_tasks.settings import Settings, reset_settings
 
 _prefixes = itertools.count()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from crawler_tasks.dedup.bloom import MAX_SEGMENT_BITS, BloomSpec
+from crawler_tasks.frontier.bloom import MAX_SEGMENT_BITS, BloomSpec
 from crawler_tasks.frontier import Discovered, Frontier
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from crawler_tasks.testweb import HostSpec, TestWeb
+from testweb import HostSpec, TestWeb
 
 ROOT = Path(__file__).resolve().parent.parent
 MIN_DELAY = 0.3
@@ -174,7 +174,7 @@ def test_sigterm_stops_everything(web, tmp_path):
     assert "crawler_up 1.0" in metrics and "crawler_fetch_status_total" in metrics
 
     # Flower sees the crawl's workers and their tasks (the workers send events)
-    from crawler_tasks.embedded import free_port
+    from crawler_tasks.ops.embedded import free_port
 
     info = json.loads((out / "crawl.json").read_text())
     flower_port = free_port()

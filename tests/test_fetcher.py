@@ -13,9 +13,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
-from crawler_tasks.fetcher import Fetcher, decode_body
+from crawler_tasks.fetch.http import Fetcher, decode_body
 from crawler_tasks.settings import Settings
-from crawler_tasks.storage import WarcStore, append_jsonl
+from crawler_tasks.output.warc import WarcStore, append_jsonl
 
 BIG = b"x" * (300 * 1024)
 PAGE = b"<html><head><title>t</title></head><body>" + b"hello " * 2000 + b"</body></html>"
@@ -135,7 +135,7 @@ def test_private_address_refused_by_default(server):
 
 
 def test_connection_refused_and_bad_url(fetcher):
-    from crawler_tasks.embedded import free_port
+    from crawler_tasks.ops.embedded import free_port
 
     res = fetcher.fetch(f"http://127.0.0.1:{free_port()}/")
     assert res.status is None and res.error_kind in ("connect", "protocol")

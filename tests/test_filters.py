@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from crawler_tasks.filters import UrlFilter
+from crawler_tasks.urls.filters import UrlFilter
 from crawler_tasks.settings import Settings
 
 

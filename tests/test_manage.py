@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from crawler_tasks.testweb import TestWeb
+from testweb import TestWeb
 
 ROOT = Path(__file__).resolve().parent.parent
 UA = ["--user-agent", "testbot/1.0 (+http://127.0.0.1/bot)"]

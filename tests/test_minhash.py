@@ -10,7 +10,7 @@ import sys
 import time
 import zlib
 
-from crawler_tasks import dupes
+from crawler_tasks.dedup import dupes
 from crawler_tasks.dedup.minhash import (
     NUM_PERM,
     candidate_pairs,
@@ -22,8 +22,8 @@ from crawler_tasks.dedup.minhash import (
     sketch,
     sketch_shingles,
 )
-from crawler_tasks.fetcher import FetchResult
-from crawler_tasks.storage import WarcStore, append_jsonl
+from crawler_tasks.fetch.http import FetchResult
+from crawler_tasks.output.warc import WarcStore, append_jsonl
 
 _SYLLABLES = ["ka", "to", "ri", "men", "sa", "lo", "ver", "ing", "pa", "de", "un", "tion",
               "al", "er", "qu", "es", "mor", "bi", "ne", "st", "th", "ou", "ly", "ch"]

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crawler_tasks.netsafety import (
+from crawler_tasks.fetch.netsafety import (
     ALWAYS_REFUSED,
     AddressRefused,
     DnsCache,

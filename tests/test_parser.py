@@ -1,4 +1,4 @@
-"""Tests for crawler_tasks.parser: an odd-HTML corpus, case tables, properties."""
+"""Tests for crawler_tasks.parse.html: an odd-HTML corpus, case tables, properties."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from crawler_tasks.parser import Link, ParsedPage, decode_html, is_html, parse_html
+from crawler_tasks.parse.html import Link, ParsedPage, decode_html, is_html, parse_html
 
 URL = "https://example.com/dir/page.html"
 

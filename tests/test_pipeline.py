@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from crawler_tasks.frontier import Frontier
-from crawler_tasks.maintenance import read_progress, run_maintenance
-from crawler_tasks.pipeline import Worker, dedup_stage, fetch_stage, parse_stage, seed_urls
-from crawler_tasks.robots import MAX_ROBOTS_BYTES
-from crawler_tasks.scheduler import FINISHED, plan_wake
+from crawler_tasks.ops.maintenance import read_progress, run_maintenance
+from crawler_tasks.stages.pipeline import Worker, dedup_stage, fetch_stage, parse_stage, seed_urls
+from crawler_tasks.robots.rules import MAX_ROBOTS_BYTES
+from crawler_tasks.stages.wake import FINISHED, plan_wake
 from crawler_tasks.settings import reset_settings
-from crawler_tasks.testweb import HostSpec, TestWeb
+from testweb import HostSpec, TestWeb
 
 HTML = {"Content-Type": "text/html; charset=utf-8"}
 
@@ -199,7 +199,7 @@ def test_soft404_probe_marks_catch_all_pages(fast):
         seed_urls(s, [web.url(0, "/")])
         lease = worker.frontier.get_urls(worker.frontier.shard_of(web.hosts[0]), 1)[0]
         # pretend robots.txt was just read: the probe goes first
-        from crawler_tasks.pipeline import _first_contact
+        from crawler_tasks.stages.pipeline import _first_contact
         _first_contact(worker, lease, "http", [])
         worker.frontier.complete(lease, te=time.time(), action="keep")
         probe_path = worker.frontier.host_queue(lease.shard, web.hosts[0])[0].url.split("/", 3)[3]
@@ -237,7 +237,7 @@ def test_host_budget_and_query_variant_trap(fast):
         facets = [r for r in recs if "/facet?" in r["url"]]
         assert len(facets) == 5
         assert len(recs) <= 20  # the seed host's budget
-        from crawler_tasks.maintenance import read_progress as rp
+        from crawler_tasks.ops.maintenance import read_progress as rp
         stats = rp(s).stats
         assert stats["frontier/dropped/query_variants"] == 25
         assert stats["frontier/dropped/host_budget"] > 0

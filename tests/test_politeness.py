@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crawler_tasks.politeness import (
+from crawler_tasks.fetch.politeness import (
     REASONS,
     FetchOutcome,
     HostState,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from crawler_tasks.recrawl import History, next_visit, revisit_level
+from crawler_tasks.frontier.recrawl import History, next_visit, revisit_level
 from crawler_tasks.settings import Settings
 
 S = dataclasses.replace(Settings(), RECRAWL_INITIAL_S=100.0, RECRAWL_MIN_S=10.0, RECRAWL_MAX_S=1000.0)

@@ -1,4 +1,4 @@
-"""Tests for crawler_tasks.robots: RFC 9309 semantics, Google-compatible leniency.
+"""Tests for crawler_tasks.robots.rules: RFC 9309 semantics, Google-compatible leniency.
 
 The case tables restate, in our own words, what RFC 9309 and Google's reference
 parser (robotstxt) specify; each row is (robots.txt, agent, url, allowed).
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from crawler_tasks.robots import (
+from crawler_tasks.robots.rules import (
     MAX_ROBOTS_BYTES,
     RobotsRules,
     Rule,

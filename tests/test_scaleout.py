@@ -15,13 +15,13 @@ from pathlib import Path
 import redis
 from warcio.archiveiterator import ArchiveIterator
 
-from crawler_tasks.embedded import EmbeddedRedis
+from crawler_tasks.ops.embedded import EmbeddedRedis
 from crawler_tasks.keys import shard_of
-from crawler_tasks.maintenance import read_progress
-from crawler_tasks.pipeline import seed_urls
-from crawler_tasks.scheduler import FINISHED
+from crawler_tasks.ops.maintenance import read_progress
+from crawler_tasks.stages.pipeline import seed_urls
+from crawler_tasks.stages.wake import FINISHED
 from crawler_tasks.settings import reset_settings
-from crawler_tasks.testweb import TestWeb
+from testweb import TestWeb
 
 ROOT = Path(__file__).resolve().parent.parent
 MIN_DELAY = 0.2

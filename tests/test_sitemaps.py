@@ -1,4 +1,4 @@
-"""Tests for crawler_tasks.sitemaps: formats, limits, hostile input."""
+"""Tests for crawler_tasks.parse.sitemaps: formats, limits, hostile input."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crawler_tasks.sitemaps import (
+from crawler_tasks.parse.sitemaps import (
     MAX_SITEMAP_BYTES,
     MAX_SITEMAP_URLS,
     Sitemap,

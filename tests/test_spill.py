@@ -6,7 +6,7 @@ import dataclasses
 from collections import Counter
 
 from crawler_tasks.frontier import Discovered, Frontier
-from crawler_tasks.spill import Spiller
+from crawler_tasks.frontier.spill import Spiller
 
 
 def test_spill_and_read_back_lose_nothing(settings, tmp_path):

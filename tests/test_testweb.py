@@ -21,7 +21,7 @@ from urllib.robotparser import RobotFileParser
 
 import pytest
 
-from crawler_tasks.testweb import HostSpec, TestWeb
+from testweb import HostSpec, TestWeb
 
 REPO = Path(__file__).resolve().parents[1]
 HREF = re.compile(rb"""href="([^"]*)\"""")
@@ -391,7 +391,7 @@ def test_slow_host_delay_and_idle_timeout() -> None:
 def test_cli_serves_until_sigterm() -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "crawler_tasks.testweb", "--hosts", "3", "--pages", "4", "--seed", "7"],
+        [sys.executable, "-m", "testweb", "--hosts", "3", "--pages", "4", "--seed", "7"],
         stdout=subprocess.PIPE, text=True, env=env,
     )
     try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 
-from crawler_tasks.testweb import HostSpec, TestWeb
+from testweb import HostSpec, TestWeb
 
 from .test_pipeline import HTML, crawl_inline
 

@@ -1,4 +1,4 @@
-"""Tests for crawler_tasks.urls: case tables, library assumptions, properties."""
+"""Tests for crawler_tasks.urls.normalize: case tables, library assumptions, properties."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from crawler_tasks import urls
-from crawler_tasks.urls import (
+from crawler_tasks.urls import normalize as urls
+from crawler_tasks.urls.normalize import (
     DEFAULT_SESSION_PARAMS,
     DEFAULT_TRACKING_PARAMS,
     host_key,

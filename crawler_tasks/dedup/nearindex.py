@@ -30,7 +30,7 @@ from pathlib import Path
 import redis
 from redis.client import Pipeline
 
-from .simhash import to_hex
+from crawler_tasks.dedup.simhash import to_hex
 
 BLOCKS = 4
 BLOCK_BITS = 16

@@ -20,10 +20,10 @@ from typing import Callable, Iterable, TypeVar
 
 import redis
 
-from ..connection import global_client, shard_client
-from ..dedup.bloom import BloomSpec
-from ..keys import GlobalKeys, ShardKeys, shard_of
-from ..settings import Settings
+from crawler_tasks.connection import global_client, shard_client
+from crawler_tasks.frontier.bloom import BloomSpec
+from crawler_tasks.keys import GlobalKeys, ShardKeys, shard_of
+from crawler_tasks.settings import Settings
 
 _HERE = Path(__file__).parent
 T = TypeVar("T")

@@ -17,10 +17,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from .connection import shard_client
-from .frontier import Frontier, group_by
-from .settings import Settings
-from .urls import host_key
+from crawler_tasks.connection import shard_client
+from crawler_tasks.frontier import Frontier, group_by
+from crawler_tasks.settings import Settings
+from crawler_tasks.urls.normalize import host_key
 
 
 @dataclass(slots=True)

@@ -37,11 +37,11 @@ from typing import TYPE_CHECKING, Iterable
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
-from . import __version__
-from .fetcher import FetchResult
+from crawler_tasks import __version__
+from crawler_tasks.fetch.http import FetchResult
 
 if TYPE_CHECKING:
-    from .settings import Settings
+    from crawler_tasks.settings import Settings
 
 _HOP_BY_HOP = {"transfer-encoding"}
 NOT_MODIFIED_PROFILE = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
@@ -197,7 +197,7 @@ class FeedWriter:
     """The indexer feed of one worker process."""
 
     def __init__(self, settings: "Settings") -> None:
-        from .keys import GlobalKeys
+        from crawler_tasks.keys import GlobalKeys
 
         self.settings = settings
         self.path = os.path.join(settings.OUT_DIR, "feed.jsonl")
@@ -210,7 +210,7 @@ class FeedWriter:
         if s.FEED_JSONL:
             append_lines(self.path, lines)
         if s.FEED_STREAM_MAXLEN > 0:
-            from .connection import global_client
+            from crawler_tasks.connection import global_client
 
             pipe = global_client(s).pipeline(transaction=False)
             for line in lines:

@@ -24,10 +24,10 @@ from typing import TextIO
 
 from warcio.archiveiterator import ArchiveIterator
 
-from .dedup.minhash import clusters, sketch
-from .fetcher import decode_body
-from .parser import is_html, parse_html
-from .settings import Settings
+from crawler_tasks.dedup.minhash import clusters, sketch
+from crawler_tasks.fetch.http import decode_body
+from crawler_tasks.parse.html import is_html, parse_html
+from crawler_tasks.settings import Settings
 
 
 def _is_page(rec: dict) -> bool:

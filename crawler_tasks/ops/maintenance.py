@@ -15,12 +15,12 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from .connection import global_client
-from .frontier import Frontier
-from .keys import GlobalKeys
-from .scheduler import FINISHED, RUNNING, STOPPING
-from .settings import Settings
-from .spill import Spiller
+from crawler_tasks.connection import global_client
+from crawler_tasks.frontier import Frontier
+from crawler_tasks.keys import GlobalKeys
+from crawler_tasks.stages.wake import FINISHED, RUNNING, STOPPING
+from crawler_tasks.settings import Settings
+from crawler_tasks.frontier.spill import Spiller
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ from urllib.parse import urljoin, urlsplit
 
 import redis
 
-from .fetcher import Fetcher, FetchResult
-from .keys import ShardKeys
-from .robots import MAX_ROBOTS_BYTES, RobotsRules, parse_robots
+from crawler_tasks.fetch.http import Fetcher, FetchResult
+from crawler_tasks.keys import ShardKeys
+from crawler_tasks.robots.rules import MAX_ROBOTS_BYTES, RobotsRules, parse_robots
 
 MAX_ROBOTS_REDIRECTS = 5
 LOCAL_CACHE_SIZE = 4096

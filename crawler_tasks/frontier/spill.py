@@ -18,10 +18,10 @@ import hashlib
 import os
 from pathlib import Path
 
-from .connection import shard_client
-from .frontier import Frontier
-from .settings import Settings
-from .urls import host_key
+from crawler_tasks.connection import shard_client
+from crawler_tasks.frontier import Frontier
+from crawler_tasks.settings import Settings
+from crawler_tasks.urls.normalize import host_key
 
 CHUNK = 10_000
 

@@ -33,8 +33,8 @@ from urllib3.exceptions import (
     SSLError,
 )
 
-from .netsafety import AddressRefused, DnsCache, ResolveError, check_address, parse_resolve_overrides
-from .settings import Settings
+from crawler_tasks.fetch.netsafety import AddressRefused, DnsCache, ResolveError, check_address, parse_resolve_overrides
+from crawler_tasks.settings import Settings
 
 ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,text/plain;q=0.8,*/*;q=0.5"
 READ_CHUNK = 64 * 1024

@@ -15,7 +15,7 @@ Its pages are ``/`` and ``/p/<n>.html``; ``/robots.txt`` follows its
 default robots.txt forbids it, so a crawler that ignores robots shows up in the
 request log.  Unknown paths get a small 404 page.
 
-Run ``python -m crawler_tasks.testweb --hosts N --pages P`` to serve one by hand.
+Run ``python -m testweb --hosts N --pages P`` to serve one by hand.
 """
 
 from __future__ import annotations
@@ -1190,7 +1190,7 @@ _PRIVATE_RESP = _make_resp(200, [("Content-Type", _HTML_CT)], _PRIVATE_BODY)
 
 def main(argv: list[str] | None = None) -> int:
     """Serve a web until SIGINT/SIGTERM; print each host's home URL first."""
-    ap = argparse.ArgumentParser(prog="python -m crawler_tasks.testweb", description="Serve a generated multi-host web on loopback.")
+    ap = argparse.ArgumentParser(prog="python -m testweb", description="Serve a generated multi-host web on loopback.")
     ap.add_argument("--hosts", type=int, default=5)
     ap.add_argument("--pages", type=int, default=20, help="pages per host")
     ap.add_argument("--mean-bytes", type=int, default=8_000)
@@ -1221,6 +1221,3 @@ def main(argv: list[str] | None = None) -> int:
         web.stop()
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -65,11 +65,11 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
-from .connection import main_url, shard_url
-from .dedup.bloom import BloomSpec
-from .exceptions import CrawlerError
-from .keys import GlobalKeys, ShardKeys
-from .settings import Settings
+from crawler_tasks.connection import main_url, shard_url
+from crawler_tasks.frontier.bloom import BloomSpec
+from crawler_tasks.exceptions import CrawlerError
+from crawler_tasks.keys import GlobalKeys, ShardKeys
+from crawler_tasks.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import re
 from collections import Counter
 from urllib.parse import urlsplit
 
-from .settings import Settings
+from crawler_tasks.settings import Settings
 
 
 def _domain_match(host: str, domains: tuple[str, ...]) -> bool:

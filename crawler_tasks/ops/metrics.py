@@ -52,11 +52,11 @@ from prometheus_client.core import (
 )
 from prometheus_client.utils import floatToGoString
 
-from .connection import global_client
-from .frontier import Frontier
-from .maintenance import read_progress
-from .scheduler import FINISHED, RUNNING, STOPPING
-from .settings import Settings
+from crawler_tasks.connection import global_client
+from crawler_tasks.frontier import Frontier
+from crawler_tasks.ops.maintenance import read_progress
+from crawler_tasks.stages.wake import FINISHED, RUNNING, STOPPING
+from crawler_tasks.settings import Settings
 
 log = logging.getLogger(__name__)
 

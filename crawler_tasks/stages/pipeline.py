@@ -29,13 +29,13 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlsplit
 
-from .connection import global_client, shard_client
-from .dedup.fingerprint import fingerprint_collapsed
-from .dedup.nearindex import NearDupIndex
-from .dedup.simhash import from_hex, simhash64_with_count, to_hex
-from .fetcher import Fetcher, FetchResult
-from .filters import UrlFilter
-from .frontier import (
+from crawler_tasks.connection import global_client, shard_client
+from crawler_tasks.dedup.fingerprint import fingerprint_collapsed
+from crawler_tasks.dedup.nearindex import NearDupIndex
+from crawler_tasks.dedup.simhash import from_hex, simhash64_with_count, to_hex
+from crawler_tasks.fetch.http import Fetcher, FetchResult
+from crawler_tasks.urls.filters import UrlFilter
+from crawler_tasks.frontier import (
     ENQUEUED,
     PAGE,
     PROBE,
@@ -47,23 +47,23 @@ from .frontier import (
     Lease,
     group_by,
 )
-from .keys import GlobalKeys
-from .metrics import record_latencies
-from .netsafety import AddressRefused, ResolveError
-from .parser import is_html, parse_html
-from .politeness import (
+from crawler_tasks.keys import GlobalKeys
+from crawler_tasks.ops.metrics import record_latencies
+from crawler_tasks.fetch.netsafety import AddressRefused, ResolveError
+from crawler_tasks.parse.html import is_html, parse_html
+from crawler_tasks.fetch.politeness import (
     FetchOutcome,
     HostState,
     PolitenessPolicy,
     crawl_delay_verdict,
     next_contact,
 )
-from .recrawl import Recrawler
-from .robotscache import RULES, UNREACHABLE, RobotsCache
-from .settings import Settings
-from .sitemaps import MAX_SITEMAP_BYTES, parse_sitemap
-from .storage import FeedWriter, WarcStore, append_jsonl, payload_digest, warc_date
-from .urls import (
+from crawler_tasks.frontier.recrawl import Recrawler
+from crawler_tasks.robots.cache import RULES, UNREACHABLE, RobotsCache
+from crawler_tasks.settings import Settings
+from crawler_tasks.parse.sitemaps import MAX_SITEMAP_BYTES, parse_sitemap
+from crawler_tasks.output.warc import FeedWriter, WarcStore, append_jsonl, payload_digest, warc_date
+from crawler_tasks.urls.normalize import (
     DEFAULT_SESSION_PARAMS,
     DEFAULT_TRACKING_PARAMS,
     host_key,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import redis
 
-from .exceptions import ConfigError
+from crawler_tasks.exceptions import ConfigError
 
 
 def redis_server_binary() -> str:

@@ -24,23 +24,23 @@ from typing import TextIO
 
 import redis
 
-from .celery import CONTROL_QUEUE, DEDUP_QUEUE, fetch_queue, parse_queue
-from .connection import global_client
-from .embedded import EmbeddedRedis, die_with_parent
-from .exceptions import ConfigError
-from .frontier import Frontier
-from .keys import GlobalKeys
-from .maintenance import Progress, read_progress, set_state
-from .metrics import serve_metrics
-from .metrics import stop as stop_metrics
-from .pipeline import seed_urls
-from .scheduler import FINISHED, RUNNING, STOPPING
-from .settings import Settings
-from .snapshot import latest_snapshot, restore
+from crawler_tasks.queues import CONTROL_QUEUE, DEDUP_QUEUE, fetch_queue, parse_queue
+from crawler_tasks.connection import global_client
+from crawler_tasks.ops.embedded import EmbeddedRedis, die_with_parent
+from crawler_tasks.exceptions import ConfigError
+from crawler_tasks.frontier import Frontier
+from crawler_tasks.keys import GlobalKeys
+from crawler_tasks.ops.maintenance import Progress, read_progress, set_state
+from crawler_tasks.ops.metrics import serve_metrics
+from crawler_tasks.ops.metrics import stop as stop_metrics
+from crawler_tasks.stages.pipeline import seed_urls
+from crawler_tasks.stages.wake import FINISHED, RUNNING, STOPPING
+from crawler_tasks.settings import Settings
+from crawler_tasks.ops.snapshot import latest_snapshot, restore
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 STATE_FILE = "crawl.json"
 # Children that die are restarted, at most this many times per crawl.
 MAX_RESTARTS = 10

@@ -13,10 +13,10 @@ import random
 import time
 from dataclasses import dataclass
 
-from .connection import global_client
-from .frontier import Frontier, Lease
-from .keys import GlobalKeys
-from .settings import Settings
+from crawler_tasks.connection import global_client
+from crawler_tasks.frontier import Frontier, Lease
+from crawler_tasks.keys import GlobalKeys
+from crawler_tasks.settings import Settings
 
 RUNNING, STOPPING, FINISHED = "running", "stopping", "finished"
 

@@ -1,0 +1,13 @@
+"""URLs: one normalizer (``normalize``) and the crawl's URL filters (``filters``).
+
+``normalize_url(href, base)`` is the public entry point.
+"""
+from crawler_tasks.urls.normalize import (
+    DEFAULT_SESSION_PARAMS,
+    DEFAULT_TRACKING_PARAMS,
+    host_key,
+    normalize_url,
+    url_depth_of_path,
+)
+
+__all__ = ["DEFAULT_SESSION_PARAMS", "DEFAULT_TRACKING_PARAMS", "host_key", "normalize_url", "url_depth_of_path"]
