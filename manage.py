@@ -111,7 +111,7 @@ def cmd_crawl(args: argparse.Namespace) -> int:
 
 
 def cmd_seed(args: argparse.Namespace) -> int:
-    from crawler_tasks.stages.pipeline import seed_urls
+    from crawler_tasks.stages.enqueue import seed_urls
     from crawler_tasks.ops.runner import read_seeds_file
 
     urls = list(args.urls) + (read_seeds_file(args.seeds_file) if args.seeds_file else [])
@@ -139,7 +139,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
             print(f"URL-seen Bloom filter: {bits / frontier.bloom.bits / settings.SHARDS:.1%} full, "
                   f"estimated false-positive rate {fp_rate:.3%} "
                   f"({frontier.bloom.bytes * settings.SHARDS / 2**20:.1f} MiB for {settings.BLOOM_EXPECTED_URLS} URLs)")
-            top = _top_hosts(settings, frontier)
+            top = frontier.top_hosts()
             if top:
                 print("top hosts by URLs enqueued: " + ", ".join(f"{h} {n}" for h, n in top))
             for key in sorted(p.stats):
@@ -150,73 +150,56 @@ def cmd_stats(args: argparse.Namespace) -> int:
             print()
 
 
-def _top_hosts(settings: Settings, frontier: object, n: int = 10, max_scan: int = 100_000) -> list[tuple[str, int]]:
-    """Hosts with the most URLs enqueued (skipped on frontiers with very many hosts)."""
-    counts: dict[str, int] = {}
-    for shard in range(settings.SHARDS):
-        client, key = frontier.client(shard), frontier.keys(shard).host_counts  # type: ignore[attr-defined]
-        if client.hlen(key) > max_scan:
-            return []
-        counts.update({h: int(v) for h, v in client.hgetall(key).items()})
-    return sorted(counts.items(), key=lambda kv: -kv[1])[:n]
-
-
 def cmd_hosts(args: argparse.Namespace) -> int:
     from crawler_tasks.frontier import Frontier
 
     with _attach(args) as settings:
-        frontier = Frontier(settings)
-        host = args.host.lower()
-        shard = frontier.shard_of(host)
-        k = frontier.keys(shard)
-        c = frontier.client(shard)
+        info = Frontier(settings).host_info(args.host.lower())
         now = time.time()
-        ready, lease, te = c.zscore(k.ready, host), c.zscore(k.lease, host), c.hget(k.te, host)
-        queue = frontier.host_queue(shard, host)
-        robots = c.hgetall(k.robots(host))
-        state = c.hgetall(k.host_state(host))
-        print(f"host {host}  shard {shard}  active {bool(c.sismember(k.active, host))}  queued {len(queue)}")
-        when = ready if ready is not None else (float(te) if te else None)
-        print("next contact " + (f"in {when - now:.1f} s" if when is not None else "not scheduled")
-              + (f"  leased until {lease - now:+.1f} s" if lease is not None else ""))
-        print(f"pages enqueued {c.hget(k.host_counts, host) or 0}  "
-              f"duplicates {c.hget(k.dup_stats, 'd:' + host) or 0}/{c.hget(k.dup_stats, 'p:' + host) or 0}")
+        print(f"host {info.host}  shard {info.shard}  active {info.active}  queued {len(info.queue)}")
+        print("next contact " + (f"in {info.next_contact - now:.1f} s" if info.next_contact is not None
+                                 else "not scheduled")
+              + (f"  leased until {info.leased_until - now:+.1f} s" if info.leased_until is not None else ""))
+        print(f"pages enqueued {info.enqueued}  duplicates {info.duplicates}/{info.pages}")
+        robots = info.robots
         if robots:
             print(f"robots.txt {robots.get('kind')} (status {robots.get('status') or '-'}), "
                   f"expires in {float(robots.get('expires', 0)) - now:.0f} s {robots.get('error') or ''}".rstrip())
-        if state:
-            print("politeness " + "  ".join(f"{key} {value}" for key, value in sorted(state.items())))
-        for entry in queue[: args.show]:
+        if info.politeness:
+            print("politeness " + "  ".join(f"{key} {value}" for key, value in sorted(info.politeness.items())))
+        for entry in info.queue[: args.show]:
             print(f"  depth {entry.depth} tries {entry.tries} {entry.url}")
     return 0
 
 
 def cmd_robots(args: argparse.Namespace) -> int:
+    """The crawler's own decision (same cache policy, redirects, status semantics)."""
     from urllib.parse import urlsplit
 
     from crawler_tasks.fetch.http import Fetcher
-    from crawler_tasks.robots.rules import MAX_ROBOTS_BYTES, RobotsRules, parse_robots, product_token
+    from crawler_tasks.robots import product_token
+    from crawler_tasks.robots.cache import ALLOW, UNREACHABLE, MemoryRobotsStore, RobotsCache
 
     settings = _settings_from(args)
-    agent = args.agent or settings.robots_agent
+    agent = product_token(args.agent or settings.robots_agent)
     parts = urlsplit(args.url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(f"not an http(s) URL: {args.url!r}")
+    cache = RobotsCache(settings.ROBOTS_TTL_S, settings.ROBOTS_ERROR_TTL_S)
+    answer = cache.check(MemoryRobotsStore(), Fetcher(settings), args.url, agent, explain=True)
     robots_url = f"{parts.scheme}://{parts.netloc}/robots.txt"
-    res = Fetcher(settings).fetch(robots_url, max_body_bytes=MAX_ROBOTS_BYTES)
-    if res.status is not None and 200 <= res.status < 300:
-        rules = parse_robots(res.content)
-        basis = f"{robots_url} answered {res.status}"
-    elif res.status is not None and 400 <= res.status < 500 and res.status != 429:
-        rules, basis = RobotsRules.allow_all(), f"{robots_url} answered {res.status}: allow all"
-    else:
-        rules = RobotsRules.disallow_all()
-        basis = f"{robots_url} unreachable ({res.error or res.status}): disallow all"
-    verdict = rules.explain(args.url, product_token(agent))
-    print(basis)
-    print(f"agent {product_token(agent)!r}: {'ALLOWED' if verdict.allowed else 'DISALLOWED'} {args.url}")
-    print(f"  {verdict}")
-    return 0 if verdict.allowed else 3
+    entry, status = answer.entry, answer.entry.status
+    if entry.kind == UNREACHABLE:
+        print(f"{robots_url} unreachable ({entry.error or status}): disallow all")
+        print(f"agent {agent!r}: DISALLOWED {args.url}")
+        return 3
+    note = f": allow all ({entry.error})" if entry.kind == ALLOW and entry.error else (
+        ": allow all" if entry.kind == ALLOW else "")
+    print(f"{robots_url} answered {status}{note}")
+    assert answer.verdict is not None
+    print(f"agent {agent!r}: {'ALLOWED' if answer.verdict.allowed else 'DISALLOWED'} {args.url}")
+    print(f"  {answer.verdict}")
+    return 0 if answer.verdict.allowed else 3
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:

@@ -35,6 +35,13 @@ def make_client(url: str, timeout_s: float = 10.0) -> redis.Redis:
     )
 
 
+def bytes_client(url: str, timeout_s: float) -> redis.Redis:
+    """A client that returns bytes (snapshots: Bloom bitmaps and arbitrary values must
+    not be decoded), with a long read timeout for big values."""
+    return redis.Redis.from_url(url, decode_responses=False, socket_timeout=max(timeout_s, 30.0),
+                                socket_connect_timeout=timeout_s)
+
+
 def _cached(url: str, timeout_s: float) -> redis.Redis:
     global _pid
     with _lock:

@@ -16,9 +16,6 @@ class ConfigError(CrawlerError):
     """A setting, flag or seed file cannot be used; the message says which and why."""
 
 
-class FetchError(CrawlerError):
-    """A fetch failed; ``kind`` is the short counter name (``timeout``, ``connect``...)."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
+class MessageError(CrawlerError, ValueError):
+    """A task message does not match the records schema (forged, corrupt or from another
+    version); the task refuses it, logs it and counts ``error/message``."""

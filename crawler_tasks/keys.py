@@ -179,6 +179,11 @@ class GlobalKeys:
     def feed(self) -> str:
         return f"{self.prefix}:{{g}}:feed"
 
+    @property
+    def latency(self) -> str:
+        """Fetch latency: a hash of non-cumulative bucket counts, ``sum``, ``count``."""
+        return f"{self.prefix}:{{g}}:latency"
+
     def fingerprints(self, part: int) -> str:
         return f"{self.prefix}:{{f{part}}}:fp"
 

@@ -1,30 +1,41 @@
-"""Thin Celery tasks: decode arguments, call a stage, hand on to the next one.
+"""Thin Celery tasks: validate the message, call a stage, hand on to the next one.
 
-Messages carry URLs, lease tokens, batch ids and spool paths (JSON), never objects
-or page bodies. The chain is fetch -> parse -> dedup; each stage sends the next one
-itself, because parse must run on the node that fetched (it reads the batch's spool
-file there), which is known only once a fetch worker has taken the batch.
+Messages carry URLs, lease tokens, batch ids and stage records as JSON (the schema is
+``records.py``), never objects or page bodies. The chain is fetch -> parse -> enqueue
+(task ``crawler.dedup``); each stage sends the next one itself, because parse must run
+on the node that fetched (it reads the batch's spool file there), which is known only
+once a fetch worker has taken the batch. A message that fails validation is refused:
+logged, counted as ``error/message``, and nothing is read, written or deleted for it.
 """
 from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import redis
 from celery.signals import worker_process_init
 
 from crawler_tasks.celery import app
-from crawler_tasks.queues import DEDUP_QUEUE, fetch_queue, parse_queue
+from crawler_tasks.exceptions import MessageError
 from crawler_tasks.frontier import Lease
+from crawler_tasks.ops.control import CrawlState
 from crawler_tasks.ops.maintenance import run_maintenance
-from crawler_tasks.stages.pipeline import Worker, dedup_stage, fetch_stage, parse_stage
-from crawler_tasks.stages.wake import RUNNING, Batch, plan_wake
 from crawler_tasks.ops.snapshot import maybe_checkpoint
+from crawler_tasks.output.spool import check_batch_id
+from crawler_tasks.queues import DEDUP_QUEUE, fetch_queue, parse_queue
+from crawler_tasks.records import page_from_message, record_from_message, to_message
 from crawler_tasks.settings import get_settings
+from crawler_tasks.stages.enqueue import enqueue_stage
+from crawler_tasks.stages.fetch import fetch_stage
+from crawler_tasks.stages.parse import parse_stage
+from crawler_tasks.stages.wake import Batch, plan_wake
+from crawler_tasks.stages.worker import Worker
 
 log = logging.getLogger(__name__)
 
 _worker: Worker | None = None
+MAX_LEASES_PER_MESSAGE = 1024
 
 
 def get_worker() -> Worker:
@@ -44,6 +55,32 @@ def _reset_after_fork(**_: object) -> None:
 _REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
 
 
+def _refuse(task: str, exc: MessageError) -> int:
+    log.error("refused a %s message: %s", task, exc)
+    get_worker().count({"error/message": 1, f"error/message/{task}": 1})
+    return 0
+
+
+def _leases(shard: Any, leases: Any) -> list[Lease]:
+    settings = get_worker().settings
+    if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < settings.SHARDS:
+        raise MessageError(f"bad shard {shard!r}")
+    if not isinstance(leases, list) or len(leases) > MAX_LEASES_PER_MESSAGE:
+        raise MessageError("leases must be a bounded list")
+    out = []
+    for item in leases:
+        if not (isinstance(item, list) and len(item) == 3 and all(isinstance(x, str) for x in item)):
+            raise MessageError("a lease is [host, entry, token]")
+        out.append(Lease(shard, item[0], item[1], item[2]))
+    return out
+
+
+def _list(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise MessageError(f"{what} must be a list")
+    return value
+
+
 def send_batch(batch: Batch) -> None:
     leases = [[lease.host, lease.raw, lease.token] for lease in batch.leases]
     fetch.apply_async((batch.shard, batch.batch_id, leases), queue=fetch_queue(batch.shard))
@@ -60,32 +97,47 @@ def wake() -> int:
 
 @app.task(name="crawler.fetch", acks_late=True, autoretry_for=_REDIS_DOWN,
           retry_backoff=True, retry_backoff_max=30, max_retries=10)
-def fetch(shard: int, batch_id: str, leases: list[list[str]]) -> int:
+def fetch(shard: Any, batch_id: Any, leases: Any) -> int:
     w = get_worker()
     t0 = time.process_time()
-    pages, spool = fetch_stage(w, [Lease(shard, host, raw, token) for host, raw, token in leases], batch_id)
-    parse.apply_async((pages, batch_id, spool), queue=parse_queue(w.settings.node_name))
+    try:
+        batch_id = check_batch_id(batch_id)
+        checked = _leases(shard, leases)
+    except MessageError as exc:
+        return _refuse("fetch", exc)
+    pages = fetch_stage(w, checked, batch_id)
+    parse.apply_async(([to_message(p) for p in pages], batch_id), queue=parse_queue(w.settings.node_name))
     w.count({"cpu_ms/fetch": round((time.process_time() - t0) * 1000)})
     return len(pages)
 
 
 @app.task(name="crawler.parse", acks_late=True, autoretry_for=_REDIS_DOWN,
           retry_backoff=True, retry_backoff_max=30, max_retries=10)
-def parse(pages: list[dict], batch_id: str, spool: str | None) -> int:
+def parse(pages: Any, batch_id: Any) -> int:
     w = get_worker()
     t0 = time.process_time()
-    records = parse_stage(w, pages, spool)
-    dedup.apply_async((records, batch_id), queue=DEDUP_QUEUE)
+    try:
+        batch_id = check_batch_id(batch_id)
+        checked = [page_from_message(p) for p in _list(pages, "pages")]
+    except MessageError as exc:
+        return _refuse("parse", exc)
+    records = parse_stage(w, checked, batch_id)
+    dedup.apply_async(([to_message(r) for r in records], batch_id), queue=DEDUP_QUEUE)
     w.count({"cpu_ms/parse": round((time.process_time() - t0) * 1000)})
     return len(records)
 
 
 @app.task(name="crawler.dedup", acks_late=True, autoretry_for=_REDIS_DOWN,
           retry_backoff=True, retry_backoff_max=30, max_retries=10)
-def dedup(records: list[dict], batch_id: str) -> int:
+def dedup(records: Any, batch_id: Any) -> int:
     w = get_worker()
     t0 = time.process_time()
-    enqueued = dedup_stage(w, records, batch_id)
+    try:
+        batch_id = check_batch_id(batch_id)
+        checked = [record_from_message(r) for r in _list(records, "records")]
+    except MessageError as exc:
+        return _refuse("dedup", exc)
+    enqueued = enqueue_stage(w, checked, batch_id)
     w.count({"cpu_ms/dedup": round((time.process_time() - t0) * 1000)})
     return enqueued
 
@@ -104,9 +156,9 @@ def recrawl() -> int:
 def maintenance() -> str:
     s = get_settings()
     progress = run_maintenance(s, get_worker().frontier)
-    if s.SNAPSHOT_INTERVAL_S and progress.state == RUNNING:
+    if s.SNAPSHOT_INTERVAL_S and progress.state == CrawlState.RUNNING:
         try:
             maybe_checkpoint(s, s.SNAPSHOT_INTERVAL_S, keep=s.SNAPSHOT_KEEP)
         except OSError as exc:  # a full disk must not stop the crawl; say it each time
             log.error("checkpoint failed: %s", exc)
-    return progress.state
+    return str(progress.state)

@@ -12,7 +12,6 @@ from crawler_tasks.ops import metrics
 from crawler_tasks.frontier import Discovered, Frontier
 from crawler_tasks.keys import GlobalKeys
 from crawler_tasks.ops.metrics import (
-    latency_key,
     record_latencies,
     record_latency,
     serve_metrics,
@@ -109,12 +108,12 @@ def test_scrape_reports_what_redis_holds(settings, rclient, served):
 def test_latency_hash_layout_and_pipeline(settings, rclient):
     pipe = rclient.pipeline(transaction=False)
     assert record_latencies(pipe, settings.KEY_PREFIX, [0.01, 0.0100001, 30.0, 30.5]) == 4
-    assert rclient.hgetall(latency_key(settings.KEY_PREFIX)) == {}   # queued on the caller's pipeline
+    assert rclient.hgetall(GlobalKeys(settings.KEY_PREFIX).latency) == {}   # queued on the caller's pipeline
     pipe.execute()
-    raw = rclient.hgetall(latency_key(settings.KEY_PREFIX))
+    raw = rclient.hgetall(GlobalKeys(settings.KEY_PREFIX).latency)
     assert raw["le:0.01"] == "1" and raw["le:0.025"] == "1" and raw["le:30"] == "1" and raw["le:+Inf"] == "1"
     assert raw["count"] == "4" and float(raw["sum"]) == pytest.approx(60.5200001, abs=1e-9)
-    assert latency_key("crawl") == "crawl:{g}:latency"
+    assert GlobalKeys("crawl").latency == "crawl:{g}:latency"
 
 
 def test_empty_crawl_and_redis_down(settings, served, monkeypatch):

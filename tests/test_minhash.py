@@ -23,7 +23,8 @@ from crawler_tasks.dedup.minhash import (
     sketch_shingles,
 )
 from crawler_tasks.fetch.http import FetchResult
-from crawler_tasks.output.warc import WarcStore, append_jsonl
+from crawler_tasks.output.jsonl import append_jsonl
+from crawler_tasks.output.warc import WarcStore
 
 _SYLLABLES = ["ka", "to", "ri", "men", "sa", "lo", "ver", "ing", "pa", "de", "un", "tion",
               "al", "er", "qu", "es", "mor", "bi", "ne", "st", "th", "ou", "ly", "ch"]

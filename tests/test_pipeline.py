@@ -1,5 +1,6 @@
-"""The fetch -> parse -> dedup stages run in-process against a real Redis and a local
-web: robots.txt status semantics, Retry-After, SSRF refusals, redirects, records."""
+"""The fetch -> parse -> enqueue stages run in-process against a real Redis and a local
+web (their messages through the JSON boundary, as between Celery tasks): robots.txt
+status semantics, Retry-After, SSRF refusals, redirects, records."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,9 +13,14 @@ import pytest
 
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.ops.maintenance import read_progress, run_maintenance
-from crawler_tasks.stages.pipeline import Worker, dedup_stage, fetch_stage, parse_stage, seed_urls
+from crawler_tasks.records import page_from_message, record_from_message, to_message
+from crawler_tasks.stages.enqueue import enqueue_stage, seed_urls
+from crawler_tasks.stages.fetch import fetch_stage
+from crawler_tasks.stages.parse import parse_stage
+from crawler_tasks.stages.worker import Worker
 from crawler_tasks.robots.rules import MAX_ROBOTS_BYTES
-from crawler_tasks.stages.wake import FINISHED, plan_wake
+from crawler_tasks.ops.control import CrawlState
+from crawler_tasks.stages.wake import plan_wake
 from crawler_tasks.settings import reset_settings
 from testweb import HostSpec, TestWeb
 
@@ -30,12 +36,13 @@ def crawl_inline(settings, seeds: list[str], seconds: float = 20.0) -> list[dict
     while time.time() < deadline:
         batches = plan_wake(settings, worker.frontier)
         for b in batches:
-            pages, spool = fetch_stage(worker, b.leases, b.batch_id)
-            dedup_stage(worker, parse_stage(worker, pages, spool), b.batch_id)
+            pages = [page_from_message(to_message(p)) for p in fetch_stage(worker, b.leases, b.batch_id)]
+            records = [record_from_message(to_message(r)) for r in parse_stage(worker, pages, b.batch_id)]
+            enqueue_stage(worker, records, b.batch_id)
         if settings.CONTINUOUS:
             worker.recrawler.requeue_due()
         if not batches:
-            if run_maintenance(settings, worker.frontier).state == FINISHED:
+            if run_maintenance(settings, worker.frontier).state == CrawlState.FINISHED:
                 break
             time.sleep(0.02)
     path = Path(settings.OUT_DIR) / "pages.jsonl"
@@ -199,7 +206,7 @@ def test_soft404_probe_marks_catch_all_pages(fast):
         seed_urls(s, [web.url(0, "/")])
         lease = worker.frontier.get_urls(worker.frontier.shard_of(web.hosts[0]), 1)[0]
         # pretend robots.txt was just read: the probe goes first
-        from crawler_tasks.stages.pipeline import _first_contact
+        from crawler_tasks.stages.fetch import _first_contact
         _first_contact(worker, lease, "http", [])
         worker.frontier.complete(lease, te=time.time(), action="keep")
         probe_path = worker.frontier.host_queue(lease.shard, web.hosts[0])[0].url.split("/", 3)[3]

@@ -18,8 +18,8 @@ from warcio.archiveiterator import ArchiveIterator
 from crawler_tasks.ops.embedded import EmbeddedRedis
 from crawler_tasks.keys import shard_of
 from crawler_tasks.ops.maintenance import read_progress
-from crawler_tasks.stages.pipeline import seed_urls
-from crawler_tasks.stages.wake import FINISHED
+from crawler_tasks.stages.enqueue import seed_urls
+from crawler_tasks.ops.control import CrawlState
 from crawler_tasks.settings import reset_settings
 from testweb import TestWeb
 
@@ -51,9 +51,9 @@ def test_two_frontier_servers_two_owners(settings, tmp_path):
                                          cwd=ROOT, stdout=open(logs / "beat.log", "wb"), stderr=subprocess.STDOUT)
         try:
             deadline = time.time() + 120
-            while time.time() < deadline and read_progress(s).state != FINISHED:
+            while time.time() < deadline and read_progress(s).state != CrawlState.FINISHED:
                 time.sleep(0.5)
-            assert read_progress(s).state == FINISHED, (logs / "owner0.log").read_text()[-2000:]
+            assert read_progress(s).state == CrawlState.FINISHED, (logs / "owner0.log").read_text()[-2000:]
         finally:
             for p in procs.values():
                 p.send_signal(signal.SIGTERM)

@@ -278,3 +278,28 @@ def test_checkpoint_writes_into_out_dir(settings):
     assert info is not None and info.path == latest_snapshot(settings.OUT_DIR)
     assert snap.maybe_checkpoint(settings, interval_s=3600) is None
     assert snap.maybe_checkpoint(settings, interval_s=0) is None
+
+
+def test_a_snapshot_taken_before_the_stage_layout_restores_and_leases(settings):
+    """tests/data holds a checkpoint written by the code before the rooms were laid out
+    (same key schema): it must restore, and its queued URLs must lease and decode."""
+    from pathlib import Path
+
+    from crawler_tasks.records import EntryKind
+
+    s = dataclasses.replace(settings, KEY_PREFIX="compat", SHARDS=2, BLOOM_EXPECTED_URLS=10_000)
+    path = Path(__file__).parent / "data" / "snapshot-v1-before-stage-layout.jsonl.gz"
+    info = restore(s, path, replace=True)
+    assert info.keys == 17
+    frontier = Frontier(s)
+    assert sum(frontier.sizes(shard)["front"] + frontier.sizes(shard)["back"] for shard in range(2)) == 4
+    leased = {}
+    for shard in range(2):
+        for lease in frontier.get_urls(shard, 10, now=time.time() + 60):
+            leased[lease.host] = lease.entry
+    assert set(leased) <= {"a.test", "b.test", "c.test"} and len(leased) >= 2
+    queued = {e.url: e for h in ("a.test", "b.test", "c.test") for e in frontier.host_info(h).queue}
+    assert queued["http://a.test/sitemap.xml"].kind is EntryKind.SITEMAP
+    assert any(frontier.host_info(h).politeness == {"failures": "0"} for h in ("a.test", "b.test", "c.test"))
+    # the Bloom filter came back too: a seed is still "seen"
+    assert frontier.put_discovered([Discovered(url="http://b.test/x", host="b.test")]) == [0]

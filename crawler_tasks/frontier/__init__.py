@@ -23,6 +23,7 @@ import redis
 from crawler_tasks.connection import global_client, shard_client
 from crawler_tasks.frontier.bloom import BloomSpec
 from crawler_tasks.keys import GlobalKeys, ShardKeys, shard_of
+from crawler_tasks.records import Action, EntryKind
 from crawler_tasks.settings import Settings
 
 _HERE = Path(__file__).parent
@@ -41,8 +42,6 @@ _SCRIPTS = {name: _script(name) for name in ("add", "lease", "complete", "renew"
 MAX_REFILL_MOVES = 2000
 
 
-PAGE, SITEMAP, PROBE = "p", "s", "x"  # entry kinds: page, sitemap, soft-404 probe
-
 # put_discovered verdicts
 ENQUEUED, SEEN, OVER_HOST_BUDGET, QUERY_TRAP = 1, 0, 2, 3
 VERDICT_NAMES = {SEEN: "seen", OVER_HOST_BUDGET: "host_budget", QUERY_TRAP: "query_variants"}
@@ -56,7 +55,7 @@ class Entry:
     depth: int = 0
     tries: int = 0
     hops: int = 0       # redirect hops that led here
-    kind: str = PAGE    # PAGE, SITEMAP or PROBE
+    kind: EntryKind = EntryKind.PAGE
 
     def encode(self) -> str:
         return f"{self.depth} {self.tries} {self.hops} {self.kind} {self.url}"
@@ -64,7 +63,7 @@ class Entry:
     @classmethod
     def decode(cls, raw: str) -> "Entry":
         depth, tries, hops, kind, url = raw.split(" ", 4)
-        return cls(url, int(depth), int(tries), int(hops), kind)
+        return cls(url, int(depth), int(tries), int(hops), EntryKind(kind))
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +76,7 @@ class Discovered:
     priority: int = 0       # 0 = highest
     force: bool = False     # seeds: decided by an exact set, never lost to a Bloom false positive
     hops: int = 0
-    kind: str = PAGE
+    kind: EntryKind = EntryKind.PAGE
 
 
 def group_by(items: Iterable[T], key: Callable[[T], K]) -> dict[K, list[T]]:
@@ -86,6 +85,23 @@ def group_by(items: Iterable[T], key: Callable[[T], K]) -> dict[K, list[T]]:
     for item in items:
         out.setdefault(key(item), []).append(item)
     return out
+
+
+@dataclass(slots=True)
+class HostInfo:
+    """One host's frontier state, for ``manage.py hosts`` (times in epoch seconds)."""
+
+    host: str
+    shard: int
+    active: bool
+    queue: list[Entry]
+    next_contact: float | None
+    leased_until: float | None
+    enqueued: int
+    pages: int
+    duplicates: int
+    robots: dict[str, str]
+    politeness: dict[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,21 +217,20 @@ class Frontier:
                     out[i] = Lease(shard, leases[i].host, leases[i].raw, token)
         return out
 
-    def complete(self, lease: Lease, te: float, action: str = "done",
+    def complete(self, lease: Lease, te: float, action: Action = Action.DONE,
                  host_state: dict[str, str] | None = None) -> bool:
         """Finish a lease: ``done`` pops the head URL, ``retry`` moves it to the tail with
         one more try, ``keep`` leaves it for later; ``host_state`` (politeness fields)
         is saved in the same round trip. Returns False if the lease had expired and
         been given to someone else (then nothing changed but the host state)."""
-        if action not in ("done", "retry", "keep"):
-            raise ValueError(f"unknown action {action!r}")
+        action = Action(action)
         k = self.keys(lease.shard)
         retry_raw = ""
-        if action == "retry":
+        if action == Action.RETRY:
             e = lease.entry
             retry_raw = Entry(e.url, e.depth, e.tries + 1, e.hops, e.kind).encode()
         keys = [k.active, k.ready, k.lease, k.te, k.queue(lease.host), k.queued]
-        args = [lease.host, lease.token, action, te, lease.raw, retry_raw]
+        args = [lease.host, lease.token, action.value, te, lease.raw, retry_raw]
         if not host_state:
             return self._run(lease.shard, "complete", keys, args) == 1
         pipe = self.client(lease.shard).pipeline(transaction=False)
@@ -271,6 +286,67 @@ class Frontier:
         spilled = int(spilled or 0)
         return {"front": front + spilled, "back": max(0, int(queued or 0) - front - spilled),
                 "spilled": spilled, "active_hosts": active, "ready_hosts": ready, "leased_hosts": leased}
+
+    # -- per-host state ---------------------------------------------------------------
+    def host_states(self, leases: list[Lease]) -> dict[str, dict[str, str]]:
+        """Politeness fields of every leased host (``fetch.politeness.HostState``), one
+        round trip per shard."""
+        out: dict[str, dict[str, str]] = {}
+        for shard, group in group_by(leases, lambda lease: lease.shard).items():
+            pipe = self.client(shard).pipeline(transaction=False)
+            for lease in group:
+                pipe.hgetall(self.keys(shard).host_state(lease.host))
+            for lease, raw in zip(group, pipe.execute()):
+                out[lease.host] = raw
+        return out
+
+    def host_state(self, host: str) -> dict[str, str]:
+        shard = self.shard_of(host)
+        return self.client(shard).hgetall(self.keys(shard).host_state(host))  # type: ignore[return-value]
+
+    def load_robots(self, host: str) -> dict[str, str]:
+        """The crawl's shared copy of the host's robots.txt (``robots.cache.RobotsStore``)."""
+        shard = self.shard_of(host)
+        return self.client(shard).hgetall(self.keys(shard).robots(host))  # type: ignore[return-value]
+
+    def save_robots(self, host: str, fields: dict[str, str | float | int]) -> None:
+        shard = self.shard_of(host)
+        key = self.keys(shard).robots(host)
+        pipe = self.client(shard).pipeline(transaction=False)
+        pipe.delete(key)
+        pipe.hset(key, mapping=fields)
+        pipe.execute()
+
+    def host_info(self, host: str) -> HostInfo:
+        shard = self.shard_of(host)
+        k, c = self.keys(shard), self.client(shard)
+        pipe = c.pipeline(transaction=False)
+        pipe.zscore(k.ready, host)
+        pipe.zscore(k.lease, host)
+        pipe.hget(k.te, host)
+        pipe.sismember(k.active, host)
+        pipe.hget(k.host_counts, host)
+        pipe.hmget(k.dup_stats, ["p:" + host, "d:" + host])
+        pipe.hgetall(k.robots(host))
+        pipe.hgetall(k.host_state(host))
+        ready, lease, te, active, enqueued, (pages, dups), robots, state = pipe.execute()
+        when = ready if ready is not None else (float(te) if te else None)
+        return HostInfo(host, shard, bool(active), self.host_queue(shard, host), when, lease,
+                        int(enqueued or 0), int(pages or 0), int(dups or 0), robots, state)
+
+    def top_hosts(self, n: int = 10, max_scan: int = 100_000) -> list[tuple[str, int]]:
+        """Hosts with the most URLs enqueued (skipped on frontiers with very many hosts)."""
+        counts: dict[str, int] = {}
+        for shard in range(self.shards):
+            client, key = self.client(shard), self.keys(shard).host_counts
+            if client.hlen(key) > max_scan:
+                return []
+            counts.update({h: int(v) for h, v in client.hgetall(key).items()})
+        return sorted(counts.items(), key=lambda kv: -kv[1])[:n]
+
+    def leased_hosts(self) -> int:
+        """Hosts leased over all shards (fetches in flight)."""
+        return sum(int(self.client(s).zcard(self.keys(s).lease)) for s in range(self.shards))
 
     def add_head(self, shard: int, host: str, entry: Entry) -> None:
         """Put an entry at the head of a leased host's back queue (it is fetched next)."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from crawler_tasks.connection import shard_client
 from crawler_tasks.frontier import Frontier, group_by
+from crawler_tasks.records import EntryKind, PageRecord
 from crawler_tasks.settings import Settings
 from crawler_tasks.urls.normalize import host_key
 
@@ -98,26 +99,26 @@ class Recrawler:
             out.append(headers)
         return out
 
-    def record_visits(self, records: list[dict], now: float | None = None) -> dict[str, int]:
-        """Update histories and schedule next visits; returns counters."""
+    def record_visits(self, records: list[PageRecord], now: float | None = None) -> dict[str, int]:
+        """Update histories and schedule next visits (``revisit_s`` on each record);
+        returns counters."""
         now = time.time() if now is None else now
         counters = {"recrawl/changed": 0, "recrawl/unchanged": 0}
-        visited = [r for r in records if r.get("status") in (200, 304) and r.get("kind") != "probe"]
-        by_shard = group_by(visited, lambda rec: self.frontier.shard_of(host_key(rec["url"])))
+        visited = [r for r in records if r.status in (200, 304) and r.kind != EntryKind.PROBE]
+        by_shard = group_by(visited, lambda rec: self.frontier.shard_of(host_key(rec.url)))
         for shard, group in by_shard.items():
             k = self.frontier.keys(shard)
             client = shard_client(self.settings, shard)
-            old = client.hmget(k.history, [r["url"] for r in group])
+            old = client.hmget(k.history, [r.url for r in group])
             pipe = client.pipeline(transaction=False)
             for rec, raw in zip(group, old):
-                headers = rec.get("headers") or {}
-                hist, changed = next_visit(self.settings, History.decode(raw), rec.get("status"),
-                                           rec.get("fingerprint"), headers.get("etag"), headers.get("last-modified"))
+                hist, changed = next_visit(self.settings, History.decode(raw), rec.status, rec.fingerprint,
+                                           rec.headers.get("etag"), rec.headers.get("last-modified"))
                 counters["recrawl/changed" if changed else "recrawl/unchanged"] += 1
-                rec["revisit_s"] = round(hist.interval_s, 1)
-                level = revisit_level(self.settings, hist, bool(rec.get("indexable")) or rec.get("status") == 304)
-                pipe.hset(k.history, rec["url"], hist.encode())
-                pipe.zadd(k.due, {f"{level} {rec['url']}": now + hist.interval_s})
+                rec.revisit_s = round(hist.interval_s, 1)
+                level = revisit_level(self.settings, hist, rec.indexable or rec.status == 304)
+                pipe.hset(k.history, rec.url, hist.encode())
+                pipe.zadd(k.due, {f"{level} {rec.url}": now + hist.interval_s})
             pipe.execute()
         return counters
 

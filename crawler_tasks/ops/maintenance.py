@@ -15,12 +15,10 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from crawler_tasks.connection import global_client
 from crawler_tasks.frontier import Frontier
-from crawler_tasks.keys import GlobalKeys
-from crawler_tasks.stages.wake import FINISHED, RUNNING, STOPPING
-from crawler_tasks.settings import Settings
 from crawler_tasks.frontier.spill import Spiller
+from crawler_tasks.ops.control import Control, CrawlState
+from crawler_tasks.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +29,7 @@ MAX_IDLE_WAIT_S = 300.0
 @dataclass(slots=True)
 class Progress:
     at: float
-    state: str
+    state: CrawlState
     reason: str
     stats: dict[str, int]
     shards: list[dict[str, int]]
@@ -60,63 +58,52 @@ class Progress:
 def read_progress(settings: Settings, frontier: Frontier | None = None) -> Progress:
     """A consistent-enough picture of the crawl, for stats, progress and the stop decision."""
     frontier = frontier or Frontier(settings)
-    g = GlobalKeys(settings.KEY_PREFIX)
-    client = global_client(settings)
-    pipe = client.pipeline(transaction=False)
-    pipe.hgetall(g.stats)
-    pipe.hgetall(g.control)
-    pipe.zcard(g.inflight)
-    stats_raw, control, inflight = pipe.execute()
+    control = Control(settings)
+    state, reason, _ = control.state()
+    stats = control.stats()
+    inflight = control.inflight()
     shards = [frontier.sizes(s) for s in range(settings.SHARDS)]
     waits = [w for w in (frontier.next_ready_in(s) for s in range(settings.SHARDS)) if w is not None]
-    return Progress(at=time.time(), state=control.get("state", RUNNING), reason=control.get("reason", ""),
-                    stats={k: int(v) for k, v in stats_raw.items()}, shards=shards, inflight=int(inflight),
+    return Progress(at=time.time(), state=state, reason=reason, stats=stats, shards=shards, inflight=inflight,
                     next_ready_s=min(waits) if waits else None)
-
-
-def set_state(settings: Settings, state: str, reason: str) -> None:
-    g = GlobalKeys(settings.KEY_PREFIX)
-    global_client(settings).hset(g.control, mapping={"state": state, "reason": reason, "state_at": time.time()})
 
 
 def run_maintenance(settings: Settings, frontier: Frontier | None = None, now: float | None = None) -> Progress:
     frontier = frontier or Frontier(settings)
     now = time.time() if now is None else now
-    g = GlobalKeys(settings.KEY_PREFIX)
-    client = global_client(settings)
+    control = Control(settings)
     expired = sum(len(frontier.expire(s, now=now)) for s in range(settings.SHARDS))
-    stale = client.zrangebyscore(g.inflight, "-inf", now)
+    stale = control.drop_stale_batches(now)
     if stale:
-        client.zrem(g.inflight, *stale)
         log.warning("%d batches did not finish within %.0f s; their hosts return when leases expire",
-                    len(stale), settings.batch_timeout_s)
+                    stale, settings.batch_timeout_s)
     if expired:
-        client.hincrby(g.stats, "frontier/lease_expired", expired)
+        control.count({"frontier/lease_expired": expired})
         log.warning("%d host leases expired (a worker died or hung); hosts put back", expired)
     moved_out, moved_in = Spiller(settings, frontier).run()
     if moved_out or moved_in:
         log.info("front queues: %d URLs spilled to disk, %d read back", moved_out, moved_in)
-    before_inflight = client.zcard(g.inflight)
+    before_inflight = control.inflight()
     progress = read_progress(settings, frontier)
     progress.expired_leases = expired
-    if progress.state == FINISHED:
+    if progress.state == CrawlState.FINISHED:
         return progress
-    if settings.MAX_PAGES and progress.pages >= settings.MAX_PAGES and progress.state == RUNNING:
-        set_state(settings, STOPPING, f"max pages ({settings.MAX_PAGES}) reached")
-        progress.state = STOPPING
+    if settings.MAX_PAGES and progress.pages >= settings.MAX_PAGES and progress.state == CrawlState.RUNNING:
+        progress.state, progress.reason = CrawlState.STOPPING, f"max pages ({settings.MAX_PAGES}) reached"
+        control.set_state(progress.state, progress.reason)
     idle = before_inflight == 0 and progress.inflight == 0 and progress.leased == 0
-    if settings.CONTINUOUS and progress.state == RUNNING:
+    if settings.CONTINUOUS and progress.state == CrawlState.RUNNING:
         pass  # a continuous crawl waits for its next visits; only limits and signals stop it
-    elif idle and progress.state == STOPPING:
-        set_state(settings, FINISHED, client.hget(g.control, "reason") or "stopped")
-        progress.state = FINISHED
+    elif idle and progress.state == CrawlState.STOPPING:
+        control.set_state(CrawlState.FINISHED, progress.reason or "stopped")
+        progress.state = CrawlState.FINISHED
     elif idle and progress.queued == 0:
-        set_state(settings, FINISHED, "frontier exhausted")
-        progress.state = FINISHED
+        control.set_state(CrawlState.FINISHED, "frontier exhausted")
+        progress.state = CrawlState.FINISHED
     elif idle and progress.next_ready_s is not None and progress.next_ready_s > MAX_IDLE_WAIT_S \
             and sum(s["front"] for s in progress.shards) == 0:
-        set_state(settings, FINISHED, f"only hosts waiting more than {MAX_IDLE_WAIT_S:.0f} s remain")
-        progress.state = FINISHED
+        control.set_state(CrawlState.FINISHED, f"only hosts waiting more than {MAX_IDLE_WAIT_S:.0f} s remain")
+        progress.state = CrawlState.FINISHED
     log.info("crawl %s: pages=%d queued=%d leased=%d inflight=%d errors=%d",
              progress.state, progress.pages, progress.queued, progress.leased, progress.inflight, progress.errors)
     return progress

@@ -54,8 +54,9 @@ from prometheus_client.utils import floatToGoString
 
 from crawler_tasks.connection import global_client
 from crawler_tasks.frontier import Frontier
+from crawler_tasks.keys import GlobalKeys
 from crawler_tasks.ops.maintenance import read_progress
-from crawler_tasks.stages.wake import FINISHED, RUNNING, STOPPING
+from crawler_tasks.ops.control import CrawlState
 from crawler_tasks.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -66,11 +67,6 @@ _INF_FIELD = "le:+Inf"
 # BITCOUNT of a large Bloom filter blocks Redis for a while (~0.1 s per 100 MB):
 # recompute the fill at most this often.
 BLOOM_REFRESH_S = 60.0
-
-
-def latency_key(key_prefix: str) -> str:
-    """``<prefix>:{g}:latency``: a hash of non-cumulative bucket counts, ``sum``, ``count``."""
-    return f"{key_prefix}:{{g}}:latency"
 
 
 def _bucket_field(seconds: float) -> str:
@@ -97,7 +93,7 @@ def record_latencies(client: Any, key_prefix: str, seconds: Iterable[float]) -> 
         n += 1
     if not n:
         return 0
-    key = latency_key(key_prefix)
+    key = GlobalKeys(key_prefix).latency
     own = not isinstance(client, redis.client.Pipeline)
     pipe = client.pipeline(transaction=False) if own else client
     for name, count in buckets.items():
@@ -159,7 +155,7 @@ class CrawlCollector:
     def _families(self) -> list[Metric]:
         s = self.settings
         progress = read_progress(s, self.frontier)
-        latency: dict[str, str] = global_client(s).hgetall(latency_key(s.KEY_PREFIX))  # type: ignore[assignment]
+        latency: dict[str, str] = global_client(s).hgetall(GlobalKeys(s.KEY_PREFIX).latency)  # type: ignore[assignment]
         bits_set, worst_fp = self._bloom_fill()
         out: list[Metric] = []
         out += self._stats_families(progress.stats)
@@ -178,7 +174,7 @@ class CrawlCollector:
         inflight = GaugeMetricFamily("crawler_batches_inflight", "Fetch batches dispatched and not through dedup")
         inflight.add_metric([], progress.inflight)
         state = GaugeMetricFamily("crawler_crawl_state", "1 for the crawl's current state", labels=["state"])
-        for name in (RUNNING, STOPPING, FINISHED):
+        for name in (CrawlState.RUNNING, CrawlState.STOPPING, CrawlState.FINISHED):
             state.add_metric([name], 1.0 if progress.state == name else 0.0)
         out += [inflight, state]
         if progress.next_ready_s is not None:
@@ -286,7 +282,6 @@ def stop(server: Any) -> None:
 __all__ = [
     "LATENCY_BUCKETS",
     "CrawlCollector",
-    "latency_key",
     "make_registry",
     "record_latencies",
     "record_latency",

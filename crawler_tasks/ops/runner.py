@@ -29,12 +29,11 @@ from crawler_tasks.connection import global_client
 from crawler_tasks.ops.embedded import EmbeddedRedis, die_with_parent
 from crawler_tasks.exceptions import ConfigError
 from crawler_tasks.frontier import Frontier
-from crawler_tasks.keys import GlobalKeys
-from crawler_tasks.ops.maintenance import Progress, read_progress, set_state
+from crawler_tasks.ops.maintenance import Progress, read_progress
 from crawler_tasks.ops.metrics import serve_metrics
 from crawler_tasks.ops.metrics import stop as stop_metrics
-from crawler_tasks.stages.pipeline import seed_urls
-from crawler_tasks.stages.wake import FINISHED, RUNNING, STOPPING
+from crawler_tasks.stages.enqueue import seed_urls
+from crawler_tasks.ops.control import Control, CrawlState
 from crawler_tasks.settings import Settings
 from crawler_tasks.ops.snapshot import latest_snapshot, restore
 
@@ -126,7 +125,7 @@ class CrawlRunner:
             self._start_children()
             progress = self._watch()
             self._summary(progress)
-            return 0 if progress.state == FINISHED or self._stop_requested else 1
+            return 0 if progress.state == CrawlState.FINISHED or self._stop_requested else 1
         finally:
             self._shutdown()
             for sig, handler in old.items():
@@ -164,7 +163,7 @@ class CrawlRunner:
             self._say(f"embedded redis-server on {self.redis.url} (data in {self.out_dir / 'redis'})")
         client = global_client(s)
         client.ping()
-        g = GlobalKeys(s.KEY_PREFIX)
+        control = Control(s)
         if self.restore_from:
             path = latest_snapshot(self.out_dir) if self.restore_from == "latest" else Path(self.restore_from)
             if path is None:
@@ -173,9 +172,9 @@ class CrawlRunner:
             self._say(f"restored {path} ({info.keys} keys)")
         if not self.resume:
             self._clear_keys()
-        elif not client.exists(g.control):
+        elif not control.exists():
             raise ConfigError(f"--resume: no crawl state found in {s.REDIS_URL} (prefix {s.KEY_PREFIX!r})")
-        client.hset(g.control, mapping={"state": RUNNING, "reason": "", "started_at": self.started})
+        control.start(started_at=self.started)
         Frontier(s).allocate_bloom()
         if self.seeds:
             added, rejected = seed_urls(s, self.seeds)
@@ -261,7 +260,7 @@ class CrawlRunner:
             elif now - last_line >= 10.0:
                 self._say(line)
                 last_line = now
-            if progress.state == FINISHED:
+            if progress.state == CrawlState.FINISHED:
                 if tty:
                     print(file=self.out)
                 return progress
@@ -271,24 +270,24 @@ class CrawlRunner:
                 if self.restarts >= MAX_RESTARTS:
                     reason = f"{child.name} died {self.restarts} times; giving up (see {self.out_dir / 'logs'})"
                     self._say("\n" + reason)
-                    set_state(s, FINISHED, reason)
-                    progress.state, progress.reason = FINISHED, reason
+                    Control(s).set_state(CrawlState.FINISHED, reason)
+                    progress.state, progress.reason = CrawlState.FINISHED, reason
                     return progress
                 # a dead worker's hosts return when their leases expire; nothing is lost
                 self.restarts += 1
                 self._say(f"\n{child.name} exited with {child.proc.returncode}; restarting it")
                 child.reap(time.monotonic())
                 self.children[i] = Child(child.name, child.args, child.env, child.log_path)
-            if self._stop_requested and progress.state == RUNNING:
-                set_state(s, STOPPING, f"stopped by {self._stop_requested}")
-            if s.MAX_SECONDS and now - self.started >= s.MAX_SECONDS and progress.state == RUNNING:
-                set_state(s, STOPPING, f"max seconds ({s.MAX_SECONDS:g}) reached")
-            if progress.state == STOPPING and (self._stop_requested or s.MAX_SECONDS):
+            if self._stop_requested and progress.state == CrawlState.RUNNING:
+                Control(s).set_state(CrawlState.STOPPING, f"stopped by {self._stop_requested}")
+            if s.MAX_SECONDS and now - self.started >= s.MAX_SECONDS and progress.state == CrawlState.RUNNING:
+                Control(s).set_state(CrawlState.STOPPING, f"max seconds ({s.MAX_SECONDS:g}) reached")
+            if progress.state == CrawlState.STOPPING and (self._stop_requested or s.MAX_SECONDS):
                 # maintenance finishes the crawl once in-flight batches are through;
                 # do not wait for that longer than a fetch can take
-                stopping_for = now - float(global_client(s).hget(GlobalKeys(s.KEY_PREFIX).control, "state_at") or now)
+                stopping_for = now - (Control(s).state()[2] or now)
                 if stopping_for > s.TOTAL_TIMEOUT_S + 10:
-                    set_state(s, FINISHED, "stopped with batches still in flight")
+                    Control(s).set_state(CrawlState.FINISHED, "stopped with batches still in flight")
 
     def _recover_redis(self) -> None:
         """Restart a crashed embedded redis-server on its port from its data folder (the
@@ -301,19 +300,19 @@ class CrawlRunner:
         self.redis.restart()
         self.restarts += 1
         s = self.settings
-        if global_client(s).exists(GlobalKeys(s.KEY_PREFIX).control):
+        if Control(s).exists():
             return
         path = latest_snapshot(self.out_dir)
         if path is None:
             raise ConfigError("the embedded Redis lost the crawl state and there is no checkpoint in "
                               f"{self.out_dir / 'snapshots'}; the crawl cannot continue")
         info = restore(s, path, replace=True)
-        global_client(s).hset(GlobalKeys(s.KEY_PREFIX).control, mapping={"state": RUNNING, "reason": ""})
+        Control(s).start()
         self._say(f"crawl state restored from checkpoint {path} ({info.keys} keys)")
 
     def _summary(self, progress: Progress) -> None:
         elapsed = time.time() - self.started
-        reason = global_client(self.settings).hget(GlobalKeys(self.settings.KEY_PREFIX).control, "reason") or progress.reason
+        reason = Control(self.settings).state()[1] or progress.reason
         self._say(f"crawl finished: {reason}")
         self._say(f"  pages fetched {progress.pages} in {elapsed:.1f} s ({progress.pages / max(elapsed, 1e-9):.1f} pages/s), "
                   f"still queued {progress.queued}")

@@ -65,7 +65,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
-from crawler_tasks.connection import main_url, shard_url
+from crawler_tasks.connection import bytes_client, main_url, shard_url
 from crawler_tasks.frontier.bloom import BloomSpec
 from crawler_tasks.exceptions import CrawlerError
 from crawler_tasks.keys import GlobalKeys, ShardKeys
@@ -118,12 +118,6 @@ class SnapshotInfo:
 
 
 # ----------------------------------------------------------------------------- helpers
-def _raw_client(url: str, timeout_s: float) -> redis.Redis:
-    """A bytes client: Bloom bitmaps and arbitrary values must not be decoded."""
-    return redis.Redis.from_url(url, decode_responses=False, socket_timeout=max(timeout_s, 30.0),
-                                socket_connect_timeout=timeout_s)
-
-
 def _safe_url(url: str) -> str:
     """A Redis URL without its password, for messages."""
     parts = urlsplit(url)
@@ -398,7 +392,7 @@ def snapshot(settings: Settings, path: str | os.PathLike) -> SnapshotInfo:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     servers = _servers(settings)
-    clients = {url: _raw_client(url, settings.REDIS_TIMEOUT_S) for url in servers}
+    clients = {url: bytes_client(url, settings.REDIS_TIMEOUT_S) for url in servers}
     g = GlobalKeys(settings.KEY_PREFIX)
     bloom = BloomSpec.for_capacity(max(1, settings.BLOOM_EXPECTED_URLS // settings.SHARDS), settings.BLOOM_ERROR_RATE)
     body_tmp = path.with_name(f".{path.name}.{os.getpid()}.body.tmp")
@@ -568,7 +562,7 @@ class _Loader:
 
     def client(self, url: str) -> redis.Redis:
         if url not in self.clients:
-            self.clients[url] = _raw_client(url, self.settings.REDIS_TIMEOUT_S)
+            self.clients[url] = bytes_client(url, self.settings.REDIS_TIMEOUT_S)
         return self.clients[url]
 
     def route(self, key: bytes) -> tuple[str, int | None]:

@@ -1,4 +1,4 @@
-"""Where crawl output goes: raw exchanges in WARC files, one JSON record per URL.
+"""Raw exchanges in WARC files.
 
 - ``OUT/warc/<prefix>-<UTC time>-<machine>-<pid>-<serial>.warc.gz``: one writer per
   process (no locking between processes), a ``warcinfo`` record first, then a
@@ -8,13 +8,6 @@
   records with each page's outlinks to their own files; rotated past WARC_MAX_BYTES.
   The response payload is stored as transferred (content coding kept, chunking
   removed), so digests match what the server sent.
-- ``OUT/pages.jsonl``: appended by whichever worker finishes a batch, one ``write``
-  of whole lines under an exclusive ``flock``, so lines never interleave.
-- the indexer feed: one record per indexable page (url, title, text, outlinks with
-  anchor text, lang, fingerprints, fetched_at) appended to ``OUT/feed.jsonl`` and added
-  to the Redis Stream ``<prefix>:{g}:feed`` (capped near FEED_STREAM_MAXLEN), which an
-  indexer reads with a consumer group (XREADGROUP). Duplicates, noindex pages, soft
-  404s and non-canonical variants are not in the feed.
 
 Policy: a storage failure (disk full...) is raised: losing output silently is worse
 than a visible failure, and the batch is retried by Celery.
@@ -22,26 +15,20 @@ than a visible failure, and the batch is retried by Celery.
 from __future__ import annotations
 
 import base64
-import fcntl
 import hashlib
 import io
-import json
 import os
 import socket
 import threading
 import zlib
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
 
 from warcio.statusandheaders import StatusAndHeaders
 from warcio.warcwriter import WARCWriter
 
 from crawler_tasks import __version__
 from crawler_tasks.fetch.http import FetchResult
-
-if TYPE_CHECKING:
-    from crawler_tasks.settings import Settings
 
 _HOP_BY_HOP = {"transfer-encoding"}
 NOT_MODIFIED_PROFILE = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
@@ -51,29 +38,6 @@ IDENTICAL_PAYLOAD_PROFILE = "http://netpreserve.org/warc/1.1/revisit/identical-p
 def payload_digest(body: bytes) -> str:
     """WARC-Payload-Digest as warcio writes it (sha1, base32)."""
     return "sha1:" + base64.b32encode(hashlib.sha1(body).digest()).decode("ascii")
-
-
-def append_jsonl(path: str | os.PathLike, records: Iterable[dict]) -> int:
-    """Append records as JSON lines atomically with respect to other writers."""
-    return append_lines(path, [json.dumps(r, ensure_ascii=False, separators=(",", ":")) for r in records])
-
-
-def append_lines(path: str | os.PathLike, lines: list[str]) -> int:
-    """Append whole lines with one write under an exclusive lock (no interleaving)."""
-    if not lines:
-        return 0
-    raw = ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass")
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        view = memoryview(raw)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-    finally:
-        os.close(fd)
-    return len(raw)
 
 
 def warc_date(ts: float) -> str:
@@ -190,29 +154,3 @@ class WarcStore:
             self._file.close()
         self._file = None
         self._writer = None
-
-
-
-class FeedWriter:
-    """The indexer feed of one worker process."""
-
-    def __init__(self, settings: "Settings") -> None:
-        from crawler_tasks.keys import GlobalKeys
-
-        self.settings = settings
-        self.path = os.path.join(settings.OUT_DIR, "feed.jsonl")
-        self.stream = GlobalKeys(settings.KEY_PREFIX).feed
-
-    def emit(self, records: list[dict]) -> None:
-        """Each record is JSON-encoded once, for the file and the stream alike."""
-        s = self.settings
-        lines = [json.dumps(r, ensure_ascii=False, separators=(",", ":")) for r in records]
-        if s.FEED_JSONL:
-            append_lines(self.path, lines)
-        if s.FEED_STREAM_MAXLEN > 0:
-            from crawler_tasks.connection import global_client
-
-            pipe = global_client(s).pipeline(transaction=False)
-            for line in lines:
-                pipe.xadd(self.stream, {"record": line}, maxlen=s.FEED_STREAM_MAXLEN, approximate=True)
-            pipe.execute()

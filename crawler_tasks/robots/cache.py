@@ -9,19 +9,22 @@ robots.txt is asked again after ROBOTS_ERROR_TTL_S.
 
 Parsed rules are also kept in a small per-process cache keyed by the Redis copy's
 fetch time, so a worker parses a host's robots.txt once, not once per URL.
+
+``RobotsCache.check`` is the one decision used by the fetch stage and by
+``manage.py robots``: the shared copy lives wherever the ``RobotsStore`` keeps it (the
+frontier's per-host hash in a crawl, a dict for the command line).
 """
 from __future__ import annotations
 
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
 from urllib.parse import urljoin, urlsplit
 
-import redis
-
 from crawler_tasks.fetch.http import Fetcher, FetchResult
-from crawler_tasks.keys import ShardKeys
-from crawler_tasks.robots.rules import MAX_ROBOTS_BYTES, RobotsRules, parse_robots
+from crawler_tasks.robots.rules import MAX_ROBOTS_BYTES, RobotsRules, Verdict, parse_robots
 
 MAX_ROBOTS_REDIRECTS = 5
 LOCAL_CACHE_SIZE = 4096
@@ -29,6 +32,44 @@ LOCAL_CACHE_SIZE = 4096
 ALLOW = "allow"            # 4xx: no restrictions
 RULES = "rules"            # 2xx: parsed file
 UNREACHABLE = "unreachable"  # 5xx / network: disallow all for now
+
+
+class RobotsStore(Protocol):
+    """Where the crawl's shared copy of each host's robots.txt lives."""
+
+    def load_robots(self, host: str) -> dict[str, str]: ...
+
+    def save_robots(self, host: str, fields: dict[str, str | float | int]) -> None: ...
+
+
+class MemoryRobotsStore:
+    """A store for one process (the command line, tests)."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, dict[str, str]] = {}
+
+    def load_robots(self, host: str) -> dict[str, str]:
+        return self.data.get(host, {})
+
+    def save_robots(self, host: str, fields: dict[str, str | float | int]) -> None:
+        self.data[host] = {k: str(v) for k, v in fields.items()}
+
+
+class Check(StrEnum):
+    """The answer for one URL."""
+
+    ALLOWED = "allowed"
+    DISALLOWED = "disallowed"
+    FETCHED = "fetched"          # robots.txt was fetched just now: that was this turn's request
+    UNREACHABLE = "unreachable"  # robots.txt failed (5xx, network): the host's URLs wait
+
+
+@dataclass(slots=True)
+class RobotsAnswer:
+    check: Check
+    entry: RobotsEntry
+    exchange: FetchResult | None = None   # the robots.txt fetch, when there was one
+    verdict: Verdict | None = None        # the matching rule, for ALLOWED / DISALLOWED
 
 
 @dataclass(slots=True)
@@ -47,21 +88,43 @@ class RobotsCache:
         self.error_ttl_s = error_ttl_s
         self._local: OrderedDict[str, RobotsEntry] = OrderedDict()
 
-    def get(self, client: redis.Redis, keys: ShardKeys, host: str, now: float | None = None) -> RobotsEntry | None:
+    def check(self, store: RobotsStore, fetcher: Fetcher, url: str, agent: str,
+              *, explain: bool = False) -> RobotsAnswer:
+        """May ``agent`` fetch ``url``? Fetches robots.txt first when the cached copy is
+        missing or stale (the answer is then FETCHED, and the caller spends its turn on
+        it); UNREACHABLE while the last attempt failed."""
+        parts = urlsplit(url)
+        host = parts.netloc
+        entry = self.get(store, host)
+        if entry is None:
+            entry, res = self.fetch_and_store(fetcher, store, parts.scheme, host)
+            if not explain:
+                return RobotsAnswer(Check.FETCHED if entry.kind != UNREACHABLE else Check.UNREACHABLE, entry, res)
+        else:
+            res = None
+        if entry.kind == UNREACHABLE:
+            return RobotsAnswer(Check.UNREACHABLE, entry, res)
+        if explain:
+            verdict = entry.rules.explain(url, agent)
+            return RobotsAnswer(Check.ALLOWED if verdict.allowed else Check.DISALLOWED, entry, res, verdict)
+        allowed = entry.rules.is_allowed(url, agent)
+        return RobotsAnswer(Check.ALLOWED if allowed else Check.DISALLOWED, entry, res)
+
+    def get(self, store: RobotsStore, host: str, now: float | None = None) -> RobotsEntry | None:
         """The cached entry, or None when robots.txt must be (re)fetched now."""
         now = time.time() if now is None else now
         entry = self._local.get(host)
         if entry is not None and entry.expires > now:
             self._local.move_to_end(host)
             return entry
-        data = client.hgetall(keys.robots(host))
+        data = store.load_robots(host)
         if not data or float(data.get("expires", 0)) <= now:
             return None
         entry = self._from_fields(data)
         self._remember(host, entry)
         return entry
 
-    def fetch_and_store(self, fetcher: Fetcher, client: redis.Redis, keys: ShardKeys,
+    def fetch_and_store(self, fetcher: Fetcher, store: RobotsStore,
                         scheme: str, host: str) -> tuple[RobotsEntry, FetchResult]:
         """Fetch robots.txt for ``scheme://host`` (following redirects) and cache it."""
         url = f"{scheme}://{host}/robots.txt"
@@ -77,14 +140,12 @@ class RobotsCache:
         entry = self._classify(res, time.time())
         # keep timing of the whole exchange for the politeness computation
         res.started = first.started
-        fields = {"kind": entry.kind, "fetched_at": entry.fetched_at, "expires": entry.expires,
-                  "status": "" if entry.status is None else entry.status, "error": entry.error or ""}
+        fields: dict[str, str | float | int] = {
+            "kind": entry.kind, "fetched_at": entry.fetched_at, "expires": entry.expires,
+            "status": "" if entry.status is None else entry.status, "error": entry.error or ""}
         if entry.kind == RULES:
-            fields["body"] = res.content.decode("utf-8", "replace")
-        pipe = client.pipeline(transaction=False)
-        pipe.delete(keys.robots(host))
-        pipe.hset(keys.robots(host), mapping=fields)
-        pipe.execute()
+            fields["body"] = res.content[:MAX_ROBOTS_BYTES].decode("utf-8", "replace")
+        store.save_robots(host, fields)
         self._remember(host, entry)
         return entry, res
 

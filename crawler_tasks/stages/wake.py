@@ -13,12 +13,9 @@ import random
 import time
 from dataclasses import dataclass
 
-from crawler_tasks.connection import global_client
 from crawler_tasks.frontier import Frontier, Lease
-from crawler_tasks.keys import GlobalKeys
+from crawler_tasks.ops.control import Control, CrawlState
 from crawler_tasks.settings import Settings
-
-RUNNING, STOPPING, FINISHED = "running", "stopping", "finished"
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,20 +32,14 @@ def new_batch_id() -> str:
 def plan_wake(settings: Settings, frontier: Frontier, now: float | None = None) -> list[Batch]:
     """Lease ready hosts of every shard, within the in-flight and page budgets."""
     now = time.time() if now is None else now
-    g = GlobalKeys(settings.KEY_PREFIX)
-    client = global_client(settings)
-    pipe = client.pipeline(transaction=False)
-    pipe.hget(g.control, "state")
-    pipe.zcard(g.inflight)
-    pipe.hget(g.stats, "fetch/pages")
-    state, inflight, fetched = pipe.execute()
-    if state in (STOPPING, FINISHED):
+    control = Control(settings)
+    view = control.view()
+    if view.state != CrawlState.RUNNING:
         return []
-    slots = settings.MAX_INFLIGHT_BATCHES - int(inflight or 0)
+    slots = settings.MAX_INFLIGHT_BATCHES - view.inflight
     budget = None
     if settings.MAX_PAGES:
-        leased = sum(frontier.client(s).zcard(frontier.keys(s).lease) for s in range(settings.SHARDS))
-        budget = settings.MAX_PAGES - int(fetched or 0) - leased
+        budget = settings.MAX_PAGES - view.pages - frontier.leased_hosts()
         if budget <= 0:
             return []
     batches: list[Batch] = []
@@ -68,7 +59,5 @@ def plan_wake(settings: Settings, frontier: Frontier, now: float | None = None) 
         size = -(-len(leases) // n)                    # of even size (not 32 + 1)
         for i in range(0, len(leases), size):
             batches.append(Batch(shard, new_batch_id(), leases[i:i + size]))
-    if batches:
-        deadline = now + settings.batch_timeout_s
-        client.zadd(g.inflight, {b.batch_id: deadline for b in batches})
+    control.begin_batches((b.batch_id for b in batches), now + settings.batch_timeout_s)
     return batches

@@ -1,0 +1,150 @@
+"""Content dedup shared by the crawl: exact fingerprints, soft-404s, near-duplicates,
+the per-host duplicate signal and WARC payload digests.
+
+It runs in the parse stage, on the node that holds the text. Exact fingerprints and
+payload digests are sharded by value (``{f<k>}`` keys), not by host: a mirror's copy
+lands on the same key as the original. The first URL seen with a fingerprint wins.
+Soft-404 fingerprints and duplicate counts are per host, in the host's shard.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from crawler_tasks.connection import global_client, shard_client
+from crawler_tasks.dedup.nearindex import NearDupIndex
+from crawler_tasks.dedup.simhash import from_hex
+from crawler_tasks.keys import GlobalKeys, ShardKeys, shard_of
+from crawler_tasks.records import EntryKind, PageRecord
+from crawler_tasks.settings import Settings
+from crawler_tasks.urls import host_key
+
+Counters = dict[str, int]
+
+
+def _bump(counters: Counters, name: str, n: int = 1) -> None:
+    counters[name] = counters.get(name, 0) + n
+
+
+def _by_shard(hosts: Iterable[str], shards: int) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for host in hosts:
+        out.setdefault(shard_of(host, shards), []).append(host)
+    return out
+
+
+class ContentIndex:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.gkeys = GlobalKeys(settings.KEY_PREFIX)
+        self.near = NearDupIndex(global_client(settings), settings.KEY_PREFIX, parts=settings.SHARDS)
+
+    def _shard_keys(self, shard: int) -> ShardKeys:
+        return ShardKeys(self.settings.KEY_PREFIX, shard)
+
+    # -- marking a batch's records ------------------------------------------------------
+    def mark(self, records: list[PageRecord], counters: Counters) -> None:
+        """Exact duplicates, soft 404s and near-duplicates, then the per-host counts."""
+        self.mark_duplicates(records, counters)
+        self.mark_soft404(records, counters)
+        self.mark_near_duplicates(records, counters)
+        self.count_host_duplicates(records)
+
+    def mark_duplicates(self, records: list[PageRecord], counters: Counters) -> None:
+        """Exact content dedup: fingerprints sharded by value, first URL wins."""
+        with_fp = [r for r in records if r.fingerprint and r.status == 200]
+        if not with_fp:
+            return
+        pipe = global_client(self.settings).pipeline(transaction=False)
+        for rec in with_fp:
+            assert rec.fingerprint is not None
+            key = self.gkeys.fingerprints(int(rec.fingerprint, 16) % self.settings.SHARDS)
+            pipe.hsetnx(key, rec.fingerprint, rec.url)
+            pipe.hget(key, rec.fingerprint)
+        res = pipe.execute()
+        for i, rec in enumerate(with_fp):
+            first = res[2 * i + 1]
+            if not res[2 * i] and first and first != rec.url:
+                rec.duplicate_of = first
+                _bump(counters, "dedup/duplicate_content")
+
+    def mark_soft404(self, records: list[PageRecord], counters: Counters) -> None:
+        """A probe's answer (a random path) that is 200 fixes the host's soft-404
+        fingerprint; pages with that same fingerprint are soft 404s, not content."""
+        if not self.settings.SOFT404_PROBE:
+            return
+        with_fp = [r for r in records if r.fingerprint and r.status == 200]
+        groups: dict[int, list[PageRecord]] = {}
+        for rec in with_fp:
+            groups.setdefault(shard_of(host_key(rec.url), self.settings.SHARDS), []).append(rec)
+        for shard, group in groups.items():
+            key = self._shard_keys(shard).soft404
+            client = shard_client(self.settings, shard)
+            probes = {host_key(r.url): r.fingerprint for r in group if r.kind == EntryKind.PROBE}
+            if probes:
+                client.hset(key, mapping=probes)
+            pages = [r for r in group if r.kind != EntryKind.PROBE]
+            if not pages:
+                continue
+            known = client.hmget(key, [host_key(r.url) for r in pages])
+            for rec, fp in zip(pages, known):
+                if fp and fp == rec.fingerprint:
+                    rec.soft_404 = True
+                    _bump(counters, "dedup/soft_404")
+
+    def mark_near_duplicates(self, records: list[PageRecord], counters: Counters) -> None:
+        """simhash within 3 bits of a page seen before: ``near_duplicate_of`` that page.
+        Links of near-duplicates are still followed (a false match must not hide a site)."""
+        candidates = [r for r in records if r.simhash and r.status == 200 and not r.duplicate_of
+                      and r.kind == EntryKind.PAGE and not r.soft_404]
+        if not candidates:
+            return
+        matches = self.near.check_and_add([(r.url, from_hex(r.simhash or "")) for r in candidates])
+        for rec, match in zip(candidates, matches):
+            if match:
+                rec.near_duplicate_of = match
+                _bump(counters, "dedup/near_duplicate")
+
+    def count_host_duplicates(self, records: list[PageRecord]) -> None:
+        """Per host: pages parsed and how many duplicated content (the trap signal)."""
+        pages: dict[str, list[int]] = {}
+        for rec in records:
+            if rec.fingerprint and rec.status == 200 and rec.kind == EntryKind.PAGE:
+                n = pages.setdefault(host_key(rec.url), [0, 0])
+                n[0] += 1
+                n[1] += bool(rec.duplicate_of or rec.near_duplicate_of)
+        for shard, hosts in _by_shard(pages, self.settings.SHARDS).items():
+            pipe = shard_client(self.settings, shard).pipeline(transaction=False)
+            key = self._shard_keys(shard).dup_stats
+            for host in hosts:
+                pipe.hincrby(key, f"p:{host}", pages[host][0])
+                if pages[host][1]:
+                    pipe.hincrby(key, f"d:{host}", pages[host][1])
+            pipe.execute()
+
+    # -- reading the signals ------------------------------------------------------------
+    def trap_hosts(self, hosts: Iterable[str]) -> set[str]:
+        """Hosts whose pages keep duplicating content (DUP_TRAP_MIN_PAGES, DUP_TRAP_RATIO)."""
+        s = self.settings
+        trap: set[str] = set()
+        for shard, group in _by_shard(set(hosts), s.SHARDS).items():
+            key = self._shard_keys(shard).dup_stats
+            values = shard_client(s, shard).hmget(key, [f for h in group for f in (f"p:{h}", f"d:{h}")])
+            for i, host in enumerate(group):
+                n_pages, n_dups = int(values[2 * i] or 0), int(values[2 * i + 1] or 0)
+                if n_pages >= s.DUP_TRAP_MIN_PAGES and n_dups >= s.DUP_TRAP_RATIO * n_pages:
+                    trap.add(host)
+        return trap
+
+    def earlier_capture(self, url: str, digest: str, date: str) -> tuple[str, str] | None:
+        """(url, date) of an earlier capture of the very same payload bytes, if any: this
+        fetch is then stored as a revisit record. The first capture of a digest wins."""
+        key = self.gkeys.payloads(int.from_bytes(digest.encode()[-4:], "big") % self.settings.SHARDS)
+        mine = f"{url} {date}"
+        pipe = global_client(self.settings).pipeline(transaction=False)
+        pipe.hsetnx(key, digest, mine)
+        pipe.hget(key, digest)
+        _, first = pipe.execute()
+        if not first or first == mine:
+            return None
+        first_url, first_date = first.rsplit(" ", 1)
+        return None if first_url == url else (first_url, first_date)

@@ -1,0 +1,124 @@
+"""Crawl control: the one reader and writer of the crawl's state, counters and batches in flight.
+
+The state machine is ``running -> stopping -> finished`` (``CrawlState``): the runner
+starts a crawl and asks it to stop (signal, --max-seconds), maintenance stops it at
+--max-pages and finishes it when nothing can happen any more, wake dispatches only
+while it is running. Counters are slash paths (``fetch/status/200``) in one hash,
+batches in flight a sorted set of batch id -> deadline (back-pressure for wake, and
+stale batches are dropped by maintenance).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+import redis
+
+from crawler_tasks.connection import global_client
+from crawler_tasks.keys import GlobalKeys
+from crawler_tasks.settings import Settings
+
+
+class CrawlState(StrEnum):
+    RUNNING = "running"
+    STOPPING = "stopping"
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True, slots=True)
+class ControlView:
+    """What wake needs in one round trip."""
+
+    state: CrawlState
+    inflight: int
+    pages: int
+
+
+class Control:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.keys = GlobalKeys(settings.KEY_PREFIX)
+
+    @property
+    def client(self) -> redis.Redis:
+        return global_client(self.settings)
+
+    # -- state ------------------------------------------------------------------------
+    def exists(self) -> bool:
+        """Whether this Redis holds a crawl under our prefix."""
+        return bool(self.client.exists(self.keys.control))
+
+    def start(self, started_at: float | None = None) -> None:
+        fields: dict[str, str | float] = {"state": CrawlState.RUNNING, "reason": ""}
+        if started_at is not None:
+            fields["started_at"] = started_at
+        self.client.hset(self.keys.control, mapping=fields)
+
+    def set_state(self, state: CrawlState, reason: str) -> None:
+        self.client.hset(self.keys.control, mapping={"state": state, "reason": reason, "state_at": time.time()})
+
+    def state(self) -> tuple[CrawlState, str, float | None]:
+        """(state, reason, when it was entered); a crawl with no state yet is running."""
+        raw = self.client.hgetall(self.keys.control)
+        at = raw.get("state_at")
+        return _state(raw.get("state")), raw.get("reason", ""), float(at) if at else None
+
+    def view(self) -> ControlView:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hget(self.keys.control, "state")
+        pipe.zcard(self.keys.inflight)
+        pipe.hget(self.keys.stats, "fetch/pages")
+        state, inflight, pages = pipe.execute()
+        return ControlView(_state(state), int(inflight or 0), int(pages or 0))
+
+    # -- counters ---------------------------------------------------------------------
+    def count(self, counters: Mapping[str, int]) -> None:
+        """Add to the crawl's counters in one round trip."""
+        if not counters:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for name, n in counters.items():
+            pipe.hincrby(self.keys.stats, name, n)
+        pipe.execute()
+
+    def stats(self) -> dict[str, int]:
+        return {k: int(v) for k, v in self.client.hgetall(self.keys.stats).items()}
+
+    # -- batches in flight ------------------------------------------------------------
+    def begin_batches(self, batch_ids: Iterable[str], deadline: float) -> None:
+        mapping = {batch_id: deadline for batch_id in batch_ids}
+        if mapping:
+            self.client.zadd(self.keys.inflight, mapping)
+
+    def end_batch(self, batch_id: str) -> None:
+        self.client.zrem(self.keys.inflight, batch_id)
+
+    def inflight(self) -> int:
+        return int(self.client.zcard(self.keys.inflight))
+
+    def drop_stale_batches(self, now: float) -> int:
+        """Forget batches past their deadline (their hosts come back when leases expire)."""
+        stale = self.client.zrangebyscore(self.keys.inflight, "-inf", now)
+        if stale:
+            self.client.zrem(self.keys.inflight, *stale)
+        return len(stale)
+
+    def forget_batches(self) -> None:
+        """After a restore: no batch of the old processes is still running."""
+        self.client.delete(self.keys.inflight)
+
+    def snapshot_view(self) -> tuple[CrawlState, int]:
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hget(self.keys.control, "state")
+        pipe.zcard(self.keys.inflight)
+        state, inflight = pipe.execute()
+        return _state(state), int(inflight or 0)
+
+
+def _state(raw: str | None) -> CrawlState:
+    try:
+        return CrawlState(raw) if raw else CrawlState.RUNNING
+    except ValueError:  # an unknown value written by a newer version: treat as running
+        return CrawlState.RUNNING

@@ -1,0 +1,58 @@
+"""Spool files: a fetch batch's page bodies, on the node that fetched them.
+
+Bodies never cross the broker (measured: zlib + base64 + JSON + kombu's own base64 cost
+more CPU than parsing); the parse task on the same node reads the batch's file. A parse
+message names its batch, never a path: the file is always ``OUT/spool/<batch_id>.bin``,
+and a batch id is checked before it becomes a file name, so a forged message cannot make
+a worker read or delete any other file.
+"""
+from __future__ import annotations
+
+import os
+import re
+
+from crawler_tasks.exceptions import MessageError
+from crawler_tasks.records import BodyRef
+from crawler_tasks.settings import Settings
+
+_BATCH_ID_RE = re.compile(r"[0-9a-f]{1,16}-[0-9a-f]{1,8}-[0-9a-f]{8}")
+
+
+def check_batch_id(batch_id: object) -> str:
+    """The batch id of a task message, or MessageError: ids are ``<ms>-<pid>-<random>`` in hex."""
+    if not isinstance(batch_id, str) or not _BATCH_ID_RE.fullmatch(batch_id):
+        raise MessageError(f"bad batch id {str(batch_id)[:80]!r}")
+    return batch_id
+
+
+def spool_dir(settings: Settings) -> str:
+    return os.path.join(settings.OUT_DIR, "spool")
+
+
+def spool_path(settings: Settings, batch_id: str) -> str:
+    return os.path.join(spool_dir(settings), f"{check_batch_id(batch_id)}.bin")
+
+
+def write_spool(settings: Settings, batch_id: str, bodies: list[bytes]) -> list[BodyRef]:
+    """Write the batch's bodies to its spool file; where each one lies in it."""
+    os.makedirs(spool_dir(settings), exist_ok=True)
+    refs, offset = [], 0
+    for body in bodies:
+        refs.append(BodyRef(offset, len(body)))
+        offset += len(body)
+    with open(spool_path(settings, batch_id), "wb") as fh:
+        fh.write(b"".join(bodies))
+    return refs
+
+
+def read_spool(settings: Settings, batch_id: str) -> bytes:
+    """The batch's bodies; OSError if the file is gone (a redelivered task)."""
+    with open(spool_path(settings, batch_id), "rb") as fh:
+        return fh.read()
+
+
+def remove_spool(settings: Settings, batch_id: str) -> None:
+    try:
+        os.unlink(spool_path(settings, batch_id))
+    except OSError:
+        pass

@@ -1,0 +1,318 @@
+"""Typed records between the stages, and the one JSON form they take at the Celery boundary.
+
+fetch -> ``FetchedPage`` (what the exchange gave, and where its body lies in the batch's
+spool file) -> parse -> ``PageRecord`` (plus title, fingerprints, links) -> enqueue,
+which writes the record to ``pages.jsonl``. Inside a process stages pass these objects;
+``to_message``/``from_message`` are the only JSON conversions, and ``from_message``
+validates everything a forged or corrupt message could carry (types, sizes, enums,
+control characters): a task refuses a bad message instead of acting on it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from crawler_tasks.exceptions import MessageError
+
+MAX_URL_CHARS = 8192        # anything longer is refused before it reaches a record
+MAX_TEXT_FIELD_CHARS = 4096  # titles, errors, header values in records
+MAX_LIST_ITEMS = 1_000_000   # links or sitemap entries in one record
+
+
+class EntryKind(StrEnum):
+    """What a queued URL is; the value is its one-letter code in frontier entries."""
+
+    PAGE = "p"
+    SITEMAP = "s"
+    PROBE = "x"     # soft-404 probe: a random path of the host
+
+    @property
+    def label(self) -> str:
+        return _KIND_LABELS[self]
+
+
+_KIND_LABELS = {EntryKind.PAGE: "page", EntryKind.SITEMAP: "sitemap", EntryKind.PROBE: "probe"}
+_KIND_BY_LABEL = {label: kind for kind, label in _KIND_LABELS.items()}
+
+
+class Action(StrEnum):
+    """What ``Frontier.complete`` does with a leased host's head URL."""
+
+    DONE = "done"     # fetched (or given up): pop it
+    RETRY = "retry"   # to the tail of the host's queue with one more try
+    KEEP = "keep"     # leave it at the head for the host's next turn
+
+
+class ErrorKind(StrEnum):
+    """``error_kind`` of a record: why a URL has no (usable) answer."""
+
+    # the exchange
+    DNS = "dns"
+    CONNECT = "connect"
+    TIMEOUT = "timeout"
+    TLS = "tls"
+    PROTOCOL = "protocol"
+    HEADERS_TOO_LARGE = "headers_too_large"
+    BAD_URL = "bad_url"
+    URL_TOO_LONG = "url_too_long"
+    REFUSED = "refused"           # private or forbidden address
+    # policy and content
+    ROBOTS = "robots"             # disallowed by robots.txt
+    REDIRECTS = "redirects"       # redirect chain over the cap
+    PARSE = "parse"
+    SITEMAP = "sitemap"
+
+
+RETRYABLE_ERRORS = frozenset({ErrorKind.TIMEOUT, ErrorKind.CONNECT, ErrorKind.PROTOCOL, ErrorKind.DNS})
+# errors after which a request did reach (or try to reach) the host
+NETWORK_ERRORS = RETRYABLE_ERRORS | {ErrorKind.TLS, ErrorKind.HEADERS_TOO_LARGE}
+
+
+@dataclass(frozen=True, slots=True)
+class BodyRef:
+    """Where a page's body lies in its batch's spool file."""
+
+    offset: int
+    length: int
+
+
+@dataclass(slots=True)
+class SitemapUrl:
+    url: str
+    priority: float | None = None
+    lastmod: str | None = None
+
+
+@dataclass(slots=True)
+class FetchedPage:
+    """One leased URL's outcome, as the fetch stage hands it to parse."""
+
+    url: str
+    depth: int = 0
+    hops: int = 0
+    kind: EntryKind = EntryKind.PAGE
+    status: int | None = None
+    error_kind: str | None = None
+    error: str | None = None
+    fetched_at: str = ""
+    final_url: str | None = None
+    content_type: str | None = None
+    bytes: int | None = None
+    fetch_ms: float | None = None
+    ip: str | None = None
+    truncated: bool | str = False
+    headers: dict[str, str] = field(default_factory=dict)
+    location: str | None = None     # raw Location header; parse normalizes it into redirect_to
+    warc_id: str | None = None      # the response record, for the metadata record parse writes
+    body: BodyRef | None = None
+
+
+@dataclass(slots=True)
+class PageRecord(FetchedPage):
+    """A page after parse and content dedup: one line of ``pages.jsonl``.
+
+    ``links``, ``sitemap_urls`` and ``sitemaps`` travel to the enqueue stage only."""
+
+    title: str | None = None
+    lang: str | None = None
+    fingerprint: str | None = None
+    simhash: str | None = None
+    text_chars: int | None = None
+    n_links: int | None = None
+    canonical: str | None = None
+    redirect_to: str | None = None
+    noindex: bool = False
+    nofollow: bool = False
+    sitemap: str | None = None          # "urlset" or "sitemapindex" for sitemap fetches
+    duplicate_of: str | None = None
+    near_duplicate_of: str | None = None
+    soft_404: bool = False
+    indexable: bool = False
+    revisit_s: float | None = None
+    links: list[str] = field(default_factory=list)
+    sitemap_urls: list[SitemapUrl] = field(default_factory=list)
+    sitemaps: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_page(cls, page: FetchedPage) -> "PageRecord":
+        return cls(**{f.name: getattr(page, f.name) for f in dataclasses.fields(FetchedPage)})
+
+    def output(self) -> dict[str, Any]:
+        """The ``pages.jsonl`` form: always the identity and outcome, other fields when set."""
+        out: dict[str, Any] = {"url": self.url, "depth": self.depth, "hops": self.hops, "status": self.status,
+                               "error_kind": self.error_kind, "error": self.error, "fetched_at": self.fetched_at}
+        if self.kind != EntryKind.PAGE:
+            out["kind"] = self.kind.label
+        for name in _OUTPUT_OPTIONAL:
+            value = getattr(self, name)
+            if value is not None and value is not False and value != {}:
+                out[name] = value
+        out["indexable"] = self.indexable
+        return out
+
+
+_OUTPUT_OPTIONAL = ("final_url", "content_type", "bytes", "fetch_ms", "ip", "truncated", "headers", "title",
+                    "lang", "fingerprint", "simhash", "text_chars", "n_links", "canonical", "redirect_to",
+                    "noindex", "nofollow", "sitemap", "duplicate_of", "near_duplicate_of", "soft_404", "revisit_s")
+
+
+# ----------------------------------------------------------------------------- the boundary
+def to_message(record: FetchedPage) -> dict[str, Any]:
+    """The JSON form of a stage record (every field, kinds by label, the body ref as a pair)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        if f.name == "kind":
+            value = value.label
+        elif f.name == "body":
+            value = None if value is None else [value.offset, value.length]
+        elif f.name == "sitemap_urls":
+            value = [[e.url, e.priority, e.lastmod] for e in value]
+        if value is None or value is False or value == [] or value == {}:
+            continue
+        out[f.name] = value
+    return out
+
+
+def page_from_message(data: Any) -> FetchedPage:
+    """A ``FetchedPage`` from its JSON form; ``MessageError`` if anything is off."""
+    return _build(FetchedPage, data)
+
+
+def record_from_message(data: Any) -> PageRecord:
+    record = _build(PageRecord, data)
+    assert isinstance(record, PageRecord)
+    return record
+
+
+def _build(cls: type[FetchedPage], data: Any) -> FetchedPage:
+    if not isinstance(data, dict):
+        raise MessageError(f"record must be an object, not {type(data).__name__}")
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - names
+    if unknown:
+        raise MessageError(f"unknown record fields: {sorted(unknown)[:5]}")
+    values: dict[str, Any] = {}
+    for name, value in data.items():
+        check = _CHECKS[name]
+        try:
+            values[name] = check(value)
+        except (TypeError, ValueError) as exc:
+            raise MessageError(f"bad record field {name!r}: {exc}") from None
+    if "url" not in values:
+        raise MessageError("record without url")
+    return cls(**values)
+
+
+def _url(value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise TypeError("a URL must be a non-empty string")
+    if len(value) > MAX_URL_CHARS:
+        raise ValueError(f"URL over {MAX_URL_CHARS} characters")
+    if not value.isprintable() or not value.startswith(("http://", "https://")):
+        raise ValueError("not a printable http(s) URL")
+    return value
+
+
+def _opt(check: Any) -> Any:
+    def inner(value: Any) -> Any:
+        return None if value is None else check(value)
+    return inner
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError("expected an integer")
+    if not -(2**53) <= value <= 2**53:
+        raise ValueError("integer out of range")
+    return value
+
+
+def _count(value: Any) -> int:
+    n = _int(value)
+    if n < 0:
+        raise ValueError("expected a count")
+    return n
+
+
+def _float(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TypeError("expected a finite number")
+    return float(value)
+
+
+def _text(value: Any) -> str:
+    """Free text of a record (titles, errors): bounded, no line breaks or controls."""
+    if not isinstance(value, str):
+        raise TypeError("expected a string")
+    if not value.isprintable():
+        value = "".join(ch if ch.isprintable() else " " for ch in value)
+    return value[:MAX_TEXT_FIELD_CHARS]
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError("expected true or false")
+    return value
+
+
+def _truncated(value: Any) -> bool | str:
+    return value if isinstance(value, bool) else _text(value)
+
+
+def _kind(value: Any) -> EntryKind:
+    if value not in _KIND_BY_LABEL:
+        raise ValueError(f"unknown kind {value!r}")
+    return _KIND_BY_LABEL[value]
+
+
+def _headers(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict) or len(value) > 64:
+        raise TypeError("headers must be a small object")
+    return {_text(k).lower(): _text(v) for k, v in value.items()}
+
+
+def _body(value: Any) -> BodyRef:
+    if not isinstance(value, list) or len(value) != 2:
+        raise TypeError("body must be [offset, length]")
+    return BodyRef(_count(value[0]), _count(value[1]))
+
+
+def _urls(value: Any) -> list[str]:
+    if not isinstance(value, list) or len(value) > MAX_LIST_ITEMS:
+        raise TypeError("expected a bounded list of URLs")
+    return [_url(v) for v in value]
+
+
+def _raw_urls(value: Any) -> list[str]:
+    """URLs as a document gave them (normalized by the enqueue stage's URL gate)."""
+    if not isinstance(value, list) or len(value) > MAX_LIST_ITEMS:
+        raise TypeError("expected a bounded list of URLs")
+    return [_text(v) for v in value]
+
+
+def _sitemap_urls(value: Any) -> list[SitemapUrl]:
+    if not isinstance(value, list) or len(value) > MAX_LIST_ITEMS:
+        raise TypeError("expected a bounded list of sitemap entries")
+    out = []
+    for item in value:
+        if not isinstance(item, list) or len(item) != 3:
+            raise TypeError("sitemap entry must be [url, priority, lastmod]")
+        out.append(SitemapUrl(_text(item[0]), _opt(_float)(item[1]), _opt(_text)(item[2])))
+    return out
+
+
+_CHECKS: dict[str, Any] = {
+    "url": _url, "depth": _count, "hops": _count, "kind": _kind, "status": _opt(_int),
+    "error_kind": _opt(_text), "error": _opt(_text), "fetched_at": _text, "final_url": _opt(_url),
+    "content_type": _opt(_text), "bytes": _opt(_count), "fetch_ms": _opt(_float), "ip": _opt(_text),
+    "truncated": _truncated, "headers": _headers, "location": _opt(_text), "warc_id": _opt(_text),
+    "body": _opt(_body), "title": _opt(_text), "lang": _opt(_text), "fingerprint": _opt(_text),
+    "simhash": _opt(_text), "text_chars": _opt(_count), "n_links": _opt(_count), "canonical": _opt(_url),
+    "redirect_to": _opt(_url), "noindex": _bool, "nofollow": _bool, "sitemap": _opt(_text),
+    "duplicate_of": _opt(_url), "near_duplicate_of": _opt(_url), "soft_404": _bool, "indexable": _bool,
+    "revisit_s": _opt(_float), "links": _urls, "sitemap_urls": _sitemap_urls, "sitemaps": _raw_urls,
+}

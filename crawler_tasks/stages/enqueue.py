@@ -1,0 +1,125 @@
+"""Enqueue stage (the URL dedup): every URL found by a batch passes the URL gate
+(``stages.gate``), then the URL-seen test, into the frontier; the batch's records go to
+``pages.jsonl``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from datetime import datetime, timezone
+
+from crawler_tasks.frontier import ENQUEUED, VERDICT_NAMES, Discovered, Frontier
+from crawler_tasks.ops.control import Control
+from crawler_tasks.output.jsonl import append_jsonl, pages_path
+from crawler_tasks.records import EntryKind, ErrorKind, PageRecord
+from crawler_tasks.settings import Settings
+from crawler_tasks.stages.gate import UrlGate
+from crawler_tasks.stages.worker import Counters, Worker, bump
+
+RECENT_LASTMOD_S = 30 * 86_400.0
+
+
+def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
+    """Filter and enqueue new links, sitemap entries and redirect targets, write
+    pages.jsonl, close the batch. Returns URLs enqueued."""
+    s = w.settings
+    counters: Counters = {}
+    discovered: list[Discovered] = []
+    for rec in records:
+        discovered += _discoveries(w, rec, counters)
+    enqueued = 0
+    if discovered:
+        discovered = _demote_trap_hosts(w, discovered, counters)
+        for verdict in w.frontier.put_discovered(discovered):
+            if verdict == ENQUEUED:
+                enqueued += 1
+            else:
+                bump(counters, f"frontier/dropped/{VERDICT_NAMES.get(verdict, verdict)}")
+        bump(counters, "frontier/enqueued", enqueued)
+    for rec in records:
+        if rec.error_kind:
+            bump(counters, f"records/error/{rec.error_kind}")
+    if s.CONTINUOUS:
+        for name, n in w.recrawler.record_visits(records).items():
+            bump(counters, name, n)
+    append_jsonl(pages_path(s), [rec.output() for rec in records])
+    bump(counters, "records/written", len(records))
+    bump(counters, "records/indexable", sum(1 for r in records if r.indexable))
+    w.count(counters)
+    w.control.end_batch(batch_id)
+    return enqueued
+
+
+def _discoveries(w: Worker, rec: PageRecord, counters: Counters) -> list[Discovered]:
+    s, gate = w.settings, w.gate
+    out: list[Discovered | None] = []
+    depth = rec.depth
+    if not rec.duplicate_of and not rec.soft_404:
+        out += [gate.admit(url, depth + 1, counters) for url in rec.links]
+    # sitemap entries are not forced: a sitemap usually lists pages the links reach too,
+    # and only the Bloom filter knows those (an exact test would fetch each of them twice)
+    out += [gate.admit(e.url, 0, counters, check_depth=False,
+                       priority=_sitemap_level(s, e.priority, e.lastmod)) for e in rec.sitemap_urls]
+    out += [gate.admit(url, 0, counters, check_depth=False, kind=EntryKind.SITEMAP)
+            for url in rec.sitemaps]
+    if rec.canonical and rec.canonical != rec.url:
+        out.append(gate.admit(rec.canonical, depth, counters))
+    if rec.redirect_to:
+        hops = rec.hops + 1
+        if hops > s.MAX_REDIRECTS:
+            rec.error_kind, rec.error = ErrorKind.REDIRECTS, f"more than {s.MAX_REDIRECTS} redirects"
+            bump(counters, "filter/redirects")
+        else:  # a sitemap's redirect is still a sitemap
+            kind = EntryKind.SITEMAP if rec.kind == EntryKind.SITEMAP else EntryKind.PAGE
+            out.append(gate.admit(rec.redirect_to, depth, counters, hops=hops, kind=kind,
+                                  check_depth=kind != EntryKind.SITEMAP))
+    rec.links, rec.sitemap_urls, rec.sitemaps = [], [], []
+    return [d for d in out if d is not None]
+
+
+def _sitemap_level(s: Settings, priority: float | None, lastmod: str | None = None) -> int:
+    """Sitemap <priority> (0..1, default 0.5) -> front-queue level (0 = highest); a page
+    modified in the last RECENT_LASTMOD_S moves up one level."""
+    top = s.PRIORITY_LEVELS - 1
+    p = 0.5 if priority is None else min(1.0, max(0.0, priority))
+    level = min(top, int(round((1.0 - p) * top)))
+    if lastmod and level > 0:
+        try:
+            when = datetime.fromisoformat(lastmod.replace("Z", "+00:00"))
+            if when.tzinfo is None:
+                when = when.replace(tzinfo=timezone.utc)
+            if time.time() - when.timestamp() < RECENT_LASTMOD_S:
+                level -= 1
+        except ValueError:
+            pass
+    return level
+
+
+def _demote_trap_hosts(w: Worker, discovered: list[Discovered], counters: Counters) -> list[Discovered]:
+    """New URLs of hosts whose content keeps duplicating go to the lowest level."""
+    trap = w.content.trap_hosts(d.host for d in discovered)
+    if not trap:
+        return discovered
+    top = w.settings.PRIORITY_LEVELS - 1
+    bump(counters, "frontier/demoted_duplicate_host", sum(d.host in trap for d in discovered))
+    return [dataclasses.replace(d, priority=top) if d.host in trap else d for d in discovered]
+
+
+def seed_urls(settings: Settings, urls: list[str], frontier: Frontier | None = None) -> tuple[int, list[str]]:
+    """Pass seed URLs through the gate and force-add them. Returns (added, rejected messages)."""
+    frontier = frontier or Frontier(settings)
+    gate = UrlGate(settings)
+    items, rejected = [], []
+    for raw in urls:
+        counters: Counters = {}
+        item = gate.admit(raw, 0, counters, force=True)
+        if item is None:
+            reason = next(iter(counters), "filter/malformed").split("/", 1)[1]
+            rejected.append(f"{raw!r}: " + ("not a crawlable http(s) URL" if reason == "malformed"
+                                            else f"filtered ({reason})"))
+            continue
+        items.append(item)
+    added = sum(v == ENQUEUED for v in frontier.put_discovered(items)) if items else 0
+    if added:
+        Control(settings).count({"frontier/seeds": added, "frontier/enqueued": added})
+    return added, rejected

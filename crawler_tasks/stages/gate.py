@@ -1,0 +1,53 @@
+"""The URL gate: the one way into the frontier.
+
+Links, sitemap entries and sitemap indexes, robots.txt ``Sitemap:`` lines, redirect
+targets, canonicals and seeds all pass ``UrlGate.admit``: normalization (which refuses
+control characters and anything that is not http(s)), then the URL filters (scope,
+depth, extensions, length, traps), each refusal counted as ``filter/<reason>``.
+"""
+from __future__ import annotations
+
+from crawler_tasks.frontier import Discovered
+from crawler_tasks.records import EntryKind
+from crawler_tasks.settings import Settings
+from crawler_tasks.urls import DEFAULT_SESSION_PARAMS, DEFAULT_TRACKING_PARAMS, host_key, normalize_url
+from crawler_tasks.urls.filters import UrlFilter
+
+Counters = dict[str, int]
+
+
+def drop_params(settings: Settings) -> frozenset[str]:
+    """Query parameters normalization drops: the settings' list, else urls' defaults."""
+    return frozenset(p.lower() for p in settings.DROP_PARAMS) or (DEFAULT_TRACKING_PARAMS | DEFAULT_SESSION_PARAMS)
+
+
+class UrlGate:
+    """The one way into the frontier: normalize, filter, give a priority."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.filter = UrlFilter(settings)
+        self.drop = drop_params(settings)
+
+    def admit(self, raw: str | None, depth: int, counters: Counters, *, base: str | None = None,
+              hops: int = 0, check_depth: bool = True, priority: int | None = None,
+              kind: EntryKind = EntryKind.PAGE, force: bool = False) -> Discovered | None:
+        """A URL ready for the URL-seen test, or None (counted by reason)."""
+        url = normalize_url(raw, base, drop_params=self.drop) if raw else None
+        if not url:
+            if raw:
+                _bump(counters, "filter/malformed")
+            return None
+        reason = self.filter.reason(url, depth, check_depth=check_depth, check_extension=kind != EntryKind.SITEMAP)
+        if reason is not None:
+            _bump(counters, f"filter/{reason}")
+            return None
+        level = min(depth, self.settings.PRIORITY_LEVELS - 1) if priority is None else priority
+        return Discovered(url=url, host=host_key(url), depth=depth, priority=level, hops=hops, kind=kind, force=force)
+
+    def normalize(self, href: str, base: str | None = None) -> str | None:
+        return normalize_url(href, base, drop_params=self.drop)
+
+
+def _bump(counters: Counters, name: str, n: int = 1) -> None:
+    counters[name] = counters.get(name, 0) + n

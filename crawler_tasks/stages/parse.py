@@ -1,0 +1,139 @@
+"""Parse stage: HTML -> title, text fingerprints, normalized outlinks; sitemaps -> URLs.
+
+It runs on the node that fetched (it reads the batch's spool file), so it also does the
+content dedup (exact fingerprint, soft 404s, simhash near-duplicates) and emits
+indexable pages with their text to the indexer feed: text never crosses the broker.
+Policy: a page that cannot be parsed gets ``error_kind="parse"`` and the batch goes on.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from crawler_tasks.dedup.fingerprint import fingerprint_collapsed
+from crawler_tasks.dedup.simhash import simhash64_with_count, to_hex
+from crawler_tasks.output.spool import read_spool, remove_spool
+from crawler_tasks.parse.html import parse_html
+from crawler_tasks.parse.sitemaps import parse_sitemap
+from crawler_tasks.records import EntryKind, ErrorKind, FetchedPage, PageRecord, SitemapUrl
+from crawler_tasks.stages.worker import Counters, Worker, bump, log_once
+
+FEED_FIELDS = ("url", "title", "lang", "fingerprint", "simhash", "fetched_at", "canonical", "content_type")
+
+Anchors = list[list[str]]
+
+
+def parse_stage(w: Worker, pages: list[FetchedPage], batch_id: str) -> list[PageRecord]:
+    """Parse the batch's pages; the spool file is removed afterwards."""
+    data = b""
+    if any(page.body is not None for page in pages):
+        try:
+            data = read_spool(w.settings, batch_id)
+        except OSError as exc:  # a redelivered task whose spool is gone: record, go on
+            log_once("parse/spool", "spool file of batch %s unreadable: %s", batch_id, exc)
+    records: list[PageRecord] = []
+    texts: dict[str, tuple[str, Anchors]] = {}
+    for page in pages:
+        rec = PageRecord.from_page(page)
+        ref, rec.body = rec.body, None
+        if ref is not None:
+            body = data[ref.offset:ref.offset + ref.length]
+            try:
+                if len(body) != ref.length:
+                    raise OSError(f"spool file of batch {batch_id} missing or short")
+                if rec.kind == EntryKind.SITEMAP:
+                    _parse_sitemap_into(rec, body)
+                else:
+                    texts[rec.url] = _parse_into(w, rec, body)
+            except Exception as exc:
+                log_once(f"parse/{type(exc).__name__}", "cannot parse %s", rec.url)
+                rec.error_kind, rec.error = ErrorKind.PARSE, f"{type(exc).__name__}: {exc}"
+                w.count({f"error/{type(exc).__name__}": 1})
+        if rec.location:
+            rec.redirect_to = w.normalize(rec.location, rec.url)
+            rec.location = None
+        records.append(rec)
+    remove_spool(w.settings, batch_id)
+    counters: Counters = {}
+    w.content.mark(records, counters)
+    feed = []
+    for rec in records:
+        rec.indexable = _indexable(rec)
+        warc_id, rec.warc_id = rec.warc_id, None
+        text, anchors = texts.get(rec.url, ("", []))
+        if w.settings.WARC_METADATA and anchors:
+            w.warc.write_metadata(rec.url, warc_id, [u for u, _ in anchors], rec.fetched_at)
+        if rec.indexable and rec.url in texts:
+            feed.append(_feed_record(rec, text, anchors))
+    w.warc.flush()
+    if feed:
+        w.feed.emit(feed)
+        bump(counters, "feed/records", len(feed))
+    w.count(counters)
+    return records
+
+
+def _feed_record(rec: PageRecord, text: str, anchors: Anchors) -> dict[str, Any]:
+    return {name: getattr(rec, name) for name in FEED_FIELDS} | {"text": text, "outlinks": anchors}
+
+
+def _indexable(rec: PageRecord) -> bool:
+    """Whether an indexer should take this page: a 200 HTML page that is not noindex,
+    not a duplicate, not a soft 404, and is its own canonical."""
+    return bool(rec.status == 200 and rec.fingerprint and not rec.noindex
+                and not rec.duplicate_of and not rec.near_duplicate_of
+                and not rec.soft_404 and rec.kind == EntryKind.PAGE
+                and rec.canonical in (None, rec.url))
+
+
+def _parse_sitemap_into(rec: PageRecord, body: bytes) -> None:
+    sitemap = parse_sitemap(body, rec.url)
+    rec.sitemap = sitemap.kind
+    if sitemap.error:
+        rec.error_kind, rec.error = ErrorKind.SITEMAP, sitemap.error
+    if sitemap.truncated:
+        rec.truncated = rec.truncated or "sitemap-limit"
+    if sitemap.kind == "sitemapindex":
+        rec.sitemaps = [e.url for e in sitemap.entries]
+    else:
+        rec.sitemap_urls = [SitemapUrl(e.url, e.priority, e.lastmod) for e in sitemap.entries]
+    rec.n_links = len(sitemap.entries)
+
+
+def _parse_into(w: Worker, rec: PageRecord, body: bytes) -> tuple[str, Anchors]:
+    """Fill the record from the HTML; returns (text, outlinks with anchor text) for the
+    indexer feed, which must not travel through the broker."""
+    s = w.settings
+    parsed = parse_html(body, rec.url, content_type=rec.content_type, headers=rec.headers,
+                        agent=s.robots_agent, max_text_chars=s.MAX_TEXT_CHARS)
+    rec.title = parsed.title
+    rec.fingerprint = fingerprint_collapsed(parsed.text)
+    if s.NEAR_DUPLICATES:
+        sim, n_words = simhash64_with_count(parsed.text[: s.SIMHASH_MAX_CHARS])
+        if n_words >= s.SIMHASH_MIN_WORDS:
+            rec.simhash = to_hex(sim)
+    rec.text_chars = len(parsed.text)
+    if parsed.canonical:
+        rec.canonical = w.normalize(parsed.canonical)
+    rec.noindex = parsed.noindex
+    rec.lang = parsed.lang or None
+    if parsed.meta_refresh:
+        target = w.normalize(parsed.meta_refresh)
+        if target and target != rec.url:
+            rec.redirect_to = target
+    links: list[str] = []
+    anchors: Anchors = []
+    if parsed.nofollow:
+        rec.nofollow = True
+    else:
+        seen: set[str] = set()
+        for link in parsed.links:
+            if link.nofollow and not s.FOLLOW_NOFOLLOW:
+                continue
+            url = w.normalize(link.url)
+            if url and url not in seen:
+                seen.add(url)
+                links.append(url)
+                anchors.append([url, link.text])
+    rec.links = links
+    rec.n_links = len(links)
+    return parsed.text, anchors

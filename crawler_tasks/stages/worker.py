@@ -1,0 +1,85 @@
+"""The components a stage worker process holds: clients, caches, writers.
+
+Built once per process after fork (sockets are never shared), handed to every stage
+call. Stages call these components; none of them builds a Redis key itself.
+"""
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from crawler_tasks.dedup.content import ContentIndex
+from crawler_tasks.fetch.http import Fetcher
+from crawler_tasks.fetch.politeness import PolitenessPolicy
+from crawler_tasks.frontier import Frontier
+from crawler_tasks.frontier.recrawl import Recrawler
+from crawler_tasks.ops.control import Control
+from crawler_tasks.output.jsonl import FeedWriter
+from crawler_tasks.output.warc import WarcStore
+from crawler_tasks.robots.cache import RobotsCache
+from crawler_tasks.settings import Settings
+from crawler_tasks.stages.gate import UrlGate
+
+log = logging.getLogger(__name__)
+
+Counters = dict[str, int]
+
+
+@dataclass(slots=True)
+class Worker:
+    settings: Settings
+    frontier: Frontier
+    control: Control
+    fetcher: Fetcher
+    robots: RobotsCache
+    warc: WarcStore
+    gate: UrlGate
+    policy: PolitenessPolicy
+    pool: ThreadPoolExecutor
+    content: ContentIndex
+    feed: FeedWriter
+    recrawler: Recrawler
+
+    @classmethod
+    def create(cls, settings: Settings) -> "Worker":
+        frontier = Frontier(settings)
+        return cls(settings, frontier, Control(settings), Fetcher(settings),
+                   RobotsCache(settings.ROBOTS_TTL_S, settings.ROBOTS_ERROR_TTL_S),
+                   WarcStore(settings.OUT_DIR, settings.WARC_MAX_BYTES, operator=settings.USER_AGENT,
+                             gzip_level=settings.WARC_GZIP_LEVEL),
+                   UrlGate(settings), politeness_policy(settings),
+                   ThreadPoolExecutor(max_workers=min(64, settings.FETCH_BATCH), thread_name_prefix="fetch"),
+                   ContentIndex(settings), FeedWriter(settings), Recrawler(settings, frontier))
+
+    def count(self, counters: Counters) -> None:
+        self.control.count(counters)
+
+    def normalize(self, href: str, base: str | None = None) -> str | None:
+        return self.gate.normalize(href, base)
+
+
+def politeness_policy(settings: Settings) -> PolitenessPolicy:
+    return PolitenessPolicy(
+        min_delay_s=settings.MIN_DELAY_S, delay_factor=settings.DELAY_FACTOR,
+        max_factor_delay_s=settings.MAX_FACTOR_DELAY_S, honour_crawl_delay=settings.HONOUR_CRAWL_DELAY,
+        max_crawl_delay_s=settings.MAX_CRAWL_DELAY_S,
+        skip_host_over_max_crawl_delay=settings.SKIP_HOST_OVER_MAX_CRAWL_DELAY,
+        max_retry_after_s=settings.MAX_RETRY_AFTER_S, backoff_base_s=settings.BACKOFF_BASE_S,
+        backoff_max_s=settings.BACKOFF_MAX_S, park_after_failures=settings.PARK_AFTER_FAILURES,
+        park_s=settings.PARK_S)
+
+
+_errors_logged: set[str] = set()
+
+
+def log_once(kind: str, message: str, *args: Any) -> None:
+    """A noisy failure is logged once per kind, then only counted."""
+    if kind not in _errors_logged:
+        _errors_logged.add(kind)
+        log.exception(message, *args)
+
+
+def bump(counters: Counters, name: str, n: int = 1) -> None:
+    counters[name] = counters.get(name, 0) + n
