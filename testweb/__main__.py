@@ -1,6 +1,6 @@
 """``python -m testweb``: serve the synthetic web until Ctrl-C."""
 import sys
 
-from testweb import main
+from testweb.cli import main
 
 sys.exit(main())

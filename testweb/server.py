@@ -1,0 +1,438 @@
+"""HTTP/1.1 for every host of a web from one selector thread, and the request log.
+
+Why one thread: the benchmark runs the crawler on the same small machine, so
+serving must be cheap.  Responses are pre-rendered heads plus bodies, sent with
+one ``sendmsg`` (no copy of a cached body); connections are kept alive and
+pipelined requests answered in order; nothing is logged per request but the
+:class:`RequestRecord` tests read.  A host with a delay answers late from a
+timer, without stalling the others.
+
+The server knows nothing about pages: a ``Respond`` callable maps
+(host index, method, target, headers) to a pre-rendered response.
+"""
+
+from __future__ import annotations
+
+import heapq
+import selectors
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import replace
+
+from testweb.responses import RequestRecord, Resp, error_resp
+
+# (host index, method, request target, request headers) -> the response to send
+Respond = Callable[[int, str, str, dict[str, str]], Resp]
+
+_MAX_HEAD = 64 * 1024
+_MAX_INBUF = 1024 * 1024
+_KA = b"Connection: keep-alive\r\n\r\n"
+_CLOSE = b"Connection: close\r\n\r\n"
+
+
+class _Conn:
+    """Per-connection state for the selector loop."""
+
+    __slots__ = (
+        "busy", "close_after", "closed", "conn_id", "eof", "events", "host_idx", "inbuf",
+        "out", "record", "rx_time", "sock",
+    )
+
+    def __init__(self, sock: socket.socket, host_idx: int, conn_id: int) -> None:
+        self.sock = sock
+        self.host_idx = host_idx
+        self.conn_id = conn_id
+        self.inbuf = bytearray()
+        self.out: list[bytes | memoryview] | None = None  # pending buffers, in order
+        self.busy = False  # a response is pending (delayed or being written)
+        self.close_after = False
+        self.eof = False
+        self.closed = False
+        self.events = 0  # selector events registered (0: not registered)
+        self.record: RequestRecord | None = None
+        self.rx_time = 0.0
+
+
+class Server:
+    """One listening socket per host, all served by one thread; started once, stopped once."""
+
+    def __init__(self, respond: Respond, delays_s: list[float]) -> None:
+        self._respond = respond
+        self._delays_s = delays_s  # per host: seconds before each response is sent
+        self.hosts: list[str] = []  # "ip:port" per host, once started
+        self.thread: threading.Thread | None = None
+        self._log: list[RequestRecord] = []
+        self._log_lock = threading.Lock()
+        self._listeners: list[socket.socket] = []
+        self._sel: selectors.BaseSelector | None = None
+        self._conns: set[_Conn] = set()
+        self._timers: list[tuple[float, int, Callable[[], None]]] = []
+        self._timer_seq = 0
+        self._next_conn_id = 1
+        self._wake_r: socket.socket | None = None
+        self._wake_w: socket.socket | None = None
+        self._stopped = False
+        self._cpu_final: float | None = None
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self, ips: list[str]) -> list[str]:
+        """Bind a port chosen by the OS on each address, start serving; returns "ip:port"s."""
+        if self.thread is not None or self._stopped:
+            raise RuntimeError("TestWeb can be started only once")
+        sel = selectors.DefaultSelector()
+        try:
+            for i, ip in enumerate(ips):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                self._listeners.append(s)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind((ip, 0))
+                s.listen(1024)
+                s.setblocking(False)
+                self.hosts.append(f"{ip}:{s.getsockname()[1]}")
+                sel.register(s, selectors.EVENT_READ, i)
+            self._wake_r, self._wake_w = socket.socketpair()
+            self._wake_r.setblocking(False)
+            self._wake_w.setblocking(False)
+            sel.register(self._wake_r, selectors.EVENT_READ, None)
+        except BaseException:
+            for s in self._listeners:
+                s.close()
+            self._listeners.clear()
+            self.hosts.clear()
+            sel.close()
+            raise
+        self._sel = sel
+        self.thread = threading.Thread(target=self._loop, name="testweb", daemon=True)
+        self.thread.start()
+        return self.hosts
+
+    def stop(self) -> None:
+        """Close every socket and join the serving thread; safe to call twice."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self.thread is not None:
+            assert self._wake_w is not None
+            try:
+                self._wake_w.send(b"x")
+            except OSError:
+                pass
+            self.thread.join()
+
+    def requests(self) -> list[RequestRecord]:
+        """Copies of the log records, in the order requests were read."""
+        with self._log_lock:
+            log = list(self._log)
+        return [replace(r) for r in log]
+
+    def clear_log(self) -> None:
+        with self._log_lock:
+            self._log.clear()
+
+    def cpu_seconds(self) -> float:
+        """CPU time used by the serving thread so far."""
+        if self._cpu_final is not None:
+            return self._cpu_final
+        t = self.thread
+        if t is None or t.ident is None:
+            return 0.0
+        try:
+            return time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+        except (AttributeError, OSError):
+            return float("nan")
+
+    # -- serving loop ----------------------------------------------------------
+
+    def _loop(self) -> None:
+        sel = self._sel
+        assert sel is not None
+        timers = self._timers
+        try:
+            while not self._stopped:
+                timeout = max(0.0, timers[0][0] - time.monotonic()) if timers else None
+                for key, mask in sel.select(timeout):
+                    data = key.data
+                    try:
+                        if data.__class__ is _Conn:
+                            if mask & selectors.EVENT_READ and not data.closed:
+                                self._on_readable(data)
+                            if mask & selectors.EVENT_WRITE and not data.closed:
+                                self._on_writable(data)
+                        elif data is None:
+                            self._drain_wake()
+                        else:
+                            self._accept(data)
+                    except Exception:  # noqa: BLE001 - a bug must not take the whole web down
+                        traceback.print_exc()
+                        if data.__class__ is _Conn:
+                            self._close(data)
+                now = time.monotonic()
+                while timers and timers[0][0] <= now:
+                    fn = heapq.heappop(timers)[2]
+                    try:
+                        fn()
+                    except Exception:  # noqa: BLE001 - as above
+                        traceback.print_exc()
+        finally:
+            self._cpu_final = time.thread_time()
+            self._shutdown_sockets()
+
+    def _shutdown_sockets(self) -> None:
+        for conn in list(self._conns):
+            self._close(conn)
+        for s in self._listeners:
+            s.close()
+        self._listeners.clear()
+        for w in (self._wake_r, self._wake_w):
+            if w is not None:
+                w.close()
+        if self._sel is not None:
+            self._sel.close()
+            self._sel = None
+
+    def _drain_wake(self) -> None:
+        assert self._wake_r is not None
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except OSError:
+            pass
+
+    def _accept(self, h: int) -> None:
+        assert self._sel is not None
+        while True:
+            try:
+                sock, _ = self._listeners[h].accept()
+            except OSError:  # nothing left to accept, or out of file descriptors: the client retries
+                return
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = _Conn(sock, h, self._next_conn_id)
+            self._next_conn_id += 1
+            self._conns.add(conn)
+            self._sel.register(sock, selectors.EVENT_READ, conn)
+            conn.events = selectors.EVENT_READ
+
+    def _update(self, conn: _Conn) -> None:
+        """Register interest: read unless EOF/backlogged, write while output pends."""
+        if conn.closed:
+            return
+        ev = 0
+        if not conn.eof and len(conn.inbuf) < _MAX_INBUF:
+            ev |= selectors.EVENT_READ
+        if conn.out is not None:
+            ev |= selectors.EVENT_WRITE
+        if ev == conn.events:
+            return
+        assert self._sel is not None
+        if conn.events == 0:
+            self._sel.register(conn.sock, ev, conn)
+        elif ev == 0:
+            self._sel.unregister(conn.sock)
+        else:
+            self._sel.modify(conn.sock, ev, conn)
+        conn.events = ev
+
+    def _on_readable(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(262144)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            self._close(conn)
+            return
+        if data:
+            conn.rx_time = time.time()
+            conn.inbuf += data
+        else:
+            conn.eof = True
+        if conn.busy:
+            self._update(conn)
+        else:
+            self._process(conn)
+
+    def _on_writable(self, conn: _Conn) -> None:
+        self._flush(conn)
+        if not conn.busy and not conn.closed:
+            self._process(conn)
+
+    def _process(self, conn: _Conn) -> None:
+        """Handle complete requests in the input buffer, one at a time, in order."""
+        buf = conn.inbuf
+        while not conn.busy and not conn.closed:
+            while buf[:2] == b"\r\n":  # tolerated stray CRLF between requests
+                del buf[:2]
+            idx = buf.find(b"\r\n\r\n")
+            if idx < 0:
+                if len(buf) > _MAX_HEAD:
+                    self._reject(conn, 431)
+                elif conn.eof:
+                    self._close(conn)
+                else:
+                    self._update(conn)
+                return
+            lines = bytes(buf[:idx]).decode("latin-1").split("\r\n")
+            parts = lines[0].split(" ")
+            headers: dict[str, str] = {}
+            bad = len(parts) != 3 or not parts[2].startswith("HTTP/")
+            for line in lines[1:]:
+                name, sep, value = line.partition(":")
+                if not sep or not name or name[-1] in " \t":
+                    bad = True
+                    break
+                key = name.lower()
+                value = value.strip()
+                headers[key] = f"{headers[key]}, {value}" if key in headers else value
+            if bad:
+                del buf[: idx + 4]
+                self._reject(conn, 400, lines[0])
+                return
+            if "transfer-encoding" in headers:
+                del buf[: idx + 4]
+                self._reject(conn, 501, lines[0], headers)
+                return
+            try:
+                clen = int(headers.get("content-length", "0"))
+                if clen < 0:
+                    raise ValueError
+            except ValueError:
+                del buf[: idx + 4]
+                self._reject(conn, 400, lines[0], headers)
+                return
+            if idx + 4 + clen > _MAX_INBUF:  # would never fit the input buffer
+                del buf[: idx + 4]
+                self._reject(conn, 413, lines[0], headers)
+                return
+            if len(buf) < idx + 4 + clen:
+                if conn.eof:
+                    self._close(conn)
+                else:
+                    self._update(conn)
+                return
+            del buf[: idx + 4 + clen]
+            method, target, version = parts
+            tokens = {t.strip().lower() for t in headers.get("connection", "").split(",")}
+            keep_alive = "close" not in tokens and (version != "HTTP/1.0" or "keep-alive" in tokens)
+            self._dispatch(conn, method, target, headers, keep_alive)
+
+    def _dispatch(self, conn: _Conn, method: str, target: str, headers: dict[str, str],
+                  keep_alive: bool) -> None:
+        h = conn.host_idx
+        resp = self._respond(h, method, target, headers)
+        self._begin(conn, RequestRecord(
+            host=self.hosts[h], path=target, method=method, status=resp[0],
+            start=conn.rx_time, end=0.0, conn_id=conn.conn_id,
+            user_agent=headers.get("user-agent", ""), headers=headers,
+        ))
+        delay = self._delays_s[h]
+        if delay <= 0:
+            self._send(conn, resp, method == "HEAD", keep_alive)
+            return
+
+        def fire() -> None:
+            if not conn.closed:
+                self._send(conn, resp, method == "HEAD", keep_alive)
+                if not conn.busy and not conn.closed:
+                    self._process(conn)
+
+        self._timer_seq += 1
+        heapq.heappush(self._timers, (time.monotonic() + delay, self._timer_seq, fire))
+
+    def _reject(self, conn: _Conn, status: int, line: str = "",
+                headers: dict[str, str] | None = None) -> None:
+        """Answer a malformed request and close: its framing can't be trusted."""
+        parts = line.split(" ")
+        headers = headers or {}
+        self._begin(conn, RequestRecord(
+            host=self.hosts[conn.host_idx], path=parts[1] if len(parts) > 1 else "",
+            method=parts[0], status=status, start=conn.rx_time, end=0.0,
+            conn_id=conn.conn_id, user_agent=headers.get("user-agent", ""), headers=headers,
+        ))
+        self._send(conn, error_resp(status), False, False)
+
+    def _begin(self, conn: _Conn, rec: RequestRecord) -> None:
+        """Log the request before answering, so a client never outruns the log."""
+        with self._log_lock:
+            self._log.append(rec)
+        conn.record = rec
+        conn.busy = True
+
+    def _send(self, conn: _Conn, resp: Resp, head_only: bool, keep_alive: bool) -> None:
+        _, head, body, forced = resp
+        if forced is not None:
+            keep_alive = keep_alive and "close" not in forced.lower()
+            conn_line = f"Connection: {forced}\r\n\r\n".encode("latin-1")
+        else:
+            conn_line = _KA if keep_alive else _CLOSE
+        conn.close_after = not keep_alive
+        conn.out = [head + conn_line] if head_only or not body else [head + conn_line, body]
+        self._flush(conn)
+
+    def _flush(self, conn: _Conn) -> None:
+        out = conn.out
+        assert out is not None
+        sendmsg = conn.sock.sendmsg
+        rec = conn.record
+        try:
+            while out:
+                if rec is not None:
+                    # Stamped before each write: once the last one returns the
+                    # client may already have read the response and the log.
+                    rec.end = time.time()
+                n = sendmsg(out)
+                while n:
+                    first = out[0]
+                    if n >= len(first):
+                        n -= len(first)
+                        del out[0]
+                    else:
+                        out[0] = memoryview(first)[n:]
+                        n = 0
+        except (BlockingIOError, InterruptedError):
+            self._update(conn)
+            return
+        except OSError:
+            conn.out = None
+            self._close(conn)
+            return
+        conn.out = None
+        self._finish(conn)
+
+    def _finish(self, conn: _Conn) -> None:
+        """The response is fully written: close, or await the next request."""
+        conn.record = None
+        conn.busy = False
+        if conn.close_after:
+            self._close(conn)
+        else:
+            self._update(conn)
+
+    def _close(self, conn: _Conn) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
+        if conn.record is not None:  # peer left (or we stopped) before the response was done
+            conn.record.end = time.time()
+            conn.record = None
+        if conn.events and self._sel is not None:
+            try:
+                self._sel.unregister(conn.sock)
+            except (KeyError, ValueError):
+                pass
+        conn.events = 0
+        try:
+            for _ in range(16):  # unread input would make close() send a RST
+                if not conn.sock.recv(65536):
+                    break
+        except OSError:
+            pass
+        try:
+            conn.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+        conn.sock.close()
+        self._conns.discard(conn)
