@@ -35,6 +35,7 @@ import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from crawler_tasks.connection import global_client, shard_client
 from crawler_tasks.frontier import Entry, Frontier
@@ -62,14 +63,21 @@ class SpillFile:
 def read_entries(path: Path) -> tuple[list[str], bool]:
     """(entries, True) for a whole file; for a torn or damaged one, every complete and
     well-formed entry before the damage, and False. Never raises for bad content."""
+    data, _, intact = _decompress(path)
+    entries, bad = _lines(data if intact else data[: data.rfind(b"\n") + 1])
+    return entries, intact and not bad
+
+
+def _decompress(path: Path) -> tuple[bytes, int, bool]:
+    """(what decompresses before any damage, how much of it came from whole gzip
+    members, whether the file is whole)."""
     try:
         data = path.read_bytes()
     except OSError:
-        return [], False
+        return b"", 0, False
     out = bytearray()
-    intact = True
-    pos = 0
-    while pos < len(data) and intact:  # one gzip member after another
+    whole = pos = 0
+    while pos < len(data):  # one gzip member after another
         member = zlib.decompressobj(wbits=31)
         while not member.eof and pos < len(data):
             piece = data[pos:pos + 65_536]
@@ -77,27 +85,36 @@ def read_entries(path: Path) -> tuple[list[str], bool]:
             try:
                 out += member.decompress(piece)
             except zlib.error:
-                intact = False
-                break
+                return bytes(out), whole, False
         if not member.eof:
-            intact = False  # torn: the member ends before its trailer
+            return bytes(out), whole, False  # torn: the member ends before its trailer
+        whole = len(out)
         pos -= len(member.unused_data)
-    text = bytes(out)
-    if not intact:
-        text = text[: text.rfind(b"\n") + 1]  # a line without its newline may be cut short
-    entries = []
-    for line in text.decode("utf-8", "replace").split("\n"):
+    return bytes(out), whole, True
+
+
+def _lines(data: bytes) -> tuple[list[str], bool]:
+    """(well-formed entries, whether any line was not one)."""
+    entries, bad = [], False
+    for line in data.decode("utf-8", "replace").split("\n"):
         if line and _well_formed(line):
             entries.append(line)
         elif line:
-            intact = False
-    return entries, intact
+            bad = True
+    return entries, bad
 
 
 def _read(f: SpillFile) -> tuple[list[str], bool]:
-    """read_entries, and a file holding fewer or more entries than its name says is damaged."""
-    entries, intact = read_entries(f.path)
-    return entries, intact and (f.count is None or f.count == len(entries))
+    """read_entries, and a file holding fewer or more entries than its name says is
+    damaged. A file of the older layout, appended in place and counted after each
+    append, gives back its whole members only: a torn last member is an append a crash
+    interrupted, whose URLs are still in the overflow list and were never counted."""
+    if f.count is not None:
+        entries, intact = read_entries(f.path)
+        return entries, intact and f.count == len(entries)
+    data, whole, intact = _decompress(f.path)
+    entries, bad = _lines(data if intact else data[:whole])
+    return entries, intact and not bad
 
 
 def _well_formed(line: str) -> bool:
@@ -174,14 +191,18 @@ class Spiller:
             client = shard_client(s, shard)
             for level in range(self.frontier.levels):
                 staging = k.spill_staging(level)
-                if client.llen(staging) == 0:
+                left_by_crash = client.llen(staging) > 0
+                if not left_by_crash:
                     self.frontier.run_script(shard, "spill", [k.front(level), staging, k.spilled],
                                              [s.FRONT_SPILL_AT, chunk])
-                entries = client.lrange(staging, 0, -1)
+                entries = cast(list[str], client.lrange(staging, 0, -1))  # decoded clients
                 if entries:
                     folder = self._dir(shard, level)
                     chunks = list_chunks(folder)
-                    write_chunk(folder, chunks[-1].seq + 1 if chunks else 1, entries)
+                    # a crash between writing the file and deleting the list: written already
+                    # (a second file would be counted once and read back twice)
+                    if not (left_by_crash and chunks and _read(chunks[-1]) == (entries, True)):
+                        write_chunk(folder, chunks[-1].seq + 1 if chunks else 1, entries)
                     client.delete(staging)
                     spilled += len(entries)
                 if client.llen(k.front(level)) < s.FRONT_REFILL_AT:
@@ -196,7 +217,7 @@ class Spiller:
         for shard in range(s.SHARDS):
             k = self.frontier.keys(shard)
             client = shard_client(s, shard)
-            entries = client.lrange(k.overflow, 0, chunk - 1)
+            entries = cast(list[str], client.lrange(k.overflow, 0, chunk - 1))
             if entries:
                 by_host: dict[str, list[str]] = {}
                 for entry in entries:
@@ -210,7 +231,7 @@ class Spiller:
                 pipe.ltrim(k.overflow, len(entries), -1)
                 pipe.execute()
                 spilled += len(entries)
-            for host in client.smembers(k.spilled_hosts):
+            for host in cast(set[str], client.smembers(k.spilled_hosts)):
                 length = client.llen(k.queue(host))
                 if s.HOST_QUEUE_CAP and length >= s.HOST_QUEUE_CAP // 2:
                     continue
