@@ -11,6 +11,7 @@ Lists are written in the environment as comma-separated values; booleans as
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 from dataclasses import dataclass, fields
 from typing import Any, Mapping
@@ -141,6 +142,10 @@ class Settings:
     PER_IP_POLITENESS: bool = False
     # Permit private/loopback/link-local targets (tests and local webs need it).
     ALLOW_PRIVATE: bool = False
+    # Cloud metadata and platform endpoints (169.254.169.254, 168.63.129.16, ... see
+    # fetch/netsafety.py) are refused even with ALLOW_PRIVATE, except the IP addresses
+    # listed here (an operator who crawls a metadata service on purpose).
+    ALLOW_METADATA_ADDRESSES: tuple[str, ...] = ()
     # Static DNS answers, curl style: "host=addr" items.
     RESOLVE: tuple[str, ...] = ()
 
@@ -272,6 +277,8 @@ class Settings:
             (self.WAKE_INTERVAL_S > 0, "WAKE_INTERVAL_S must be > 0"),
             (self.MAINTENANCE_INTERVAL_S > 0, "MAINTENANCE_INTERVAL_S must be > 0"),
             (bool(self.USER_AGENT.strip()), "USER_AGENT must not be empty"),
+            (all(_is_ip(a) for a in self.ALLOW_METADATA_ADDRESSES),
+             f"ALLOW_METADATA_ADDRESSES must list IP addresses, got {self.ALLOW_METADATA_ADDRESSES!r}"),
         ]
         for ok, message in checks:
             if not ok:
@@ -300,6 +307,14 @@ class Settings:
     @property
     def uses_default_contact(self) -> bool:
         return self.USER_AGENT == DEFAULT_USER_AGENT
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text.strip().strip("[]"))
+    except ValueError:
+        return False
+    return True
 
 
 _FIELD_TYPES: dict[str, str] = {f.name: str(f.type) for f in fields(Settings)}

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import socket
 import threading
@@ -9,8 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from crawler_tasks.exceptions import ConfigError
+from crawler_tasks.fetch.http import Fetcher
 from crawler_tasks.fetch.netsafety import (
     ALWAYS_REFUSED,
+    METADATA_ADDRESSES,
     AddressRefused,
     DnsCache,
     ResolveError,
@@ -18,6 +22,8 @@ from crawler_tasks.fetch.netsafety import (
     classify_address,
     parse_resolve_overrides,
 )
+
+from crawler_tasks.settings import Settings
 
 # --- classification ----------------------------------------------------------------
 
@@ -35,7 +41,8 @@ CLASSIFICATION = [
     ("11.0.0.0", None),
     ("100.63.255.255", None),
     ("100.64.0.0", "carrier-grade-nat"),
-    ("100.100.100.200", "carrier-grade-nat"),
+    ("100.100.100.199", "carrier-grade-nat"),
+    ("100.100.100.200", "cloud-metadata"),        # Alibaba Cloud metadata
     ("100.127.255.255", "carrier-grade-nat"),
     ("100.128.0.0", None),
     ("126.255.255.255", None),
@@ -43,9 +50,12 @@ CLASSIFICATION = [
     ("127.0.0.1", "loopback"),
     ("127.255.255.255", "loopback"),
     ("128.0.0.0", None),
+    ("168.63.129.15", None),
+    ("168.63.129.16", "cloud-metadata"),          # Azure WireServer, a public address
     ("169.253.255.255", None),
     ("169.254.0.0", "link-local"),
-    ("169.254.169.253", "link-local"),
+    ("169.254.169.252", "link-local"),
+    ("169.254.169.253", "cloud-metadata"),        # AWS VPC DNS
     ("169.254.169.254", "cloud-metadata"),
     ("169.254.255.255", "link-local"),
     ("169.255.0.0", None),
@@ -55,6 +65,7 @@ CLASSIFICATION = [
     ("172.32.0.0", None),
     ("192.0.0.0", "ietf-protocol"),
     ("192.0.0.255", "ietf-protocol"),
+    ("192.0.0.192", "cloud-metadata"),            # Oracle Cloud
     ("192.0.1.0", None),
     ("192.0.2.0", "documentation"),
     ("192.0.2.255", "documentation"),
@@ -104,7 +115,8 @@ CLASSIFICATION = [
     ("fd12:3456:789a::1", "private"),
     ("fdff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "private"),
     ("fd00:ec2::254", "cloud-metadata"),
-    ("fd00:ec2::253", "private"),
+    ("fd00:ec2::253", "cloud-metadata"),
+    ("fd00:ec2::252", "private"),
     ("fe7f:ffff::1", "reserved"),
     ("fe80::", "link-local"),
     ("fe80::1%eth0", "link-local"),
@@ -130,6 +142,7 @@ CLASSIFICATION = [
     ("64:ff9b::8.8.8.8", None),
     ("64:ff9b:1::a00:1", "private"),        # local-use NAT64
     ("64:ff9b:1::808:808", "private"),
+    ("64:ff9b:1::a9fe:a9fe", "cloud-metadata"),
     ("2002:7f00:1::", "loopback"),          # 6to4
     ("2002:c0a8:101::1", "private"),
     ("2002:a9fe:a9fe::1", "cloud-metadata"),
@@ -229,6 +242,84 @@ def test_always_refused(ip: str, allow_private: bool) -> None:
         check_address(ip, allow_private)
     assert info.value.category in ALWAYS_REFUSED
     assert "even with allow_private" in info.value.reason
+
+
+# --- cloud metadata and platform endpoints ----------------------------------------
+
+METADATA_V4 = ["169.254.169.254", "169.254.170.2", "169.254.170.23", "100.100.100.200",
+               "168.63.129.16", "192.0.0.192", "169.254.169.253", "169.254.169.123",
+               "169.254.0.23", "169.254.42.42"]
+METADATA_V6 = ["fd00:ec2::254", "fd00:ec2::23", "fd00:ec2::253", "fd00:ec2::123", "fd20:ce::254",
+               "fe80::a9fe:a9fe", "fd00:42::42"]
+
+
+def _v4_forms(ip: str) -> list[str]:
+    """The address and IPv6 forms whose packets reach it."""
+    n = int(ipaddress.IPv4Address(ip))
+    return [ip, f"::ffff:{ip}", f"::ffff:{n >> 16:x}:{n & 0xFFFF:x}", f"64:ff9b::{ip}",
+            f"64:ff9b::{n >> 16:x}:{n & 0xFFFF:x}", f"64:ff9b:1::{ip}", f"::ffff:0:{ip}",
+            str(ipaddress.IPv6Address((0x2002 << 112) | (n << 80) | 1))]
+
+
+METADATA_FORMS = [form for ip in METADATA_V4 for form in _v4_forms(ip)] + METADATA_V6 + [
+    "[fd00:ec2::254]", "fe80::a9fe:a9fe%eth0", "FD00:EC2:0:0:0:0:0:23"]
+
+
+def test_metadata_table_holds_every_listed_endpoint() -> None:
+    assert {ipaddress.ip_address(a) for a in METADATA_V4 + METADATA_V6} <= METADATA_ADDRESSES
+    assert "::ffff:a9fe:a9fe" in METADATA_FORMS and "64:ff9b::a9fe:a9fe" in METADATA_FORMS
+
+
+@pytest.mark.parametrize("ip", METADATA_FORMS)
+@pytest.mark.parametrize("allow_private", [False, True])
+def test_metadata_endpoints_refused_even_with_allow_private(ip: str, allow_private: bool) -> None:
+    assert classify_address(ip) == "cloud-metadata"
+    with pytest.raises(AddressRefused) as info:
+        check_address(ip, allow_private)
+    assert info.value.category == "cloud-metadata"
+    assert "never allowed" in info.value.reason and "even with allow_private" in info.value.reason
+
+
+@pytest.mark.parametrize("ip", ["168.63.129.16", "::ffff:168.63.129.16", "64:ff9b::a83f:8110"])
+def test_an_allowed_public_metadata_address_passes_without_allow_private(ip: str) -> None:
+    check_address(ip, allow_private=False, allow_metadata=["168.63.129.16"])
+
+
+@pytest.mark.parametrize("ip", ["169.254.170.2", "::ffff:169.254.170.2", "64:ff9b::a9fe:aa02"])
+def test_an_allowed_link_local_metadata_address_still_needs_allow_private(ip: str) -> None:
+    with pytest.raises(AddressRefused) as info:
+        check_address(ip, allow_private=False, allow_metadata=["169.254.170.2"])
+    assert info.value.category == "link-local" and "allow_private is off" in info.value.reason
+    check_address(ip, allow_private=True, allow_metadata=["169.254.170.2"])
+
+
+@pytest.mark.parametrize("ip, allowed", [("fd00:ec2::254", "[fd00:ec2::254]"),
+                                         ("fe80::a9fe:a9fe%eth0", "fe80::a9fe:a9fe")])
+def test_an_allowed_ipv6_metadata_address_passes_with_allow_private(ip: str, allowed: str) -> None:
+    check_address(ip, allow_private=True, allow_metadata=[allowed])
+
+
+def test_allowing_one_metadata_address_allows_no_other() -> None:
+    for ip in ["169.254.169.254", "::ffff:169.254.169.254", "169.254.170.23", "fd00:ec2::23"]:
+        with pytest.raises(AddressRefused):
+            check_address(ip, allow_private=True, allow_metadata=["169.254.170.2", "168.63.129.16"])
+
+
+def test_allow_metadata_setting_is_read_validated_and_used_by_the_fetcher() -> None:
+    env = {"CRAWLER_ALLOW_METADATA_ADDRESSES": "168.63.129.16, 169.254.170.2"}
+    assert Settings.from_env(env).ALLOW_METADATA_ADDRESSES == ("168.63.129.16", "169.254.170.2")
+    with pytest.raises(ConfigError, match="ALLOW_METADATA_ADDRESSES"):
+        Settings.from_env({"CRAWLER_ALLOW_METADATA_ADDRESSES": "metadata.google.internal"})
+    # check_host vets the resolved address and connects to nothing
+    base = dataclasses.replace(Settings(), ALLOW_PRIVATE=True,
+                               RESOLVE=("metadata.google.internal=169.254.169.254", "wire.test=168.63.129.16"))
+    for host in ("metadata.google.internal", "wire.test"):
+        with pytest.raises(AddressRefused):
+            Fetcher(base).check_host(host)
+    opened = Fetcher(dataclasses.replace(base, ALLOW_METADATA_ADDRESSES=("168.63.129.16",)))
+    assert opened.check_host("wire.test") == "168.63.129.16"
+    with pytest.raises(AddressRefused):
+        opened.check_host("metadata.google.internal")
 
 
 @pytest.mark.parametrize("bad", ["", "example.com", "127.1", "999.1.1.1"])

@@ -117,7 +117,7 @@ class Fetcher:
         """Resolve and vet a host before anything is sent to it; returns the address.
         Raises AddressRefused (private target) or ResolveError (DNS)."""
         ip = self.dns.resolve(host)
-        check_address(ip, self.settings.ALLOW_PRIVATE)
+        check_address(ip, self.settings.ALLOW_PRIVATE, self.settings.ALLOW_METADATA_ADDRESSES)
         return ip
 
     def fetch(self, url: str, extra_headers: dict[str, str] | None = None,

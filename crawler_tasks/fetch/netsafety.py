@@ -5,6 +5,11 @@ A crawler follows links written by strangers, so a URL can point at
 must resolve the host once with ``DnsCache.resolve``, run ``check_address`` on
 that exact address, and connect to it; checking a name and then letting the
 HTTP library resolve it again would open a DNS-rebinding window.
+
+Cloud metadata and platform endpoints (``METADATA_ADDRESSES``) hand out credentials
+or control the machine, so they are refused even with ``allow_private``, in every
+form that reaches them (IPv4-mapped, NAT64, 6to4, ...), unless the operator names the
+address in ``allow_metadata`` (the ALLOW_METADATA_ADDRESSES setting).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "ALWAYS_REFUSED",
+    "METADATA_ADDRESSES",
     "AddressRefused",
     "DnsCache",
     "ResolveError",
@@ -63,6 +69,28 @@ class ResolveError(Exception):
 _V4 = ipaddress.IPv4Network
 _V6 = ipaddress.IPv6Network
 
+#: Cloud metadata and platform endpoints, category "cloud-metadata" wherever their
+#: surrounding range is (link-local, carrier-grade NAT, IETF protocol, even public).
+METADATA_ADDRESSES: frozenset[IPAddress] = frozenset(ipaddress.ip_address(a) for a in (
+    "169.254.169.254",  # IMDS: AWS, GCP (metadata.google.internal), Azure, OCI, OpenStack, DO, ...
+    "fd00:ec2::254",    # AWS IMDS over IPv6
+    "fd20:ce::254",     # GCP metadata server over IPv6
+    "fe80::a9fe:a9fe",  # OpenStack metadata over IPv6
+    "169.254.170.2",    # AWS ECS task metadata and container credentials
+    "169.254.170.23",   # AWS EKS Pod Identity agent (credentials)
+    "fd00:ec2::23",     # AWS EKS Pod Identity agent over IPv6
+    "169.254.169.253",  # AWS VPC DNS resolver
+    "fd00:ec2::253",    # AWS VPC DNS resolver over IPv6
+    "169.254.169.123",  # AWS Time Sync
+    "fd00:ec2::123",    # AWS Time Sync over IPv6
+    "100.100.100.200",  # Alibaba Cloud metadata
+    "168.63.129.16",    # Azure WireServer (platform agent channel; a public address)
+    "192.0.0.192",      # Oracle Cloud (Classic) metadata
+    "169.254.0.23",     # Tencent Cloud metadata (metadata.tencentyun.com)
+    "169.254.42.42",    # Scaleway metadata
+    "fd00:42::42",      # Scaleway metadata over IPv6
+))
+
 # Checked in order, so a more specific range must come before the one holding it.
 _V4_RANGES: tuple[tuple[ipaddress.IPv4Network, str], ...] = (
     (_V4("0.0.0.0/32"), "unspecified"),
@@ -70,7 +98,6 @@ _V4_RANGES: tuple[tuple[ipaddress.IPv4Network, str], ...] = (
     (_V4("10.0.0.0/8"), "private"),
     (_V4("100.64.0.0/10"), "carrier-grade-nat"),
     (_V4("127.0.0.0/8"), "loopback"),
-    (_V4("169.254.169.254/32"), "cloud-metadata"),
     (_V4("169.254.0.0/16"), "link-local"),
     (_V4("172.16.0.0/12"), "private"),
     (_V4("192.0.0.0/24"), "ietf-protocol"),
@@ -91,7 +118,6 @@ _V6_RANGES: tuple[tuple[ipaddress.IPv6Network, str], ...] = (
     (_V6("2001:10::/28"), "reserved"),  # deprecated ORCHID
     (_V6("2001:db8::/32"), "documentation"),
     (_V6("3fff::/20"), "documentation"),
-    (_V6("fd00:ec2::254/128"), "cloud-metadata"),  # AWS IMDS over IPv6
     (_V6("fc00::/7"), "private"),  # unique local
     (_V6("fe80::/10"), "link-local"),
     (_V6("fec0::/10"), "site-local"),  # deprecated, still not global
@@ -116,19 +142,28 @@ def _embedded_v4(addr: ipaddress.IPv6Address) -> ipaddress.IPv4Address:
     return ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
 
 
-def _classify_v4(addr: ipaddress.IPv4Address) -> str | None:
+def _plain(addr: IPAddress) -> IPAddress:
+    """The address without an IPv6 scope id ("%eth0" does not change where packets go)."""
+    return ipaddress.IPv6Address(int(addr)) if isinstance(addr, ipaddress.IPv6Address) else addr
+
+
+def _classify_v4(addr: ipaddress.IPv4Address, exempt: frozenset[IPAddress]) -> str | None:
+    if addr in METADATA_ADDRESSES and addr not in exempt:
+        return "cloud-metadata"
     for net, category in _V4_RANGES:
         if addr in net:
             return category
     return None
 
 
-def _classify(addr: IPAddress) -> tuple[str | None, ipaddress.IPv4Address | None]:
-    """(category, the IPv4 address it was derived from if the IPv6 form embeds one)."""
+def _classify(
+    addr: IPAddress, exempt: frozenset[IPAddress] = frozenset()
+) -> tuple[str | None, ipaddress.IPv4Address | None]:
+    """(category, the IPv4 address it was derived from if the IPv6 form embeds one);
+    metadata addresses in ``exempt`` are judged by their surrounding range."""
     if isinstance(addr, ipaddress.IPv4Address):
-        return _classify_v4(addr), None
+        return _classify_v4(addr, exempt), None
 
-    # A scope id ("%eth0") does not change which range the address is in.
     plain = ipaddress.IPv6Address(int(addr))
     if int(plain) == 0:
         return "unspecified", None
@@ -146,13 +181,19 @@ def _classify(addr: IPAddress) -> tuple[str | None, ipaddress.IPv4Address | None
     if embedded is None and plain.teredo is not None:
         embedded = plain.teredo[1]  # the client, where traffic is delivered
     if embedded is not None:
-        category = _classify_v4(embedded)
+        category = _classify_v4(embedded, exempt)
         if category is None and plain in _IPV4_COMPATIBLE:
             category = "reserved"  # deprecated form, never routed globally
         return category, embedded
 
+    if plain in METADATA_ADDRESSES and plain not in exempt:
+        return "cloud-metadata", None
     if plain in _NAT64_LOCAL:
-        # Local-use NAT64 (RFC 8215): the translator is inside some network.
+        # Local-use NAT64 (RFC 8215): the translator is inside some network. Its /96
+        # form may still carry a metadata address in the last 32 bits.
+        embedded = _embedded_v4(plain)
+        if embedded in METADATA_ADDRESSES and embedded not in exempt:
+            return "cloud-metadata", embedded
         return "private", None
     for net, category in _V6_RANGES:
         if plain in net:
@@ -173,12 +214,17 @@ def classify_address(ip: str) -> str | None:
     return _classify(_parse_ip(ip))[0]
 
 
-def check_address(ip: str, allow_private: bool) -> None:
+def check_address(ip: str, allow_private: bool, allow_metadata: Iterable[str] = ()) -> None:
     """Raise AddressRefused unless the fetcher may connect to ``ip``.
 
     ``allow_private`` (for crawling a test site on localhost or an intranet)
     lets non-public unicast through, but never the categories in
-    ``ALWAYS_REFUSED``. Anything that is not an IP address is refused.
+    ``ALWAYS_REFUSED``. ``allow_metadata`` names metadata endpoints the operator
+    wants reachable after all (matched on the address packets go to, so it covers
+    that address's IPv6 forms); such an address is then judged by its range as
+    any other (168.63.129.16 is public, 169.254.170.2 needs ``allow_private``).
+    Anything that is not an IP address is refused; ValueError if an
+    ``allow_metadata`` item is not one (settings.validate checks them first).
     """
     try:
         addr = _parse_ip(ip)
@@ -188,6 +234,10 @@ def check_address(ip: str, allow_private: bool) -> None:
     if category is None:
         return
     shown = f"{ip.strip()} (embeds {embedded})" if embedded is not None else ip.strip()
+    if category == "cloud-metadata" and allow_metadata:
+        category, embedded = _classify(addr, frozenset(_plain(_parse_ip(a)) for a in allow_metadata))
+        if category is None:
+            return
     if category in ALWAYS_REFUSED:
         why = "never allowed" if category == "cloud-metadata" else "not a unicast destination"
         raise AddressRefused(

@@ -41,6 +41,11 @@ _SCRIPTS = {name: _script(name) for name in ("add", "lease", "complete", "renew"
 # Most front-queue URLs moved into back queues by one wake, per shard.
 MAX_REFILL_MOVES = 2000
 
+# URLs per add.lua call: 8 arguments each, so a shard's batch stays far below Redis's
+# limit of 1,048,576 arguments per command (above ~131k URLs one call fails outright),
+# and one call holds the server for tens of milliseconds, not seconds.
+ADD_CHUNK_URLS = 10_000
+
 
 # put_discovered verdicts
 ENQUEUED, SEEN, OVER_HOST_BUDGET, QUERY_TRAP = 1, 0, 2, 3
@@ -156,29 +161,32 @@ class Frontier:
 
         Returns, per item in input order, ENQUEUED (1), SEEN (0: the URL-seen test said
         it was seen before; a Bloom false positive is possible for non-forced items, at
-        the configured rate), OVER_HOST_BUDGET (2) or QUERY_TRAP (3).
+        the configured rate), OVER_HOST_BUDGET (2) or QUERY_TRAP (3). A shard's URLs go
+        in calls of ADD_CHUNK_URLS, in input order; each call is atomic, the batch is not.
         """
         items = list(items)
         by_shard = group_by(range(len(items)), lambda i: self.shard_of(items[i].host))
         result = [SEEN] * len(items)
         top = self.levels - 1
         s = self.settings
-        for shard, indexes in by_shard.items():
+        for shard, all_indexes in by_shard.items():
             k = self.keys(shard)
-            args: list = [self.levels, self.bloom.segments, self.bloom.hashes, self.bloom.segment_bits,
-                          s.MAX_PAGES_PER_HOST, s.seed_host_budget, s.MAX_QUERY_VARIANTS]
-            for i in indexes:
-                item = items[i]
-                segment, h1, h2 = self.bloom.hashes_of(item.url)
-                entry = Entry(item.url, item.depth, 0, item.hops, item.kind).encode()
-                qkey = item.url.split("?", 1)[0] if "?" in item.url else ""
-                args += ["1" if item.force else "0", min(max(item.priority, 0), top), entry, segment + 1,
-                         h1, h2, item.host, qkey]
             keys = (k.fronts(self.levels) + [k.bloom(s) for s in range(self.bloom.segments)]
                     + [k.seen, k.host_counts, k.query_variants, k.seed_hosts, k.queued])
-            verdicts = self._run(shard, "add", keys, args)
-            for i, verdict in zip(indexes, verdicts):  # type: ignore[call-overload]
-                result[i] = int(verdict)
+            for start in range(0, len(all_indexes), ADD_CHUNK_URLS):
+                indexes = all_indexes[start:start + ADD_CHUNK_URLS]
+                args: list = [self.levels, self.bloom.segments, self.bloom.hashes, self.bloom.segment_bits,
+                              s.MAX_PAGES_PER_HOST, s.seed_host_budget, s.MAX_QUERY_VARIANTS]
+                for i in indexes:
+                    item = items[i]
+                    segment, h1, h2 = self.bloom.hashes_of(item.url)
+                    entry = Entry(item.url, item.depth, 0, item.hops, item.kind).encode()
+                    qkey = item.url.split("?", 1)[0] if "?" in item.url else ""
+                    args += ["1" if item.force else "0", min(max(item.priority, 0), top), entry, segment + 1,
+                             h1, h2, item.host, qkey]
+                verdicts = self._run(shard, "add", keys, args)
+                for i, verdict in zip(indexes, verdicts):  # type: ignore[call-overload]
+                    result[i] = int(verdict)
         return result
 
     # -- leasing ----------------------------------------------------------------------
