@@ -46,6 +46,7 @@ def _settings_from(args: argparse.Namespace, **extra: object) -> Settings:
         "ALLOWED_DOMAINS": tuple(args.allow_domain) if getattr(args, "allow_domain", None) else None,
         "RESOLVE": tuple(args.resolve) if getattr(args, "resolve", None) else None,
         "ALLOW_PRIVATE": True if getattr(args, "allow_private", False) else None,
+        "ALLOW_METADATA_ADDRESSES": tuple(args.allow_metadata) if getattr(args, "allow_metadata", None) else None,
         "OBEY_ROBOTS": False if getattr(args, "ignore_robots", False) else None,
         "METRICS_PORT": getattr(args, "metrics_port", None),
         "CONTINUOUS": True if getattr(args, "continuous", False) else None,
@@ -254,6 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--min-delay", type=float, help="minimum seconds between two requests to one host")
     c.add_argument("--user-agent", help="user agent with a contact URL")
     c.add_argument("--allow-private", action="store_true", help="permit private/loopback targets (local webs)")
+    c.add_argument("--allow-metadata", action="append", metavar="ADDR",
+                   help="permit one cloud metadata address (refused even with --allow-private); repeatable")
     c.add_argument("--allow-domain", action="append", help="stay within this domain (repeatable)")
     c.add_argument("--resolve", action="append", help="static DNS answer host=addr (repeatable)")
     c.add_argument("--ignore-robots", action="store_true", help="do not obey robots.txt (only for sites you own)")
