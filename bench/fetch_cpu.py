@@ -19,11 +19,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))
-from hostile import start_hostile  # noqa: E402
-
 from crawler_tasks.fetch.http import Fetcher  # noqa: E402
 from crawler_tasks.settings import Settings  # noqa: E402
+from tests.hostile import start_hostile  # noqa: E402
 
 
 def main() -> None:

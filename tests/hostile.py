@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from urllib.parse import parse_qs, urlsplit
 
-import brotli
+import brotli  # type: ignore[import-untyped]
 
 TRICKLE_S = 2.0
 BOMB_DECODED_BYTES = 100 * 1024 * 1024

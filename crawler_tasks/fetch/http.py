@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from urllib.parse import quote, urlsplit
 
-import brotli
+import brotli  # type: ignore[import-untyped]
 import certifi
 import idna
 
@@ -483,7 +483,7 @@ class Fetcher:
                 return head
             scanned = len(buf)
             if buf:
-                conn.phase = "reading the header block"
+                conn.phase = "reading the header block" if lines else "reading the status line"
             if not conn.fill():
                 if not buf:
                     raise _Fail(ErrorKind.PROTOCOL, "connection closed before any answer", unanswered=True)
