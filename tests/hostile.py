@@ -10,6 +10,7 @@ the normal pages keep the connection alive, so a test can count reuse.
     fetcher.fetch(srv.base_url + "/gzip-bomb")
     srv.stop()
 
+``start_hostile(certfile=...)`` serves the same endpoints over TLS (``https://``).
 ``srv.tls_trickle_url`` is a second listener that answers a TLS ClientHello with a
 record header and then one byte every TRICKLE_S (a handshake that never ends).
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import socket
+import ssl
 import struct
 import threading
 import zlib
@@ -59,6 +61,7 @@ class HostileServer:
     host: str
     sock: socket.socket
     tls_sock: socket.socket
+    tls: ssl.SSLContext | None = None   # server side, when the endpoints speak https
     stopping: threading.Event = field(default_factory=threading.Event)
     connections: int = 0          # connections accepted on the HTTP listener
     _threads: list[threading.Thread] = field(default_factory=list)
@@ -67,7 +70,8 @@ class HostileServer:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.sock.getsockname()[1]}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://{self.host}:{self.sock.getsockname()[1]}"
 
     @property
     def tls_trickle_url(self) -> str:
@@ -113,6 +117,8 @@ class HostileServer:
     def _guard(self, handler: Callable[[socket.socket], None], conn: socket.socket) -> None:
         conn.settimeout(30)
         try:
+            if self.tls is not None and handler == self._serve:
+                conn = self.tls.wrap_socket(conn, server_side=True)
             handler(conn)
         except OSError:
             pass  # the client hung up: expected for every hostile endpoint
@@ -292,6 +298,13 @@ def _garbage_status(srv: HostileServer, conn: socket.socket, q: dict[str, list[s
     return False
 
 
+def _extra_bytes(srv: HostileServer, conn: socket.socket, q: dict[str, list[str]]) -> bool:
+    """More bytes than Content-Length says, on a kept-alive connection."""
+    conn.sendall(_head("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "2")])
+                 + b"okHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nforged")
+    return True
+
+
 def _not_http(srv: HostileServer, conn: socket.socket, q: dict[str, list[str]]) -> bool:
     """Another protocol's banner on the HTTP port."""
     conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
@@ -342,11 +355,13 @@ ENDPOINTS: dict[str, Endpoint] = {
     "/http09": _http09,
     "/garbage-status": _garbage_status,
     "/not-http": _not_http,
+    "/extra-bytes": _extra_bytes,
 }
 
 
-def start_hostile(host: str = "127.0.0.2") -> HostileServer:
-    """Start the server on ``host`` (any 127.0.0.x), free ports; returns it running."""
+def start_hostile(host: str = "127.0.0.2", certfile: str | None = None) -> HostileServer:
+    """Start the server on ``host`` (any 127.0.0.x), free ports; returns it running.
+    With ``certfile`` (cert and key in one PEM) the endpoints are served over TLS."""
     listeners = []
     for _ in range(2):
         s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -355,6 +370,9 @@ def start_hostile(host: str = "127.0.0.2") -> HostileServer:
         s.listen(128)
         listeners.append(s)
     srv = HostileServer(host, listeners[0], listeners[1])
+    if certfile:
+        srv.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        srv.tls.load_cert_chain(certfile)
     for listener, handler, count in ((srv.sock, srv._serve, True), (srv.tls_sock, srv._tls_trickle, False)):
         t = threading.Thread(target=srv._accept_loop, args=(listener, handler, count), daemon=True)
         srv._threads.append(t)

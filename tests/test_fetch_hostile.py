@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -120,6 +121,14 @@ def test_keepalive_reuses_one_connection(fetcher):
         assert srv.connections == 1
 
 
+def test_bytes_past_the_body_are_not_taken_for_the_next_answer(fetcher):
+    with start_hostile("127.0.0.3") as srv:
+        first = fetcher.fetch(srv.base_url + "/extra-bytes")
+        again = fetcher.fetch(srv.base_url + "/page")
+        assert (first.status, first.content) == (200, b"ok")
+        assert again.content == PAGE and srv.connections == 2
+
+
 def test_server_closing_an_idle_connection_costs_no_error(fetcher):
     with start_hostile("127.0.0.3") as srv:
         for _ in range(3):
@@ -197,3 +206,32 @@ def test_many_hostile_fetches_at_once_all_end(hostile, fetcher):
         t.join(BOUND_S)
     assert time.monotonic() - t0 < BOUND_S
     assert all(r is not None and r.error_kind == ErrorKind.DEADLINE for r in results)
+
+
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory) -> str:
+    """A self-signed certificate for 127.0.0.6 (cert and key in one PEM file)."""
+    pem = tmp_path_factory.mktemp("tls") / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                    "-nodes", "-days", "2", "-subj", "/CN=127.0.0.6", "-addext", "subjectAltName=IP:127.0.0.6",
+                    "-keyout", str(pem), "-out", str(pem)], check=True, capture_output=True)
+    return str(pem)
+
+
+def test_https_unknown_issuer_is_a_tls_error(fetcher, cert):
+    with start_hostile("127.0.0.6", certfile=cert) as srv:
+        res, _ = timed(fetcher, srv.base_url + "/page")
+    assert res.error_kind == ErrorKind.TLS and "certificate" in res.error
+
+
+def test_https_pages_hostile_endpoints_and_keepalive(fetcher, cert):
+    fetcher._tls.load_verify_locations(cert)  # trust the test certificate
+    with start_hostile("127.0.0.6", certfile=cert) as srv:
+        for path in ("/page", "/chunked", "/br-page", "/page"):
+            res = fetcher.fetch(srv.base_url + path)
+            assert res.content == PAGE and res.error is None, (path, res.error)
+        assert srv.connections == 1
+        for path in ("/trickle-headers", "/huge", "/gzip-bomb", "/reset", "/http09"):
+            kind = CASES[path][0]
+            res, _ = timed(fetcher, srv.base_url + path)
+            assert res.error_kind == kind, (path, res.error)

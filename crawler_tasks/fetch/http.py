@@ -426,7 +426,7 @@ class Fetcher:
                         unanswered=True) from None
         version, keep_alive = self._read_head(conn, result)
         reusable = self._read_body(conn, result, cap, version, keep_alive)
-        if reusable:
+        if reusable and not conn.buf:  # bytes past the body would pose as the next answer
             self._give_back(key, conn)
         else:
             conn.close()
