@@ -150,16 +150,18 @@ class Settings:
     RESOLVE: tuple[str, ...] = ()
 
     # --- Fetching ------------------------------------------------------------------------
+    # Most silence allowed while connecting / between two reads, seconds.
     CONNECT_TIMEOUT_S: float = 5.0
     READ_TIMEOUT_S: float = 15.0
-    # Whole-exchange cap (slow-drip servers), seconds.
+    # The one deadline of an exchange, DNS to last body byte (trickling peers), seconds.
     TOTAL_TIMEOUT_S: float = 30.0
     # Body cap in bytes; longer bodies are cut and flagged truncated.
     MAX_BODY_BYTES: int = 1024 * 1024
     # Cap on the decoded size of a compressed body (gzip bombs), bytes.
     MAX_DECODED_BYTES: int = 8 * 1024 * 1024
-    # Cap on the response header block, bytes.
+    # Cap on the response header block, bytes, and on its number of header lines.
     MAX_HEADER_BYTES: int = 64 * 1024
+    MAX_HEADERS: int = 100
     # Longest URL we fetch or enqueue, characters.
     MAX_URL_LENGTH: int = 2048
     # Redirect hops followed for one URL (each hop is enqueued as its own URL).
@@ -271,6 +273,10 @@ class Settings:
             (self.MIN_DELAY_S >= 0, "MIN_DELAY_S must be >= 0"),
             (self.DELAY_FACTOR >= 0, "DELAY_FACTOR must be >= 0"),
             (self.LEASE_S > self.TOTAL_TIMEOUT_S, "LEASE_S must exceed TOTAL_TIMEOUT_S"),
+            (min(self.TOTAL_TIMEOUT_S, self.CONNECT_TIMEOUT_S, self.READ_TIMEOUT_S) > 0,
+             "TOTAL_TIMEOUT_S, CONNECT_TIMEOUT_S and READ_TIMEOUT_S must be > 0"),
+            (self.MAX_HEADERS >= 1 and self.MAX_HEADER_BYTES >= 1024,
+             "MAX_HEADERS must be >= 1 and MAX_HEADER_BYTES >= 1024"),
             (0 < self.BLOOM_ERROR_RATE < 1, "BLOOM_ERROR_RATE must be in (0, 1)"),
             (self.BLOOM_EXPECTED_URLS >= 1, "BLOOM_EXPECTED_URLS must be >= 1"),
             (self.MAX_BODY_BYTES >= 1024, "MAX_BODY_BYTES must be >= 1024"),

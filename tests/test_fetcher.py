@@ -10,6 +10,7 @@ import time
 import zlib
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import brotli
 import pytest
 from warcio.archiveiterator import ArchiveIterator
 
@@ -92,7 +93,7 @@ def test_plain_page_and_keepalive(server, fetcher):
     b = fetcher.fetch(server + "/page")
     assert a.status == 200 and a.content == PAGE and a.error is None
     assert b.status == 200 and b.ip == "127.0.0.1"
-    assert len(fetcher._pools) == 1  # same pool, keep-alive
+    assert len(fetcher._idle) == 1  # one idle keep-alive connection
 
 
 def test_gzip_is_decoded_raw_kept(server, fetcher):
@@ -151,7 +152,10 @@ def test_decode_body_variants():
     rawdeflate = co.compress(PAGE) + co.flush()
     assert decode_body(rawdeflate, "deflate", 10**7)[0] == PAGE
     assert decode_body(b"not gzip", "gzip", 100) == (b"not gzip", False)
-    assert decode_body(b"abc", "br", 2) == (b"ab", True)
+    assert decode_body(b"abc", "zstd", 2) == (b"ab", True)  # unknown coding: raw, capped
+    assert decode_body(b"abc", "br", 10) == (b"abc", False)  # not brotli: raw
+    assert decode_body(brotli.compress(PAGE), "br", 10**7) == (PAGE, False)
+    assert decode_body(brotli.compress(PAGE), "br", 100) == (PAGE[:100], True)
 
 
 def test_warc_records_pass_warcio_check(server, fetcher, tmp_path):

@@ -1,44 +1,86 @@
-"""HTTP fetching with hard limits, over urllib3 keep-alive pools, one connection per host.
+"""HTTP/1.1 fetching under one deadline per exchange, over plain sockets, one connection per host.
 
-Policy: a fetch never raises for anything the server or the network does; the
-result carries ``error`` and ``error_kind`` instead. What we connect to is the
-address we resolved and checked (DNS cache + private-address refusal): the pool
-dials the IP and sends the host name in ``Host`` and TLS SNI, so the HTTP library
-does no second lookup. Redirects are not followed here; the 3xx and its
-``Location`` are returned, and the caller enqueues the target like a link.
+Policy: a fetch never raises and never hangs for anything the server or the
+network does; the result carries ``error_kind`` (an ``ErrorKind``) and a human
+``error`` instead. What we connect to is the address we resolved and checked
+(DNS cache + private-address refusal); the host name goes in ``Host`` and TLS
+SNI only, so nothing does a second lookup. Redirects are not followed here; the
+3xx and its ``Location`` are returned, and the caller enqueues the target like a
+link. robots.txt and sitemaps come through ``fetch`` too.
 
-Limits: connect and read timeouts, a total deadline checked between reads (so a
-slow-drip server costs at most TOTAL_TIMEOUT_S + READ_TIMEOUT_S), a raw body cap
-(``truncated="length"``), a cap on the decoded size of gzip/deflate bodies
-(``truncated="decoded-length"``), and urllib3's header line/count limits.
+Why our own client: a peer that trickles its header block one byte every 2 s
+never trips a per-read timeout, and urllib3/http.client read the status line and
+headers with no overall bound. Here every blocking step gets what is left of
+TOTAL_TIMEOUT_S: DNS (a bounded helper thread), connect, the TLS handshake and
+every recv (CPython bounds one SSL call by its socket timeout as a whole), each
+capped also by CONNECT_TIMEOUT_S / READ_TIMEOUT_S of silence. When the budget is
+gone the socket is shut down and closed. So an exchange costs at most
+TOTAL_TIMEOUT_S plus the decoding of a capped body.
+
+Limits, each a specific result: header count (MAX_HEADERS) and header block
+size (MAX_HEADER_BYTES), a status-line check (HTTP/0.9 answers and garbage are
+errors, not silent drops), the raw body cap (``truncated="length"``), the
+decoded-size cap for gzip/deflate/br bombs (``truncated="decoded-length"``) and
+the URL length. A cut body keeps its status and what was read; the connection is
+then closed rather than reused.
 """
 from __future__ import annotations
 
+import re
+import select
+import socket
+import ssl
 import threading
 import time
 import zlib
 from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from enum import StrEnum
+from urllib.parse import quote, urlsplit
 
+import brotli  # type: ignore[import-untyped]
 import certifi
-import urllib3
-from urllib3.exceptions import (
-    ConnectTimeoutError,
-    HTTPError,
-    LocationParseError,
-    NewConnectionError,
-    ProtocolError,
-    ReadTimeoutError,
-    SSLError,
-)
+import idna
 
-from crawler_tasks.fetch.netsafety import AddressRefused, DnsCache, ResolveError, check_address, parse_resolve_overrides
+from crawler_tasks.fetch.netsafety import (
+    AddressRefused,
+    DnsCache,
+    ResolveError,
+    check_address,
+    parse_resolve_overrides,
+    system_resolver,
+)
 from crawler_tasks.settings import Settings
 
 ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,text/plain;q=0.8,*/*;q=0.5"
-READ_CHUNK = 64 * 1024
-MAX_POOLS = 2048
+ACCEPT_ENCODING = "gzip, deflate, br"
+RECV_BYTES = 256 * 1024
+MAX_POOLS = 2048            # idle keep-alive connections kept per Fetcher (LRU)
+MAX_INTERIM = 8             # 1xx responses skipped before the real one
+DNS_THREADS = 8
+
+
+class ErrorKind(StrEnum):
+    """Why a fetch failed or was cut; stages count them as ``fetch/error/<kind>``."""
+
+    BAD_URL = "bad_url"                    # not an http(s) URL we can send
+    URL_TOO_LONG = "url_too_long"          # longer than MAX_URL_LENGTH
+    REFUSED = "refused"                    # private/forbidden address (netsafety)
+    DNS = "dns"                            # no address (or the lookup ran out of time)
+    CONNECT = "connect"                    # connection refused or unreachable
+    TIMEOUT = "timeout"                    # connect or one read silent for its timeout
+    DEADLINE = "deadline"                  # the exchange used up TOTAL_TIMEOUT_S
+    TLS = "tls"                            # handshake or certificate failure
+    PROTOCOL = "protocol"                  # reset, early close, broken framing
+    HTTP09 = "http09"                      # no status line: HTTP/0.9 or not HTTP at all
+    BAD_STATUS_LINE = "bad_status_line"    # "HTTP/..." but not a valid status line
+    HEADERS_TOO_LARGE = "headers_too_large"
+    TOO_MANY_HEADERS = "too_many_headers"
+    BODY_TOO_LARGE = "body_too_large"      # truncated="length"; status and body kept
+    DECODED_TOO_LARGE = "decoded_too_large"  # truncated="decoded-length"; bomb
 
 
 @dataclass(slots=True)
@@ -51,11 +93,11 @@ class FetchResult:
     headers: list[tuple[str, str]] = field(default_factory=list)   # as received
     request_headers: list[tuple[str, str]] = field(default_factory=list)
     body: bytes = b""                    # raw payload as transferred (content-coded), capped
-    content: bytes = b""                 # decoded payload (gzip/deflate removed), capped
-    truncated: str | None = None         # "length" | "time" | "decoded-length"
+    content: bytes = b""                 # decoded payload (gzip/deflate/br removed), capped
+    truncated: str | None = None         # "length" | "time" | "disconnect" | "decoded-length"
     ip: str | None = None
     error: str | None = None
-    error_kind: str | None = None
+    error_kind: ErrorKind | None = None
 
     @property
     def duration_s(self) -> float:
@@ -77,41 +119,178 @@ class FetchResult:
         return self.header("location") if self.status and 300 <= self.status < 400 else None
 
 
-class Fetcher:
-    """One per worker process; thread-safe as long as one host is fetched by one thread."""
+class _Fail(Exception):
+    """One exchange ended with ``kind``. ``unanswered``: the peer hung up before a byte of
+    an answer, which on a reused keep-alive connection means the server had closed it
+    (the request is then sent once more on a new connection)."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.dns = DnsCache(overrides=parse_resolve_overrides(settings.RESOLVE))
-        self._pools: OrderedDict[tuple, urllib3.HTTPConnectionPool] = OrderedDict()
+    def __init__(self, kind: ErrorKind, message: str, unanswered: bool = False) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.unanswered = unanswered
+
+
+_STATUS_LINE = re.compile(rb"HTTP/1\.([0-9]) +([1-9][0-9][0-9])(?: ([^\r\n]*))?\r?", re.IGNORECASE)
+_HEAD_END = re.compile(rb"\r?\n\r?\n")
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_BAD_VALUE = re.compile(r"[\r\n\0]")
+_UNSAFE_TARGET = re.compile(r"[^\x21-\x7e]")
+_TARGET_SAFE = "/?#[]@!$&'()*+,;=:%~-._"
+
+
+class _Conn:
+    """One socket and its read buffer, with the deadline of the exchange it serves."""
+
+    __slots__ = ("sock", "buf", "deadline", "read_timeout_s", "budget_s", "phase", "got_bytes")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.buf = bytearray()
+        self.deadline = 0.0
+        self.read_timeout_s = 0.0
+        self.budget_s = 0.0
+        self.phase = ""
+        self.got_bytes = False
+
+    def start(self, deadline: float, read_timeout_s: float, budget_s: float) -> None:
+        self.deadline, self.read_timeout_s, self.budget_s = deadline, read_timeout_s, budget_s
+        self.got_bytes = False
+
+    def arm(self) -> None:
+        """Socket timeout = min(silence allowed, what is left of the deadline)."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise self.deadline_passed()
+        self.sock.settimeout(min(self.read_timeout_s, left))
+
+    def deadline_passed(self) -> _Fail:
+        return _Fail(ErrorKind.DEADLINE, f"exchange deadline of {self.budget_s:g} s passed while {self.phase}")
+
+    def timed_out(self) -> _Fail:
+        if time.monotonic() >= self.deadline - 0.005:
+            return self.deadline_passed()
+        return _Fail(ErrorKind.TIMEOUT, f"no data for {self.read_timeout_s:g} s while {self.phase}")
+
+    def recv(self, n: int) -> bytes:
+        """Up to n bytes; b"" at EOF. Raises _Fail on timeout, deadline or reset."""
+        self.arm()
+        try:
+            data = self.sock.recv(n)
+        except TimeoutError:
+            raise self.timed_out() from None
+        except ssl.SSLError as exc:
+            raise _Fail(ErrorKind.TLS, f"TLS error while {self.phase}: {exc}") from None
+        except OSError as exc:
+            raise _Fail(ErrorKind.PROTOCOL, f"{_os_reason(exc)} while {self.phase}",
+                        unanswered=not self.got_bytes) from None
+        if data:
+            self.got_bytes = True
+        return data
+
+    def fill(self) -> bool:
+        """Read more into the buffer; False at EOF."""
+        data = self.recv(RECV_BYTES)
+        self.buf += data
+        return bool(data)
+
+    def readline(self, limit: int) -> bytes | None:
+        """One line (without its end) from the buffer, reading more as needed; None at EOF."""
+        start = 0
+        while True:
+            end = self.buf.find(b"\n", start)
+            if end >= 0:
+                line = bytes(self.buf[:end]).rstrip(b"\r")
+                del self.buf[:end + 1]
+                return line
+            if len(self.buf) > limit:
+                raise _Fail(ErrorKind.PROTOCOL, f"line over {limit} bytes while {self.phase}")
+            start = len(self.buf)
+            if not self.fill():
+                return None
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+    def alive(self) -> bool:
+        """An idle connection is usable when nothing (EOF, stray bytes) is waiting on it."""
+        try:
+            poller = select.poll()
+            poller.register(self.sock, select.POLLIN | select.POLLERR | select.POLLHUP)
+            return not poller.poll(0)
+        except (OSError, ValueError):
+            return False
+
+
+def _os_reason(exc: OSError) -> str:
+    if isinstance(exc, ConnectionResetError):
+        return "connection reset by peer"
+    if isinstance(exc, BrokenPipeError):
+        return "connection closed by peer (broken pipe)"
+    return f"{type(exc).__name__}: {exc}"
+
+
+class _BoundedResolver:
+    """The system resolver on helper threads, waited for at most the exchange's budget:
+    getaddrinfo cannot be interrupted, but nobody has to wait for it."""
+
+    def __init__(self, resolve: Callable[[str], list[str]], timeout_s: float) -> None:
+        self._resolve = resolve
+        self._timeout_s = timeout_s
+        self._local = threading.local()
+        self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
-        self.timeout = urllib3.Timeout(connect=settings.CONNECT_TIMEOUT_S, read=settings.READ_TIMEOUT_S)
 
-    def _pool(self, scheme: str, host: str, port: int, ip: str) -> urllib3.HTTPConnectionPool:
-        key = (scheme, host, port, ip)
+    def set_deadline(self, deadline: float | None) -> None:
+        """Monotonic deadline of this thread's current exchange (None: CONNECT_TIMEOUT_S)."""
+        self._local.deadline = deadline
+
+    def __call__(self, host: str) -> list[str]:
+        deadline = getattr(self._local, "deadline", None)
+        wait_s = self._timeout_s if deadline is None else min(self._timeout_s, deadline - time.monotonic())
+        if wait_s <= 0:
+            raise socket.gaierror(socket.EAI_AGAIN, "no time left for the DNS lookup")
         with self._lock:
-            pool = self._pools.get(key)
-            if pool is not None:
-                self._pools.move_to_end(key)
-                return pool
-            common = dict(maxsize=1, block=False, timeout=self.timeout, retries=False)
-            if scheme == "https":
-                pool = urllib3.HTTPSConnectionPool(
-                    ip, port, server_hostname=host, assert_hostname=host,
-                    cert_reqs="CERT_REQUIRED", ca_certs=certifi.where(), **common)
-            else:
-                pool = urllib3.HTTPConnectionPool(ip, port, **common)
-            self._pools[key] = pool
-            while len(self._pools) > MAX_POOLS:
-                _, old = self._pools.popitem(last=False)
-                old.close()
-            return pool
+            if self._pool is None:  # created on first use: a forked worker starts its own
+                self._pool = ThreadPoolExecutor(DNS_THREADS, thread_name_prefix="fetch-dns")
+            pool = self._pool
+        future = pool.submit(self._resolve, host)
+        try:
+            return future.result(timeout=wait_s)
+        except FutureTimeout:
+            future.cancel()
+            raise socket.gaierror(socket.EAI_AGAIN, f"no answer within {wait_s:.1f} s") from None
 
     def close(self) -> None:
         with self._lock:
-            for pool in self._pools.values():
-                pool.close()
-            self._pools.clear()
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
+
+
+class Fetcher:
+    """One per worker process; thread-safe (a connection serves one exchange at a time)."""
+
+    def __init__(self, settings: Settings, resolver: Callable[[str], list[str]] = system_resolver) -> None:
+        self.settings = settings
+        self._resolver = _BoundedResolver(resolver, min(settings.CONNECT_TIMEOUT_S, settings.TOTAL_TIMEOUT_S))
+        self.dns = DnsCache(overrides=parse_resolve_overrides(settings.RESOLVE), resolver=self._resolver)
+        self._idle: OrderedDict[tuple[str, str, int, str], _Conn] = OrderedDict()
+        self._lock = threading.Lock()
+        self._tls = ssl.create_default_context(cafile=certifi.where())
+        self._tls.set_alpn_protocols(["http/1.1"])
+
+    def close(self) -> None:
+        with self._lock:
+            conns = list(self._idle.values())
+            self._idle.clear()
+        for conn in conns:
+            conn.close()
+        self._resolver.close()
 
     def check_host(self, host: str) -> str:
         """Resolve and vet a host before anything is sent to it; returns the address.
@@ -122,98 +301,331 @@ class Fetcher:
 
     def fetch(self, url: str, extra_headers: dict[str, str] | None = None,
               max_body_bytes: int | None = None, max_decoded_bytes: int | None = None) -> FetchResult:
-        """GET one URL under every limit; never raises for network or server faults."""
+        """GET one URL under every limit and one deadline; never raises, never hangs."""
         s = self.settings
         result = FetchResult(url=url, started=time.time())
+        deadline = time.monotonic() + s.TOTAL_TIMEOUT_S
         try:
-            parts = urlsplit(url)
-            scheme = parts.scheme.lower()
-            host = parts.hostname or ""
-            if scheme not in ("http", "https") or not host:
-                raise LocationParseError(url)
-            port = parts.port or (443 if scheme == "https" else 80)
             if len(url) > s.MAX_URL_LENGTH:
-                return self._fail(result, "url_too_long", f"URL longer than {s.MAX_URL_LENGTH} characters")
-            result.ip = ip = self.check_host(host)
-            default_port = (scheme == "http" and port == 80) or (scheme == "https" and port == 443)
-            host_header = parts.netloc.rsplit("@", 1)[-1] if not default_port else (
-                f"[{host}]" if ":" in host else host)
-            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-            headers = {"Host": host_header, "User-Agent": s.USER_AGENT, "Accept": ACCEPT,
-                       "Accept-Encoding": "gzip, deflate", "Connection": "keep-alive"}
-            if extra_headers:
-                headers.update(extra_headers)
-            result.request_headers = list(headers.items())
-            pool = self._pool(scheme, host, port, ip)
-            resp = pool.urlopen("GET", target, headers=headers, redirect=False, retries=False,
-                                preload_content=False, decode_content=False, assert_same_host=False,
-                                release_conn=False)
+                raise _Fail(ErrorKind.URL_TOO_LONG, f"URL of {len(url)} characters (limit {s.MAX_URL_LENGTH})")
+            scheme, host, port, target, host_header = _split(url)
+            self._resolver.set_deadline(deadline)
             try:
-                self._read(resp, result, max_body_bytes or s.MAX_BODY_BYTES,
-                           max_decoded_bytes or s.MAX_DECODED_BYTES)
+                result.ip = ip = self.check_host(host)
             finally:
-                if result.truncated or result.error:
-                    resp.close()  # unread bytes: the connection cannot be reused
-                resp.release_conn()
+                self._resolver.set_deadline(None)
+            headers = {"Host": host_header, "User-Agent": s.USER_AGENT, "Accept": ACCEPT,
+                       "Accept-Encoding": ACCEPT_ENCODING, "Connection": "keep-alive"}
+            for name, value in (extra_headers or {}).items():
+                if _TOKEN.fullmatch(name) and not _BAD_VALUE.search(value) and value.isascii():
+                    headers[name] = value  # a validator echoed from a server may be junk: not sent
+            result.request_headers = list(headers.items())
+            request = ("".join([f"GET {target} HTTP/1.1\r\n",
+                                *(f"{k}: {v}\r\n" for k, v in result.request_headers), "\r\n"])).encode("latin-1", "replace")
+            key = (scheme, host, port, ip)
+            self._exchange(key, request, deadline, result, max_body_bytes or s.MAX_BODY_BYTES,
+                           max_decoded_bytes or s.MAX_DECODED_BYTES)
+        except _Fail as exc:
+            result.error_kind, result.error = exc.kind, exc.message
         except AddressRefused as exc:
-            self._fail(result, "refused", exc.reason)
+            result.error_kind, result.error = ErrorKind.REFUSED, exc.reason
         except ResolveError as exc:
-            self._fail(result, "dns", exc.reason)
-        except NewConnectionError as exc:  # before its base class ConnectTimeoutError
-            self._fail(result, "connect", str(exc))
-        except (ConnectTimeoutError, ReadTimeoutError, TimeoutError) as exc:
-            self._fail(result, "timeout", str(exc))
-        except SSLError as exc:
-            self._fail(result, "tls", str(exc))
-        except (ValueError, LocationParseError) as exc:
-            self._fail(result, "bad_url", f"cannot fetch {url!r}: {exc}")
-        except (ProtocolError, HTTPError, OSError) as exc:
-            self._fail(result, "protocol", f"{type(exc).__name__}: {exc}")
+            result.error_kind, result.error = ErrorKind.DNS, exc.reason
+        except OSError as exc:  # a socket call outside the mapped ones: still a result
+            result.error_kind, result.error = ErrorKind.PROTOCOL, _os_reason(exc)
         result.ended = time.time()
         return result
 
-    def _read(self, resp: urllib3.BaseHTTPResponse, result: FetchResult, cap: int, decoded_cap: int) -> None:
+    def _exchange(self, key: tuple[str, str, int, str], request: bytes, deadline: float,
+                  result: FetchResult, cap: int, decoded_cap: int) -> None:
+        conn = self._take(key)
+        if conn is not None:
+            try:
+                self._round_trip(conn, key, request, deadline, result, cap, decoded_cap)
+                return
+            except _Fail as exc:
+                conn.close()
+                if not exc.unanswered:
+                    raise
+                # the server had closed the idle connection: once more on a new one
+        conn = self._connect(key, deadline)
+        try:
+            self._round_trip(conn, key, request, deadline, result, cap, decoded_cap)
+        except _Fail:
+            conn.close()
+            raise
+
+    def _take(self, key: tuple[str, str, int, str]) -> _Conn | None:
+        with self._lock:
+            conn = self._idle.pop(key, None)
+        if conn is not None and not conn.alive():
+            conn.close()
+            return None
+        return conn
+
+    def _give_back(self, key: tuple[str, str, int, str], conn: _Conn) -> None:
+        with self._lock:
+            old = self._idle.pop(key, None)
+            self._idle[key] = conn
+            evicted = [self._idle.popitem(last=False)[1] for _ in range(len(self._idle) - MAX_POOLS)]
+        for c in ([old] if old else []) + evicted:
+            c.close()
+
+    def _connect(self, key: tuple[str, str, int, str], deadline: float) -> _Conn:
         s = self.settings
-        result.status = resp.status
-        result.reason = resp.reason or ""
-        result.headers = list(resp.headers.items())
-        header_bytes = sum(len(k) + len(v) + 4 for k, v in result.headers)
-        if header_bytes > s.MAX_HEADER_BYTES:
-            self._fail(result, "headers_too_large", f"response headers of {header_bytes} bytes")
-            return
-        deadline = result.started + s.TOTAL_TIMEOUT_S
-        chunks: list[bytes] = []
-        size = 0
-        while True:
-            chunk = resp.read1(READ_CHUNK)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size >= cap:
-                result.truncated = "length"
-                break
-            if time.time() > deadline:
-                result.truncated = "time"
-                break
-        body = b"".join(chunks)
-        if len(body) > cap:
-            body = body[:cap]
-        result.body = body
-        result.content, decoded_truncated = decode_body(body, result.header("content-encoding"), decoded_cap)
-        if decoded_truncated and not result.truncated:
+        scheme, host, port, ip = key
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _Fail(ErrorKind.DEADLINE, f"exchange deadline of {s.TOTAL_TIMEOUT_S:g} s passed during DNS")
+        timeout = min(s.CONNECT_TIMEOUT_S, left)
+        try:
+            sock = socket.create_connection((ip, port), timeout=timeout)
+        except TimeoutError:
+            if timeout < s.CONNECT_TIMEOUT_S:
+                raise _Fail(ErrorKind.DEADLINE, f"exchange deadline of {s.TOTAL_TIMEOUT_S:g} s passed "
+                                                f"while connecting to {ip}:{port}") from None
+            raise _Fail(ErrorKind.TIMEOUT, f"connect to {ip}:{port} took over {timeout:g} s") from None
+        except OSError as exc:
+            raise _Fail(ErrorKind.CONNECT, f"cannot connect to {ip}:{port}: {exc.strerror or exc}") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = _Conn(sock)
+        if scheme == "https":
+            conn.start(deadline, s.READ_TIMEOUT_S, s.TOTAL_TIMEOUT_S)
+            conn.phase = "in the TLS handshake"
+            try:
+                tls = self._tls.wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
+                conn.sock = tls
+                conn.arm()  # the whole handshake is bounded by one socket timeout
+                tls.do_handshake()
+            except _Fail:
+                conn.close()
+                raise
+            except TimeoutError:
+                conn.close()
+                raise conn.timed_out() from None
+            except (ssl.SSLError, ssl.CertificateError) as exc:
+                conn.close()
+                raise _Fail(ErrorKind.TLS, f"TLS with {host}: {exc}") from None
+            except OSError as exc:
+                conn.close()
+                raise _Fail(ErrorKind.PROTOCOL, f"{_os_reason(exc)} in the TLS handshake") from None
+        return conn
+
+    def _round_trip(self, conn: _Conn, key: tuple[str, str, int, str], request: bytes, deadline: float,
+                    result: FetchResult, cap: int, decoded_cap: int) -> None:
+        s = self.settings
+        conn.start(deadline, s.READ_TIMEOUT_S, s.TOTAL_TIMEOUT_S)
+        conn.phase = "sending the request"
+        conn.arm()
+        try:
+            conn.sock.sendall(request)
+        except TimeoutError:
+            raise conn.timed_out() from None
+        except OSError as exc:
+            raise _Fail(ErrorKind.PROTOCOL, f"{_os_reason(exc)} while sending the request",
+                        unanswered=True) from None
+        version, keep_alive = self._read_head(conn, result)
+        reusable = self._read_body(conn, result, cap, version, keep_alive)
+        if reusable and not conn.buf:  # bytes past the body would pose as the next answer
+            self._give_back(key, conn)
+        else:
+            conn.close()
+        result.content, cut = decode_body(result.body, result.header("content-encoding"), decoded_cap)
+        if cut and not result.truncated:
             result.truncated = "decoded-length"
+            result.error_kind = ErrorKind.DECODED_TOO_LARGE
+            result.error = (f"{result.header('content-encoding')}-coded body decodes to more than "
+                            f"{decoded_cap} bytes (cut there)")
+
+    def _read_head(self, conn: _Conn, result: FetchResult) -> tuple[int, bool]:
+        """Status line and headers into ``result``; returns (minor version, keep-alive)."""
+        s = self.settings
+        for _ in range(MAX_INTERIM + 1):
+            conn.phase = "waiting for the status line"
+            head = self._head_block(conn, s.MAX_HEADER_BYTES, s.MAX_HEADERS)
+            lines = head.split(b"\n")
+            match = _STATUS_LINE.fullmatch(lines[0])
+            if match is None:
+                raise _Fail(ErrorKind.BAD_STATUS_LINE, f"bad status line {bytes(lines[0][:80])!r}")
+            status = int(match.group(2))
+            if 100 <= status < 200 and status != 101:
+                continue  # 100 Continue, 103 Early Hints: the real answer follows
+            result.status = status
+            result.reason = (match.group(3) or b"").decode("latin-1").strip()
+            result.headers = _parse_headers(lines[1:])
+            minor = int(match.group(1))
+            connection = (result.header("connection") or "").lower()
+            keep_alive = ("close" not in connection) if minor >= 1 else ("keep-alive" in connection)
+            return minor, keep_alive
+        raise _Fail(ErrorKind.PROTOCOL, f"more than {MAX_INTERIM} interim (1xx) responses")
 
     @staticmethod
-    def _fail(result: FetchResult, kind: str, message: str) -> FetchResult:
-        result.error_kind = kind
-        result.error = message
-        result.ended = time.time()
-        return result
+    def _head_block(conn: _Conn, max_bytes: int, max_headers: int) -> bytes:
+        """Bytes up to the blank line ending the header block, under both caps."""
+        buf = conn.buf
+        scanned = lines = 0
+        while True:
+            while buf[:1] in (b"\r", b"\n"):  # stray line ends before a status line
+                del buf[:1]
+            if buf and not b"HTTP/".startswith(bytes(buf[:5]).upper()):
+                raise _Fail(ErrorKind.HTTP09, f"no status line: the answer starts {bytes(buf[:40])!r} "
+                                              "(HTTP/0.9 or another protocol)")
+            end = _HEAD_END.search(buf, max(0, scanned - 3))
+            stop = end.start() if end else len(buf)
+            lines += buf.count(b"\n", scanned, stop)
+            if lines > max_headers:
+                raise _Fail(ErrorKind.TOO_MANY_HEADERS, f"more than {max_headers} header lines")
+            if stop > max_bytes:
+                raise _Fail(ErrorKind.HEADERS_TOO_LARGE, f"header block over {max_bytes} bytes")
+            if end:
+                head = bytes(buf[:end.start()])
+                del buf[:end.end()]
+                return head
+            scanned = len(buf)
+            if buf:
+                conn.phase = "reading the header block" if lines else "reading the status line"
+            if not conn.fill():
+                if not buf:
+                    raise _Fail(ErrorKind.PROTOCOL, "connection closed before any answer", unanswered=True)
+                raise _Fail(ErrorKind.PROTOCOL, f"connection closed inside the header block after {len(buf)} bytes")
+
+    def _read_body(self, conn: _Conn, result: FetchResult, cap: int, minor: int, keep_alive: bool) -> bool:
+        """Read the body into ``result`` under ``cap``; True if the connection can be reused.
+        A cut or failed read keeps what came, marks ``truncated`` and sets the error."""
+        status = result.status or 0
+        conn.phase = "reading the body"
+        sink = bytearray()
+        try:
+            if status in (101, 204, 304):
+                return keep_alive and status != 101
+            coding = (result.header("transfer-encoding") or "").lower()
+            if coding:
+                if coding.rsplit(",", 1)[-1].strip() != "chunked":
+                    return self._until_close(conn, sink, cap, result)
+                return self._chunked(conn, sink, cap, result) and keep_alive
+            lengths = {v.strip() for k, v in result.headers if k.lower() == "content-length"}
+            if not lengths:
+                return self._until_close(conn, sink, cap, result)
+            text = lengths.pop()
+            if lengths or not (text.isascii() and text.isdigit()):
+                raise _Fail(ErrorKind.PROTOCOL, f"bad Content-Length {sorted(lengths | {text})!r}")
+            length = int(text)
+            want = min(length, cap)
+            while len(sink) < want:
+                if conn.buf:
+                    take = min(len(conn.buf), want - len(sink))
+                    sink += conn.buf[:take]
+                    del conn.buf[:take]
+                    continue
+                data = conn.recv(min(RECV_BYTES, want - len(sink)))
+                if not data:
+                    raise _Fail(ErrorKind.PROTOCOL, f"connection closed after {len(sink)} of {length} body bytes")
+                sink += data
+            if length > cap:
+                self._cut(result, cap)
+                return False
+            return keep_alive
+        except _Fail as exc:
+            if exc.kind in (ErrorKind.DEADLINE, ErrorKind.TIMEOUT):
+                result.truncated = "time"
+            else:
+                result.truncated = "disconnect"
+            result.error_kind, result.error = exc.kind, exc.message
+            return False
+        finally:
+            result.body = bytes(sink) if len(sink) <= cap else bytes(sink[:cap])
+
+    def _until_close(self, conn: _Conn, sink: bytearray, cap: int, result: FetchResult) -> bool:
+        sink += conn.buf
+        conn.buf.clear()
+        while len(sink) <= cap:
+            data = conn.recv(RECV_BYTES)
+            if not data:
+                return False
+            sink += data
+        self._cut(result, cap)
+        return False
+
+    def _chunked(self, conn: _Conn, sink: bytearray, cap: int, result: FetchResult) -> bool:
+        """Chunked transfer coding (extensions ignored, trailers skipped)."""
+        limit = self.settings.MAX_HEADER_BYTES
+        while True:
+            line = conn.readline(limit)
+            if line is None:
+                raise _Fail(ErrorKind.PROTOCOL, f"connection closed inside a chunked body after {len(sink)} bytes")
+            size_text = line.split(b";", 1)[0].strip()
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                raise _Fail(ErrorKind.PROTOCOL, f"bad chunk size {size_text[:20]!r}") from None
+            if size == 0:
+                break
+            left = size
+            while left:
+                if not conn.buf and not conn.fill():
+                    raise _Fail(ErrorKind.PROTOCOL, f"connection closed inside a chunk after {len(sink)} bytes")
+                take = min(left, len(conn.buf))
+                sink += conn.buf[:take]
+                del conn.buf[:take]
+                left -= take
+                if len(sink) > cap:
+                    self._cut(result, cap)
+                    return False
+            if conn.readline(limit) is None:
+                raise _Fail(ErrorKind.PROTOCOL, "connection closed after a chunk")
+        for _ in range(self.settings.MAX_HEADERS + 1):  # trailer section, up to its blank line
+            line = conn.readline(limit)
+            if not line:
+                return line is not None
+        raise _Fail(ErrorKind.TOO_MANY_HEADERS, f"more than {self.settings.MAX_HEADERS} trailer lines")
+
+    @staticmethod
+    def _cut(result: FetchResult, cap: int) -> None:
+        result.truncated = "length"
+        result.error_kind = ErrorKind.BODY_TOO_LARGE
+        result.error = f"body over {cap} bytes (cut there)"
+
+
+def _split(url: str) -> tuple[str, str, int, str, str]:
+    """(scheme, ASCII host, port, request target, Host header) or _Fail(bad_url)."""
+    try:
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        host = parts.hostname or ""
+        port = parts.port or (443 if scheme == "https" else 80)
+        if scheme not in ("http", "https") or not host:
+            raise ValueError("not an http(s) URL with a host")
+        if not host.isascii():
+            host = idna.encode(host, uts46=True).decode("ascii")
+    except (ValueError, idna.IDNAError) as exc:
+        raise _Fail(ErrorKind.BAD_URL, f"cannot fetch {url[:200]!r}: {exc}") from None
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    if _UNSAFE_TARGET.search(target):
+        target = quote(target, safe=_TARGET_SAFE)
+    name = f"[{host}]" if ":" in host else host
+    default_port = port == (443 if scheme == "https" else 80)
+    return scheme, host, port, target, name if default_port else f"{name}:{port}"
+
+
+def _parse_headers(lines: list[bytes]) -> list[tuple[str, str]]:
+    """Header lines as (name, value) in order; folded lines join the previous value,
+    lines without a colon are dropped."""
+    out: list[tuple[str, str]] = []
+    for raw in lines:
+        line = raw.decode("latin-1").rstrip("\r")
+        if line[:1] in (" ", "\t"):
+            if out:
+                out[-1] = (out[-1][0], f"{out[-1][1]} {line.strip()}")
+            continue
+        name, sep, value = line.partition(":")
+        name = name.strip()
+        if sep and name:
+            out.append((name, value.strip()))
+    return out
 
 
 def decode_body(body: bytes, encoding: str | None, max_bytes: int) -> tuple[bytes, bool]:
-    """Undo gzip/deflate content coding with an output cap (gzip bombs).
+    """Undo gzip/deflate/br content coding with an output cap (bombs).
 
     Returns (decoded, truncated). Unknown or broken codings give the raw body back,
     which the parser then treats as whatever it is.
@@ -221,17 +633,27 @@ def decode_body(body: bytes, encoding: str | None, max_bytes: int) -> tuple[byte
     coding = (encoding or "").strip().lower()
     if coding in ("", "identity") or not body:
         return body[:max_bytes], len(body) > max_bytes
+    if coding == "br":
+        try:
+            d = brotli.Decompressor()
+            out = d.process(body, output_buffer_limit=max_bytes)
+            if out or d.is_finished():  # else not brotli at all: fall through to the raw body
+                # the limit is soft (output grows in blocks): cut to the cap here
+                return out[:max_bytes], len(out) > max_bytes or len(out) == max_bytes and not d.is_finished()
+        except brotli.error:
+            pass
+        return body[:max_bytes], len(body) > max_bytes
     if coding in ("gzip", "x-gzip"):
-        wbits_options = (47,)          # gzip or zlib header, auto-detected
+        wbits_options: tuple[int, ...] = (47,)   # gzip or zlib header, auto-detected
     elif coding == "deflate":
         wbits_options = (15, -15)      # zlib-wrapped (RFC) or raw deflate (what IIS sends)
     else:
         return body[:max_bytes], len(body) > max_bytes
     for wbits in wbits_options:
         try:
-            d = zlib.decompressobj(wbits)
-            out = d.decompress(body, max_bytes)
-            return out, bool(d.unconsumed_tail) or len(out) >= max_bytes and not d.eof
+            z = zlib.decompressobj(wbits)
+            out = z.decompress(body, max_bytes)
+            return out, bool(z.unconsumed_tail) or len(out) >= max_bytes and not z.eof
         except zlib.error:
             continue
     return body[:max_bytes], len(body) > max_bytes
