@@ -47,28 +47,39 @@ class Action(StrEnum):
 
 
 class ErrorKind(StrEnum):
-    """``error_kind`` of a record: why a URL has no (usable) answer."""
+    """``error_kind`` of a record: why a URL has no (usable) answer; counted as
+    ``fetch/error/<kind>`` and ``records/error/<kind>``."""
 
-    # the exchange
-    DNS = "dns"
-    CONNECT = "connect"
-    TIMEOUT = "timeout"
-    TLS = "tls"
-    PROTOCOL = "protocol"
+    # the exchange (fetch.http)
+    BAD_URL = "bad_url"                    # not an http(s) URL we can send
+    URL_TOO_LONG = "url_too_long"          # longer than MAX_URL_LENGTH
+    REFUSED = "refused"                    # private/forbidden address (netsafety)
+    DNS = "dns"                            # no address (or the lookup ran out of time)
+    CONNECT = "connect"                    # connection refused or unreachable
+    TIMEOUT = "timeout"                    # connect or one read silent for its timeout
+    DEADLINE = "deadline"                  # the exchange used up TOTAL_TIMEOUT_S
+    TLS = "tls"                            # handshake or certificate failure
+    PROTOCOL = "protocol"                  # reset, early close, broken framing
+    HTTP09 = "http09"                      # no status line: HTTP/0.9 or not HTTP at all
+    BAD_STATUS_LINE = "bad_status_line"    # "HTTP/..." but not a valid status line
     HEADERS_TOO_LARGE = "headers_too_large"
-    BAD_URL = "bad_url"
-    URL_TOO_LONG = "url_too_long"
-    REFUSED = "refused"           # private or forbidden address
-    # policy and content
-    ROBOTS = "robots"             # disallowed by robots.txt
-    REDIRECTS = "redirects"       # redirect chain over the cap
+    TOO_MANY_HEADERS = "too_many_headers"
+    BODY_TOO_LARGE = "body_too_large"      # truncated="length"; status and body kept
+    DECODED_TOO_LARGE = "decoded_too_large"  # truncated="decoded-length"; a bomb
+    # policy and content (stages)
+    ROBOTS = "robots"                      # disallowed by robots.txt
+    REDIRECTS = "redirects"                # redirect chain over the cap
     PARSE = "parse"
+    PARSE_LIMIT = "parse_limit"            # a parse cap cut the page (elements, depth, ...)
     SITEMAP = "sitemap"
 
 
-RETRYABLE_ERRORS = frozenset({ErrorKind.TIMEOUT, ErrorKind.CONNECT, ErrorKind.PROTOCOL, ErrorKind.DNS})
+# transient: the URL is tried again (MAX_RETRIES) before it gets an error record
+RETRYABLE_ERRORS = frozenset({ErrorKind.TIMEOUT, ErrorKind.DEADLINE, ErrorKind.CONNECT, ErrorKind.PROTOCOL,
+                              ErrorKind.DNS})
 # errors after which a request did reach (or try to reach) the host
-NETWORK_ERRORS = RETRYABLE_ERRORS | {ErrorKind.TLS, ErrorKind.HEADERS_TOO_LARGE}
+NETWORK_ERRORS = RETRYABLE_ERRORS | {ErrorKind.TLS, ErrorKind.HEADERS_TOO_LARGE, ErrorKind.TOO_MANY_HEADERS,
+                                     ErrorKind.HTTP09, ErrorKind.BAD_STATUS_LINE}
 
 
 @dataclass(frozen=True, slots=True)

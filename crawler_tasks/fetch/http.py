@@ -38,7 +38,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
-from enum import StrEnum
 from urllib.parse import quote, urlsplit
 
 import brotli  # type: ignore[import-untyped]
@@ -53,6 +52,7 @@ from crawler_tasks.fetch.netsafety import (
     parse_resolve_overrides,
     system_resolver,
 )
+from crawler_tasks.records import ErrorKind
 from crawler_tasks.settings import Settings
 
 ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,text/plain;q=0.8,*/*;q=0.5"
@@ -61,26 +61,6 @@ RECV_BYTES = 256 * 1024
 MAX_POOLS = 2048            # idle keep-alive connections kept per Fetcher (LRU)
 MAX_INTERIM = 8             # 1xx responses skipped before the real one
 DNS_THREADS = 8
-
-
-class ErrorKind(StrEnum):
-    """Why a fetch failed or was cut; stages count them as ``fetch/error/<kind>``."""
-
-    BAD_URL = "bad_url"                    # not an http(s) URL we can send
-    URL_TOO_LONG = "url_too_long"          # longer than MAX_URL_LENGTH
-    REFUSED = "refused"                    # private/forbidden address (netsafety)
-    DNS = "dns"                            # no address (or the lookup ran out of time)
-    CONNECT = "connect"                    # connection refused or unreachable
-    TIMEOUT = "timeout"                    # connect or one read silent for its timeout
-    DEADLINE = "deadline"                  # the exchange used up TOTAL_TIMEOUT_S
-    TLS = "tls"                            # handshake or certificate failure
-    PROTOCOL = "protocol"                  # reset, early close, broken framing
-    HTTP09 = "http09"                      # no status line: HTTP/0.9 or not HTTP at all
-    BAD_STATUS_LINE = "bad_status_line"    # "HTTP/..." but not a valid status line
-    HEADERS_TOO_LARGE = "headers_too_large"
-    TOO_MANY_HEADERS = "too_many_headers"
-    BODY_TOO_LARGE = "body_too_large"      # truncated="length"; status and body kept
-    DECODED_TOO_LARGE = "decoded_too_large"  # truncated="decoded-length"; bomb
 
 
 @dataclass(slots=True)

@@ -113,7 +113,7 @@ class WarcStore:
             if res.ip:
                 extra["WARC-IP-Address"] = res.ip
             if res.truncated:
-                extra["WARC-Truncated"] = "time" if res.truncated == "time" else "length"
+                extra["WARC-Truncated"] = res.truncated if res.truncated in ("time", "disconnect") else "length"
             if res.status == 304:  # our conditional GET: nothing changed, no payload
                 extra.update({"WARC-Profile": NOT_MODIFIED_PROFILE, "WARC-Refers-To-Target-URI": res.url})
                 resp = writer.create_warc_record(res.url, "revisit", http_headers=resp_headers,
