@@ -37,7 +37,9 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 ========================  ======  ===================================================
 
 Global (``<prefix>:{g}:...``): ``stats`` (hash of counters with slash paths),
-``control`` (hash: state, started_at, ...), ``inflight`` (zset batch id -> deadline),
+``control`` (hash: state, started_at, ...), ``inflight`` (zset page group id -> deadline,
+between fetch and enqueue), ``sessions`` (zset ``<shard>/<session id>`` -> deadline: fetch
+sessions running or queued),
 ``feed`` (stream of indexable pages for indexers), ``latency`` (fetch latency buckets),
 ``ipte`` (hash address -> next contact, when per-IP politeness is on).
 Content (``<prefix>:{f<k>}:fp``): exact content fingerprint -> first URL;
@@ -170,6 +172,10 @@ class GlobalKeys:
     @property
     def inflight(self) -> str:
         return f"{self.prefix}:{{g}}:inflight"
+
+    @property
+    def sessions(self) -> str:
+        return f"{self.prefix}:{{g}}:sessions"
 
     @property
     def ip_te(self) -> str:

@@ -60,11 +60,24 @@ class Settings:
     HOST_QUEUE_CAP: int = 100_000
     # Most hosts one wake task leases per shard.
     WAKE_MAX_HOSTS: int = 256
-    # Hosts per fetch task (fetched concurrently, one connection per host).
+    # Most hosts one fetch session holds (one thread and one connection per host).
     FETCH_BATCH: int = 32
-    # Most fetch batches dispatched and not yet through dedup (back-pressure).
+    # Fetch sessions one fetch worker process runs at once (its Celery threads pool).
+    FETCH_CONCURRENCY: int = 4
+    # Fetch sessions running or queued over the whole crawl (manage.py crawl sets it to
+    # fetch workers x FETCH_CONCURRENCY); each shard gets its share.
+    MAX_FETCH_SESSIONS: int = 8
+    # A session gives its hosts back and ends after this long (the broker rotates work).
+    SESSION_MAX_S: float = 60.0
+    # A host whose next contact is at most this far away stays with its session, which
+    # fetches it again the moment its delay has passed; farther ones go back to the heap.
+    HOLD_HORIZON_S: float = 10.0
+    # Fetched pages go to parse in groups of at most this many, or this old.
+    PARSE_GROUP_PAGES: int = 16
+    PARSE_GROUP_S: float = 0.5
+    # Most page groups between fetch and enqueue (back-pressure: sessions give hosts back).
     MAX_INFLIGHT_BATCHES: int = 16
-    # A dispatched batch that did not finish by then is forgotten (its worker died; its
+    # A session or page group not finished by then is forgotten (its worker died; its
     # hosts come back when their leases expire). 0 = 2 x LEASE_S.
     BATCH_TIMEOUT_S: float = 0.0
     # Maximum link depth from a seed (0 = seeds only, -1 = unlimited).
@@ -270,6 +283,12 @@ class Settings:
             (self.PRIORITY_LEVELS >= 1, "PRIORITY_LEVELS must be >= 1"),
             (self.MAX_ACTIVE_HOSTS >= 1, "MAX_ACTIVE_HOSTS must be >= 1"),
             (self.FETCH_BATCH >= 1, "FETCH_BATCH must be >= 1"),
+            (self.FETCH_CONCURRENCY >= 1, "FETCH_CONCURRENCY must be >= 1"),
+            (self.MAX_FETCH_SESSIONS >= 1, "MAX_FETCH_SESSIONS must be >= 1"),
+            (self.SESSION_MAX_S > 0, "SESSION_MAX_S must be > 0"),
+            (self.HOLD_HORIZON_S >= 0, "HOLD_HORIZON_S must be >= 0"),
+            (self.PARSE_GROUP_PAGES >= 1, "PARSE_GROUP_PAGES must be >= 1"),
+            (self.PARSE_GROUP_S > 0, "PARSE_GROUP_S must be > 0"),
             (self.MIN_DELAY_S >= 0, "MIN_DELAY_S must be >= 0"),
             (self.DELAY_FACTOR >= 0, "DELAY_FACTOR must be >= 0"),
             (self.LEASE_S > self.TOTAL_TIMEOUT_S, "LEASE_S must exceed TOTAL_TIMEOUT_S"),

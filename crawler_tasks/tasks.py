@@ -10,6 +10,7 @@ logged, counted as ``error/message``, and nothing is read, written or deleted fo
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -24,7 +25,7 @@ from crawler_tasks.ops.maintenance import run_maintenance
 from crawler_tasks.ops.snapshot import maybe_checkpoint
 from crawler_tasks.output.spool import check_batch_id
 from crawler_tasks.queues import DEDUP_QUEUE, fetch_queue, parse_queue
-from crawler_tasks.records import page_from_message, record_from_message, to_message
+from crawler_tasks.records import FetchedPage, page_from_message, record_from_message, to_message
 from crawler_tasks.settings import get_settings
 from crawler_tasks.stages.enqueue import enqueue_stage
 from crawler_tasks.stages.fetch import fetch_stage
@@ -53,6 +54,17 @@ def _reset_after_fork(**_: object) -> None:
 
 
 _REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
+_cpu_lock = threading.Lock()
+_cpu_last = [time.process_time()]
+
+
+def _process_cpu_ms() -> int:
+    """This process's CPU since the last call: fetch sessions share a process (threads pool),
+    so each reports what the process used since the previous one ended."""
+    with _cpu_lock:
+        now = time.process_time()
+        spent, _cpu_last[0] = now - _cpu_last[0], now
+    return round(spent * 1000)
 
 
 def _refuse(task: str, exc: MessageError) -> int:
@@ -99,16 +111,17 @@ def wake() -> int:
           retry_backoff=True, retry_backoff_max=30, max_retries=10)
 def fetch(shard: Any, batch_id: Any, leases: Any) -> int:
     w = get_worker()
-    t0 = time.process_time()
     try:
         batch_id = check_batch_id(batch_id)
         checked = _leases(shard, leases)
     except MessageError as exc:
         return _refuse("fetch", exc)
-    pages = fetch_stage(w, checked, batch_id)
-    parse.apply_async(([to_message(p) for p in pages], batch_id), queue=parse_queue(w.settings.node_name))
-    w.count({"cpu_ms/fetch": round((time.process_time() - t0) * 1000)})
-    return len(pages)
+    def emit(pages: list[FetchedPage], group_id: str) -> None:
+        parse.apply_async(([to_message(p) for p in pages], group_id), queue=parse_queue(w.settings.node_name))
+
+    handed = fetch_stage(w, checked[0].shard if checked else shard, checked, batch_id, emit)
+    w.count({"cpu_ms/fetch": _process_cpu_ms()})
+    return handed
 
 
 @app.task(name="crawler.parse", acks_late=True, autoretry_for=_REDIS_DOWN,

@@ -28,17 +28,23 @@ HTML = {"Content-Type": "text/html; charset=utf-8"}
 
 
 def crawl_inline(settings, seeds: list[str], seconds: float = 20.0) -> list[dict]:
-    """Run the stages in this process until the crawl finishes or time runs out."""
+    """Run the stages in this process until the crawl finishes or time runs out: each
+    fetch session hands its page groups straight to parse and enqueue."""
+    settings = dataclasses.replace(settings, SESSION_MAX_S=min(settings.SESSION_MAX_S, max(1.0, seconds / 2)))
     reset_settings(settings)
     seed_urls(settings, seeds)
     worker = Worker.create(settings)
+
+    def emit(pages, group_id):
+        pages = [page_from_message(to_message(p)) for p in pages]
+        records = [record_from_message(to_message(r)) for r in parse_stage(worker, pages, group_id)]
+        enqueue_stage(worker, records, group_id)
+
     deadline = time.time() + seconds
     while time.time() < deadline:
         batches = plan_wake(settings, worker.frontier)
         for b in batches:
-            pages = [page_from_message(to_message(p)) for p in fetch_stage(worker, b.leases, b.batch_id)]
-            records = [record_from_message(to_message(r)) for r in parse_stage(worker, pages, b.batch_id)]
-            enqueue_stage(worker, records, b.batch_id)
+            fetch_stage(worker, b.shard, b.leases, b.batch_id, emit)
         if settings.CONTINUOUS:
             worker.recrawler.requeue_due()
         if not batches:
@@ -206,8 +212,8 @@ def test_soft404_probe_marks_catch_all_pages(fast):
         seed_urls(s, [web.url(0, "/")])
         lease = worker.frontier.get_urls(worker.frontier.shard_of(web.hosts[0]), 1)[0]
         # pretend robots.txt was just read: the probe goes first
-        from crawler_tasks.stages.fetch import _first_contact
-        _first_contact(worker, lease, "http", [])
+        from crawler_tasks.stages.fetch import first_contact
+        first_contact(worker, lease, "http", [])
         worker.frontier.complete(lease, te=time.time(), action="keep")
         probe_path = worker.frontier.host_queue(lease.shard, web.hosts[0])[0].url.split("/", 3)[3]
         web.set_route(0, "/" + probe_path, 200, HTML, catch_all)

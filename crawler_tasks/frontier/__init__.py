@@ -92,6 +92,12 @@ def group_by(items: Iterable[T], key: Callable[[T], K]) -> dict[K, list[T]]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Completion:
+    ok: bool                 # False: the lease had been lost, nothing changed
+    held: Lease | None       # the host's next lease when it was held for the caller
+
+
 @dataclass(slots=True)
 class HostInfo:
     """One host's frontier state, for ``manage.py hosts`` (times in epoch seconds)."""
@@ -231,6 +237,13 @@ class Frontier:
         one more try, ``keep`` leaves it for later; ``host_state`` (politeness fields)
         is saved in the same round trip. Returns False if the lease had expired and
         been given to someone else (then nothing changed but the host state)."""
+        return self.finish(lease, te, action, host_state).ok
+
+    def finish(self, lease: Lease, te: float, action: Action = Action.DONE,
+               host_state: dict[str, str] | None = None, hold_until: float = 0.0) -> Completion:
+        """``complete``, and with ``hold_until`` > 0 keep the host leased to the caller
+        (until then) when it has URLs left: ``Completion.held`` is the lease of its next
+        head URL, to be fetched at ``te`` by the caller itself."""
         action = Action(action)
         k = self.keys(lease.shard)
         retry_raw = ""
@@ -238,13 +251,18 @@ class Frontier:
             e = lease.entry
             retry_raw = Entry(e.url, e.depth, e.tries + 1, e.hops, e.kind).encode()
         keys = [k.active, k.ready, k.lease, k.te, k.queue(lease.host), k.queued]
-        args = [lease.host, lease.token, action.value, te, lease.raw, retry_raw]
+        args = [lease.host, lease.token, action.value, te, lease.raw, retry_raw, hold_until]
+        client = self.client(lease.shard)
         if not host_state:
-            return self._run(lease.shard, "complete", keys, args) == 1
-        pipe = self.client(lease.shard).pipeline(transaction=False)
-        pipe.hset(k.host_state(lease.host), mapping=host_state)
-        self._script(self.client(lease.shard), "complete")(keys=keys, args=args, client=pipe)
-        return pipe.execute()[-1] == 1
+            out = list(self._run(lease.shard, "complete", keys, args))  # type: ignore[call-overload]
+        else:
+            pipe = client.pipeline(transaction=False)
+            pipe.hset(k.host_state(lease.host), mapping=host_state)
+            self._script(client, "complete")(keys=keys, args=args, client=pipe)
+            out = list(pipe.execute()[-1])
+        if int(out[0]) == 2:
+            return Completion(True, Lease(lease.shard, lease.host, out[1], out[2]))
+        return Completion(int(out[0]) == 1, None)
 
     def claim_ip(self, ip: str, now: float | None = None) -> float:
         """Per-IP politeness: 0.0 if the address may be contacted now (it is then claimed

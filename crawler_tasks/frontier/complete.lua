@@ -1,22 +1,27 @@
--- complete.lua: a leased host's fetch is over; consume or keep its head URL and set te.
+-- complete.lua: a leased host's turn is over; consume or keep its head URL and set te.
 -- KEYS[1] active set, KEYS[2] ready zset, KEYS[3] lease zset, KEYS[4] te hash,
 -- KEYS[5] the host's back queue, KEYS[6] the shard's queued-URL counter.
 -- ARGV[1] host, ARGV[2] lease token (deadline given by lease.lua), ARGV[3] action:
 --   'done'  the head URL is finished (fetched, refused, or failed for good): pop it;
 --   'retry' pop the head and append ARGV[6] (the same URL with tries + 1) at the tail;
 --   'keep'  leave the head in place (robots.txt was fetched first, host parked...);
--- ARGV[4] te (next earliest contact, epoch s), ARGV[5] the head entry the worker fetched.
--- The host re-enters the ready heap at te if its back queue still has URLs, else it
--- leaves the active set and its te is remembered in the te hash.
--- Returns 1, or -1 when the lease is no longer ours (expired and re-leased): nothing changed.
+-- ARGV[4] te (next earliest contact, epoch s), ARGV[5] the head entry the worker fetched,
+-- ARGV[7] hold deadline (0: give the host back). With a hold deadline and URLs left, the
+-- host stays leased to the caller until that deadline (a fetch session paces it at te
+-- itself; should the session die, expire.lua returns the host after the deadline, which
+-- the caller sets past te, so the delay still holds).
+-- Otherwise the host re-enters the ready heap at te if its back queue still has URLs,
+-- else it leaves the active set and its te is remembered in the te hash.
+-- Returns {1} (given back), {2, next head entry, new token} (held), or {-1} when the
+-- lease is no longer ours (expired and re-leased): nothing changed.
 local active, ready, lease, te_hash, queue, queued = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local host, token, action = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local te = tonumber(ARGV[4])
+local hold = tonumber(ARGV[7] or '0')
 local score = redis.call('ZSCORE', lease, host)
 if not score or math.abs(tonumber(score) - token) > 0.001 then
-  return -1
+  return {-1}
 end
-redis.call('ZREM', lease, host)
 if action ~= 'keep' and redis.call('LINDEX', queue, 0) == ARGV[5] then
   redis.call('LPOP', queue)
   if action == 'retry' then
@@ -25,10 +30,16 @@ if action ~= 'keep' and redis.call('LINDEX', queue, 0) == ARGV[5] then
     redis.call('DECR', queued)
   end
 end
-if redis.call('LLEN', queue) > 0 then
+local head = redis.call('LINDEX', queue, 0)
+if hold > 0 and head then
+  redis.call('ZADD', lease, hold, host)
+  return {2, head, tostring(hold)}
+end
+redis.call('ZREM', lease, host)
+if head then
   redis.call('ZADD', ready, te, host)
 else
   redis.call('SREM', active, host)
   redis.call('HSET', te_hash, host, te)
 end
-return 1
+return {1}

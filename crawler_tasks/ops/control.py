@@ -4,8 +4,10 @@ The state machine is ``running -> stopping -> finished`` (``CrawlState``): the r
 starts a crawl and asks it to stop (signal, --max-seconds), maintenance stops it at
 --max-pages and finishes it when nothing can happen any more, wake dispatches only
 while it is running. Counters are slash paths (``fetch/status/200``) in one hash,
-batches in flight a sorted set of batch id -> deadline (back-pressure for wake, and
-stale batches are dropped by maintenance).
+page groups between fetch and enqueue a sorted set of group id -> deadline (back-pressure:
+fetch sessions give their hosts back while too many wait for parse), fetch sessions
+another (wake keeps each shard's share of them running); stale entries of both are
+dropped by maintenance.
 """
 from __future__ import annotations
 
@@ -66,6 +68,7 @@ class Control:
         return _state(raw.get("state")), raw.get("reason", ""), float(at) if at else None
 
     def view(self) -> ControlView:
+        """State, page groups waiting for parse/enqueue, pages fetched: one round trip."""
         pipe = self.client.pipeline(transaction=False)
         pipe.hget(self.keys.control, "state")
         pipe.zcard(self.keys.inflight)
@@ -96,18 +99,42 @@ class Control:
         self.client.zrem(self.keys.inflight, batch_id)
 
     def inflight(self) -> int:
-        return int(self.client.zcard(self.keys.inflight))
+        """Page groups and fetch sessions not finished: work that can still add URLs."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zcard(self.keys.inflight)
+        pipe.zcard(self.keys.sessions)
+        groups, sessions = pipe.execute()
+        return int(groups) + int(sessions)
 
     def drop_stale_batches(self, now: float) -> int:
-        """Forget batches past their deadline (their hosts come back when leases expire)."""
-        stale = self.client.zrangebyscore(self.keys.inflight, "-inf", now)
-        if stale:
-            self.client.zrem(self.keys.inflight, *stale)
-        return len(stale)
+        """Forget groups and sessions past their deadline (their worker died; its hosts come
+        back when their leases expire)."""
+        n = 0
+        for key in (self.keys.inflight, self.keys.sessions):
+            stale = self.client.zrangebyscore(key, "-inf", now)
+            if stale:
+                self.client.zrem(key, *stale)
+            n += len(stale)
+        return n
 
     def forget_batches(self) -> None:
-        """After a restore: no batch of the old processes is still running."""
-        self.client.delete(self.keys.inflight)
+        """After a restore: no group or session of the old processes is still running."""
+        self.client.delete(self.keys.inflight, self.keys.sessions)
+
+    # -- fetch sessions ---------------------------------------------------------------
+    def begin_session(self, shard: int, session_id: str, deadline: float) -> None:
+        self.client.zadd(self.keys.sessions, {f"{shard}/{session_id}": deadline})
+
+    def end_session(self, shard: int, session_id: str) -> None:
+        self.client.zrem(self.keys.sessions, f"{shard}/{session_id}")
+
+    def sessions_by_shard(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for member in self.client.zrange(self.keys.sessions, 0, -1):
+            shard = member.split("/", 1)[0]
+            if shard.isdigit():
+                out[int(shard)] = out.get(int(shard), 0) + 1
+        return out
 
     def snapshot_view(self) -> tuple[CrawlState, int]:
         pipe = self.client.pipeline(transaction=False)

@@ -205,6 +205,8 @@ class CrawlRunner:
 
     def _start_children(self) -> None:
         s = self.settings
+        if "CRAWLER_MAX_FETCH_SESSIONS" not in os.environ:  # one running session per fetch slot
+            s = self.settings = dataclasses.replace(s, MAX_FETCH_SESSIONS=self.workers * s.FETCH_CONCURRENCY)
         env = {**os.environ, **s.to_env(), "PYTHONPATH": os.pathsep.join(
             [str(REPO_ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
         tag = f"{os.getpid()}"
@@ -213,9 +215,11 @@ class CrawlRunner:
         if s.TASK_EVENTS:
             common.append("-E")
         fetch_queues = ",".join(fetch_queue(i) for i in range(s.SHARDS))
-        # solo pools, one process each: no prefork parent copying every (large) message
-        # into a child; fetch tasks use threads inside for their hosts
-        specs = [(f"worker-fetch-{i}", celery + ["worker", "-Q", fetch_queues, "-P", "solo",
+        # no prefork parent copying every message into a child: fetch workers run their
+        # sessions on a threads pool (each session a thread per host, mostly waiting),
+        # parse workers are solo
+        specs = [(f"worker-fetch-{i}", celery + ["worker", "-Q", fetch_queues, "-P", "threads",
+                                                 "-c", str(s.FETCH_CONCURRENCY),
                                                  "-n", f"fetch{i}-{tag}@%h"] + common)
                  for i in range(self.workers)]
         specs += [(f"worker-process-{i}", celery + ["worker", "-Q", f"{parse_queue(s.node_name)},{DEDUP_QUEUE}", "-P", "solo",

@@ -727,7 +727,7 @@ def restore(settings: Settings, path: str | os.PathLike, *, replace: bool = Fals
         loader.flush()
         g = GlobalKeys(settings.KEY_PREFIX)
         if not keep_inflight:
-            loader.client(main_url(settings)).delete(g.inflight)
+            loader.client(main_url(settings)).delete(g.inflight, g.sessions)
         info.repaired = _reconcile(settings, loader, time.time())
     finally:
         loader.close()

@@ -9,13 +9,20 @@ a worker read or delete any other file.
 from __future__ import annotations
 
 import os
+import random
 import re
+import time
 
 from crawler_tasks.exceptions import MessageError
 from crawler_tasks.records import BodyRef
 from crawler_tasks.settings import Settings
 
 _BATCH_ID_RE = re.compile(r"[0-9a-f]{1,16}-[0-9a-f]{1,8}-[0-9a-f]{8}")
+
+
+def new_batch_id() -> str:
+    """``<epoch ms>-<pid>-<random>`` in hex: unique across processes and machines."""
+    return f"{int(time.time() * 1000):x}-{os.getpid():x}-{random.getrandbits(32):08x}"
 
 
 def check_batch_id(batch_id: object) -> str:

@@ -20,7 +20,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Callable, Protocol
 from urllib.parse import urljoin, urlsplit
 
 from crawler_tasks.fetch.http import Fetcher, FetchResult
@@ -53,6 +53,9 @@ class MemoryRobotsStore:
 
     def save_robots(self, host: str, fields: dict[str, str | float | int]) -> None:
         self.data[host] = {k: str(v) for k, v in fields.items()}
+
+
+HopHook = Callable[[FetchResult], None]
 
 
 class Check(StrEnum):
@@ -89,7 +92,7 @@ class RobotsCache:
         self._local: OrderedDict[str, RobotsEntry] = OrderedDict()
 
     def check(self, store: RobotsStore, fetcher: Fetcher, url: str, agent: str,
-              *, explain: bool = False) -> RobotsAnswer:
+              *, explain: bool = False, before_hop: HopHook | None = None) -> RobotsAnswer:
         """May ``agent`` fetch ``url``? Fetches robots.txt first when the cached copy is
         missing or stale (the answer is then FETCHED, and the caller spends its turn on
         it); UNREACHABLE while the last attempt failed."""
@@ -97,7 +100,7 @@ class RobotsCache:
         host = parts.netloc
         entry = self.get(store, host)
         if entry is None:
-            entry, res = self.fetch_and_store(fetcher, store, parts.scheme, host)
+            entry, res = self.fetch_and_store(fetcher, store, parts.scheme, host, before_hop)
             if not explain:
                 return RobotsAnswer(Check.FETCHED if entry.kind != UNREACHABLE else Check.UNREACHABLE, entry, res)
         else:
@@ -124,22 +127,24 @@ class RobotsCache:
         self._remember(host, entry)
         return entry
 
-    def fetch_and_store(self, fetcher: Fetcher, store: RobotsStore,
-                        scheme: str, host: str) -> tuple[RobotsEntry, FetchResult]:
-        """Fetch robots.txt for ``scheme://host`` (following redirects) and cache it."""
+    def fetch_and_store(self, fetcher: Fetcher, store: RobotsStore, scheme: str, host: str,
+                        before_hop: HopHook | None = None) -> tuple[RobotsEntry, FetchResult]:
+        """Fetch robots.txt for ``scheme://host`` (following redirects) and cache it.
+        ``before_hop(previous)`` runs before each redirect hop: the fetch stage waits out
+        the host's delay there and renews its lease, as for any request to the host."""
         url = f"{scheme}://{host}/robots.txt"
         res = fetcher.fetch(url, max_body_bytes=MAX_ROBOTS_BYTES)
-        first = res
         for _ in range(MAX_ROBOTS_REDIRECTS):
             if not (res.status and 300 <= res.status < 400 and res.location):
                 break
             target = urljoin(res.url, res.location.strip())
             if urlsplit(target).scheme not in ("http", "https"):
                 break
+            if before_hop is not None:
+                before_hop(res)
             res = fetcher.fetch(target, max_body_bytes=MAX_ROBOTS_BYTES)
         entry = self._classify(res, time.time())
-        # keep timing of the whole exchange for the politeness computation
-        res.started = first.started
+        # the host's next contact follows from the last hop (each hop was paced)
         fields: dict[str, str | float | int] = {
             "kind": entry.kind, "fetched_at": entry.fetched_at, "expires": entry.expires,
             "status": "" if entry.status is None else entry.status, "error": entry.error or ""}

@@ -1,24 +1,38 @@
-"""Fetch stage: the head URL of each leased host, one connection per host.
+"""Fetch stage: a fetch session holds leased hosts of one shard and paces each at its delay.
 
-For each lease: refuse private targets before anything is sent; check robots.txt (the
-fetch of robots.txt itself uses the host's turn); download with the fetcher's limits;
-write the exchange to WARC; compute the host's next contact ``te`` from the exchange
-(politeness rules) and give the host back to the frontier. Bodies to parse go to the
-batch's spool file; the pages (``FetchedPage``) go on to the parse stage.
+One fetch task is one session. Each held host has a thread that takes turns: refuse a
+private target before anything is sent; check robots.txt (fetching robots.txt itself uses
+the host's turn, and each of its redirect hops waits out the host's delay); download
+within the fetcher's limits; write the exchange to WARC; compute the host's next contact
+``te`` (politeness rules) and finish the turn in the frontier, which either gives the
+host back or, when its next turn is near (``HOLD_HORIZON_S``), keeps it leased to this
+session so the thread sleeps until ``te`` and goes on: a host's pace is its delay, not
+the Beat cadence. The frontier's lease (renewed while work runs) stays the authority: one
+connection per host, a lost lease ends the host's thread before any further request.
+
+Finished pages never wait for the others: every ``PARSE_GROUP_S`` (or
+``PARSE_GROUP_PAGES`` pages) the session writes their bodies to a spool file and hands
+the group to parse. A session with room leases more ready hosts of its shard itself;
+it ends after ``SESSION_MAX_S``, when the crawl stops, or when it has nothing to do.
 """
 from __future__ import annotations
 
+import logging
+import queue
 import random
+import threading
 import time
-from concurrent.futures import as_completed
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from crawler_tasks.fetch.http import FetchResult
 from crawler_tasks.fetch.netsafety import AddressRefused, ResolveError
 from crawler_tasks.fetch.politeness import FetchOutcome, HostState, crawl_delay_verdict, next_contact
 from crawler_tasks.frontier import Entry, Lease
+from crawler_tasks.ops.control import CrawlState
 from crawler_tasks.ops.metrics import record_latencies
-from crawler_tasks.output.spool import write_spool
+from crawler_tasks.output.spool import new_batch_id, write_spool
 from crawler_tasks.output.warc import payload_digest, warc_date
 from crawler_tasks.parse.html import is_html
 from crawler_tasks.parse.sitemaps import MAX_SITEMAP_BYTES
@@ -26,184 +40,340 @@ from crawler_tasks.records import NETWORK_ERRORS, RETRYABLE_ERRORS, Action, Entr
 from crawler_tasks.robots.cache import RULES, UNREACHABLE, Check
 from crawler_tasks.stages.worker import Counters, Worker, bump, log_once
 
+log = logging.getLogger(__name__)
+
 # Response headers worth keeping in records (the parser and indexers use them).
 KEEP_HEADERS = ("x-robots-tag", "link", "content-language", "last-modified", "etag")
 MAX_SITEMAPS_PER_HOST = 20
 PROBE_MARK = "soft404-probe"
 # no request reached the host: its previous te (<= now) still holds
 _NO_REQUEST = frozenset({ErrorKind.REFUSED, ErrorKind.BAD_URL, ErrorKind.URL_TOO_LONG})
+_TICK_S = 0.1             # the session's loop: results, groups, control checks
+_CONTROL_EVERY_S = 0.25   # crawl state, page budget, room for more hosts
+_IDLE_END_S = 1.0         # a session with no host and nothing ready for this long ends
+
+Emit = Callable[[list[FetchedPage], str], None]
 
 
-def fetch_stage(w: Worker, leases: list[Lease], batch_id: str) -> list[FetchedPage]:
-    """Fetch every leased host's head URL concurrently; returns the pages with an outcome
-    (a lease spent on robots.txt or put back for later has none)."""
-    renewed = [lease for lease in w.frontier.renew(leases) if lease is not None]
-    counters: Counters = {}
-    if len(renewed) < len(leases):
-        bump(counters, "frontier/lease_lost", len(leases) - len(renewed))
-    pages: list[FetchedPage] = []
-    bodies: list[bytes] = []
-    with_body: list[FetchedPage] = []
-    if renewed:
-        states = {host: _host_state(raw) for host, raw in w.frontier.host_states(renewed).items()}
-        validators = _load_validators(w, renewed)
-        futures = {w.pool.submit(_fetch_one, w, lease, states[lease.host], validators.get(lease.raw)): lease
-                   for lease in renewed}
-        for future in as_completed(futures):
-            lease = futures[future]
+@dataclass(slots=True)
+class Turn:
+    """What one turn of a host decided: its next contact and what to do with its head URL."""
+
+    te: float
+    action: Action
+    page: FetchedPage | None = None
+    body: bytes = b""
+    state: HostState | None = None   # the host's new politeness state (None: unchanged)
+    last: bool = False               # give the host back whatever its next te
+
+
+@dataclass(slots=True)
+class _Group:
+    pages: list[FetchedPage] = field(default_factory=list)
+    bodies: list[tuple[FetchedPage, bytes]] = field(default_factory=list)
+    since: float = 0.0
+
+
+def fetch_stage(w: Worker, shard: int, leases: list[Lease], batch_id: str, emit: Emit) -> int:
+    """Run one fetch session; ``emit(pages, group_id)`` hands each group to parse.
+    Returns the number of pages handed on."""
+    return FetchSession(w, shard, batch_id, emit).run(leases)
+
+
+class FetchSession:
+    def __init__(self, w: Worker, shard: int, batch_id: str, emit: Emit) -> None:
+        self.w, self.shard, self.batch_id, self.emit = w, shard, batch_id, emit
+        s = w.settings
+        self.started = time.monotonic()
+        self.stop = threading.Event()       # no more holds; sleeping hosts give up now
+        self.lock = threading.Lock()         # leases and counters
+        self.leases: dict[str, Lease] = {}   # the current token of every held host
+        self.results: queue.Queue[tuple[FetchedPage, bytes] | None] = queue.Queue()
+        self.counters: Counters = {}
+        self.threads = 0
+        self.uncounted = 0                   # pages fetched, not yet in the crawl's counters
+        self.budget_ok = True
+        self.renew_every = max(1.0, s.LEASE_S / 4)
+
+    # -- the session loop -------------------------------------------------------------
+    def run(self, leases: list[Lease]) -> int:
+        w, s = self.w, self.w.settings
+        self._start(leases)
+        group, handed = _Group(), 0
+        next_control = next_renew = time.monotonic()
+        idle_since = time.monotonic() if not self.threads else None
+        while True:
             try:
-                outcome = future.result()
-            except Exception as exc:  # a bug must not cost the batch or the URL
-                log_once(f"fetch/{type(exc).__name__}", "unexpected error fetching %s", lease.entry.url)
-                bump(counters, f"error/{type(exc).__name__}")
-                w.frontier.complete(lease, te=time.time() + w.settings.MIN_DELAY_S, action=Action.KEEP)
-                continue
-            if outcome is not None:
-                page, body = outcome
+                item = self.results.get(timeout=_TICK_S)
+            except queue.Empty:
+                item = ...
+            if item is None:
+                self.threads -= 1
+            elif item is not ...:
+                page, body = item
+                if not group.pages:
+                    group.since = time.monotonic()
+                group.pages.append(page)
                 if body:
-                    with_body.append(page)
-                    bodies.append(body)
-                pages.append(page)
-    bump(counters, "fetch/batches")
-    latencies = [p.fetch_ms / 1000 for p in pages if p.fetch_ms is not None]
-    if latencies:
-        record_latencies(w.control.client, w.settings.KEY_PREFIX, latencies)
-    w.warc.flush()
-    if bodies:
-        for page, ref in zip(with_body, write_spool(w.settings, batch_id, bodies)):
-            page.body = ref
-    for page in pages:
-        _count_page(page, counters)
-    w.count(counters)
-    return pages
+                    group.bodies.append((page, body))
+                self.uncounted += 1
+            now = time.monotonic()
+            if group.pages and (len(group.pages) >= s.PARSE_GROUP_PAGES or now - group.since >= s.PARSE_GROUP_S
+                                or not self.threads):
+                handed += self._flush(group)
+                group = _Group()
+            if now >= next_renew:
+                self._renew()
+                next_renew = now + self.renew_every
+            if now >= next_control:
+                next_control = now + _CONTROL_EVERY_S
+                self._check_control()
+                if not self.stop.is_set() and self.threads < s.FETCH_BATCH:
+                    self._start(w.frontier.get_urls(self.shard, self._room()))
+                if self.threads:
+                    idle_since = None
+                elif idle_since is None:
+                    idle_since = now
+            if not self.threads and (self.stop.is_set() or (idle_since is not None and now - idle_since >= _IDLE_END_S)):
+                break
+        if group.pages:
+            handed += self._flush(group)
+        with self.lock:
+            counters, self.counters = self.counters, {}
+        bump(counters, "fetch/sessions")
+        w.count(counters)
+        w.control.end_session(self.shard, self.batch_id)
+        return handed
 
+    def _room(self) -> int:
+        """How many more hosts to lease now (0 when the page budget is spent)."""
+        s = self.w.settings
+        room = s.FETCH_BATCH - self.threads
+        if s.MAX_PAGES and room > 0:
+            view = self.w.control.view()
+            room = min(room, s.MAX_PAGES - view.pages - self.uncounted - self.w.frontier.leased_hosts())
+        return max(0, room)
 
-def _count_page(page: FetchedPage, counters: Counters) -> None:
-    if page.status is not None or page.error_kind in NETWORK_ERRORS:
-        bump(counters, "fetch/pages")  # a request went out
-    else:
-        bump(counters, "fetch/skipped")
-    if page.status is not None:
-        bump(counters, f"fetch/status/{page.status}")
-        bump(counters, "fetch/bytes", page.bytes or 0)
-    if page.error_kind:
-        bump(counters, f"fetch/error/{page.error_kind}")
+    def _check_control(self) -> None:
+        s = self.w.settings
+        view = self.w.control.view()
+        if view.state != CrawlState.RUNNING or time.monotonic() - self.started >= s.SESSION_MAX_S:
+            self.stop.set()
+            return
+        if view.inflight > s.MAX_INFLIGHT_BATCHES:  # parse is behind: give hosts back
+            self.budget_ok = False
+        elif s.MAX_PAGES:
+            self.budget_ok = view.pages + self.uncounted + self.w.frontier.leased_hosts() <= s.MAX_PAGES
+        else:
+            self.budget_ok = True
 
+    def _start(self, leases: list[Lease]) -> None:
+        if not leases:
+            return
+        renewed = [lease for lease in self.w.frontier.renew(leases) if lease is not None]
+        if len(renewed) < len(leases):
+            self._bump("frontier/lease_lost", len(leases) - len(renewed))
+        states = self.w.frontier.host_states(renewed)
+        for lease in renewed:
+            with self.lock:
+                self.leases[lease.host] = lease
+            self.threads += 1
+            threading.Thread(target=self._host, args=(lease.host, _host_state(states.get(lease.host, {}))),
+                             name=f"fetch-{lease.host}", daemon=True).start()
 
-def _host_state(raw: dict[str, str]) -> HostState:
-    try:
-        return HostState.from_fields(raw) if raw else HostState()
-    except ValueError:  # a corrupt hash must not stop the host forever
-        return HostState()
+    def _renew(self) -> None:
+        """Extend the lease of every held host (a robots.txt chain or a slow exchange
+        must not outlive it); a lost lease stops its host before any further request."""
+        with self.lock:
+            held = list(self.leases.values())
+            if not held:
+                return
+            for lease, new in zip(held, self.w.frontier.renew(held)):
+                if new is None:
+                    self.leases.pop(lease.host, None)
+                else:
+                    self.leases[lease.host] = new
 
+    def _flush(self, group: _Group) -> int:
+        w = self.w
+        group_id = new_batch_id()
+        if group.bodies:
+            refs = write_spool(w.settings, group_id, [body for _, body in group.bodies])
+            for (page, _), ref in zip(group.bodies, refs):
+                page.body = ref
+        w.warc.flush()
+        latencies = [p.fetch_ms / 1000 for p in group.pages if p.fetch_ms is not None]
+        if latencies:
+            record_latencies(w.control.client, w.settings.KEY_PREFIX, latencies)
+        with self.lock:
+            counters, self.counters = self.counters, {}
+        for page in group.pages:
+            _count_page(page, counters)
+        w.control.begin_batches([group_id], time.time() + w.settings.batch_timeout_s)
+        w.count(counters)
+        self.uncounted -= len(group.pages)
+        self.emit(group.pages, group_id)
+        return len(group.pages)
 
-def _load_validators(w: Worker, leases: list[Lease]) -> dict[str, dict[str, str]]:
-    """Conditional-GET headers (continuous mode) for the leased URLs, by lease entry."""
-    if not w.settings.CONTINUOUS:
-        return {}
-    out: dict[str, dict[str, str]] = {}
-    by_shard: dict[int, list[Lease]] = {}
-    for lease in leases:
-        by_shard.setdefault(lease.shard, []).append(lease)
-    for shard, group in by_shard.items():
-        headers = w.recrawler.conditional_headers(shard, [lease.entry.url for lease in group])
-        out.update({lease.raw: h for lease, h in zip(group, headers) if h})
-    return out
+    def _bump(self, name: str, n: int = 1) -> None:
+        with self.lock:
+            bump(self.counters, name, n)
 
+    # -- one host ---------------------------------------------------------------------
+    def _host(self, host: str, state: HostState) -> None:
+        """Turns of one host until it is given back (its only connection is this thread)."""
+        w = self.w
+        try:
+            while True:
+                with self.lock:
+                    lease = self.leases.get(host)
+                if lease is None:   # lost: another worker may hold it now
+                    return
+                try:
+                    turn = self._turn(lease, state)
+                except Exception as exc:  # a bug must not cost the session or the URL
+                    log_once(f"fetch/{type(exc).__name__}", "unexpected error fetching %s", lease.entry.url)
+                    self._bump(f"error/{type(exc).__name__}")
+                    turn = Turn(time.time() + w.settings.MIN_DELAY_S, Action.KEEP, last=True)
+                if turn.state is not None:
+                    state = turn.state
+                hold = 0.0 if turn.last else self._hold_until(turn.te)
+                with self.lock:
+                    lease = self.leases.get(host)
+                    if lease is None:
+                        return
+                    done = w.frontier.finish(lease, turn.te, turn.action,
+                                             turn.state.to_fields() if turn.state is not None else None, hold)
+                    if done.held is not None:
+                        self.leases[host] = done.held
+                    else:
+                        self.leases.pop(host, None)
+                if not done.ok:
+                    self._bump("frontier/lease_lost")
+                if turn.page is not None:
+                    self.results.put((turn.page, turn.body))
+                if done.held is None:
+                    return
+                if self.stop.wait(max(0.0, turn.te - time.time())):
+                    self._give_back(host, turn.te)
+                    return
+        finally:
+            self.results.put(None)
 
-def _release(w: Worker, lease: Lease, state: HostState, res: FetchResult | None, action: Action) -> None:
-    """Compute the host's next contact from this exchange and give the host back."""
-    if res is None or (res.status is None and res.error_kind in _NO_REQUEST):
-        w.frontier.complete(lease, te=time.time(), action=action)
-        return
-    failed = res.status is None or res.status >= 500 or res.status == 429
-    outcome = FetchOutcome(end=res.ended, duration_s=res.duration_s, status=res.status,
-                           retry_after=res.header("retry-after"), failed=failed)
-    te, new_state, _reason = next_contact(w.policy, state, outcome)
-    w.frontier.complete(lease, te=te, action=action, host_state=new_state.to_fields())
+    def _hold_until(self, te: float) -> float:
+        s = self.w.settings
+        if self.stop.is_set() or not self.budget_ok or te - time.time() > s.HOLD_HORIZON_S:
+            return 0.0
+        return te + s.LEASE_S
 
+    def _give_back(self, host: str, te: float) -> None:
+        with self.lock:
+            lease = self.leases.pop(host, None)
+            if lease is not None:
+                self.w.frontier.complete(lease, te=te, action=Action.KEEP)
 
-def _fetch_one(w: Worker, lease: Lease, state: HostState,
-               validators: dict[str, str] | None = None) -> tuple[FetchedPage, bytes] | None:
-    """Fetch one leased host's head URL: (page, body to parse or b"") or None when the
-    lease was used for robots.txt or the URL goes back to the queue."""
-    s = w.settings
-    entry = lease.entry
-    ip = None
-    try:  # refuse private targets before anything, robots.txt included, is sent
-        ip = w.fetcher.check_host(urlsplit(entry.url).hostname or "")
-    except AddressRefused as exc:
-        _release(w, lease, state, None, Action.DONE)
-        return _page(entry, None, error_kind=ErrorKind.REFUSED, error=exc.reason), b""
-    except ResolveError:
-        pass  # the fetch below records the DNS failure and the retry policy applies
-    if s.PER_IP_POLITENESS and ip:
+    def _turn(self, lease: Lease, state: HostState) -> Turn:
+        """One request's worth of work for a held host (or the decision to wait)."""
+        w, s = self.w, self.w.settings
+        entry = lease.entry
+        ip = None
+        try:  # refuse private targets before anything, robots.txt included, is sent
+            ip = w.fetcher.check_host(urlsplit(entry.url).hostname or "")
+        except AddressRefused as exc:
+            return Turn(time.time(), Action.DONE, _page(entry, None, error_kind=ErrorKind.REFUSED, error=exc.reason))
+        except ResolveError:
+            pass  # the fetch below records the DNS failure and the retry policy applies
+        if not (s.PER_IP_POLITENESS and ip):
+            return self._checked_turn(lease, state, entry)
         free_at = w.frontier.claim_ip(ip)
         if free_at:  # another host on this address was contacted too recently
-            w.frontier.complete(lease, te=free_at, action=Action.KEEP)
-            return None
+            return Turn(free_at, Action.KEEP)
+        turn = Turn(time.time(), Action.KEEP, last=True)
         try:
-            return _fetch_checked(w, lease, state, entry, validators)
+            turn = self._checked_turn(lease, state, entry)
+            return turn
         finally:  # the address waits as long as the host just contacted
-            w.frontier.release_ip(ip, w.frontier.host_te(lease.shard, lease.host) or time.time())
-    return _fetch_checked(w, lease, state, entry, validators)
+            w.frontier.release_ip(ip, turn.te)
 
+    def _checked_turn(self, lease: Lease, state: HostState, entry: Entry) -> Turn:
+        w, s = self.w, self.w.settings
+        url = entry.url
+        if s.OBEY_ROBOTS:
+            answer = w.robots.check(w.frontier, w.fetcher, url, s.robots_agent,
+                                    before_hop=lambda prev: self._pace_hop(lease.host, state, prev))
+            if answer.exchange is not None:  # this turn went to robots.txt
+                res = answer.exchange
+                self._bump(f"robots/{answer.entry.kind}")
+                if res.status:
+                    self._bump(f"robots/status/{res.status}")
+                if answer.entry.kind == RULES:
+                    state.crawl_delay_s, skip = crawl_delay_verdict(
+                        w.policy, answer.entry.rules.crawl_delay(s.robots_agent))
+                    if skip:
+                        return Turn(time.time() + w.policy.park_s, Action.KEEP, last=True)
+                if answer.entry.kind != UNREACHABLE:
+                    sitemaps = answer.entry.rules.sitemaps if answer.entry.kind == RULES else []
+                    self._first_contact(lease, urlsplit(url).scheme, sitemaps)
+                return self._decide(state, res, Action.KEEP)
+            if answer.check == Check.UNREACHABLE:
+                # disallow all for now; the URL waits for the next robots.txt attempt
+                return Turn(max(answer.entry.expires, time.time() + s.MIN_DELAY_S), Action.KEEP, last=True)
+            if answer.check == Check.DISALLOWED:
+                page = _page(entry, None, error_kind=ErrorKind.ROBOTS, error="disallowed by robots.txt")
+                return Turn(time.time(), Action.DONE, page)
+        validators = w.recrawler.conditional_headers(lease.shard, [url])[0] if s.CONTINUOUS else None
+        if entry.kind == EntryKind.SITEMAP:
+            res = w.fetcher.fetch(url, max_body_bytes=MAX_SITEMAP_BYTES, max_decoded_bytes=MAX_SITEMAP_BYTES)
+        else:
+            res = w.fetcher.fetch(url, extra_headers=validators or None)
+        retryable = res.error_kind in RETRYABLE_ERRORS or (
+            res.status is not None and (res.status >= 500 or res.status == 429))
+        action = Action.RETRY if retryable and entry.tries < s.MAX_RETRIES else Action.DONE
+        record_id = None
+        if res.status is not None:
+            try:
+                record_id = w.warc.write_exchange(res, self._earlier_capture(res))
+            except (ValueError, UnicodeError):  # warcio on odd headers: record the URL, keep going
+                log_once("warc", "cannot write WARC record for %s", url)
+        turn = self._decide(state, res, action)
+        if action == Action.RETRY:
+            return turn
+        turn.page = _page(entry, res)
+        turn.page.warc_id = record_id
+        ok = res.status is not None and 200 <= res.status < 300
+        if ok and (entry.kind == EntryKind.SITEMAP or is_html(res.content_type, res.content[:512])):
+            turn.body = res.content
+        return turn
 
-def _fetch_checked(w: Worker, lease: Lease, state: HostState, entry: Entry,
-                   validators: dict[str, str] | None) -> tuple[FetchedPage, bytes] | None:
-    s = w.settings
-    url = entry.url
-    if s.OBEY_ROBOTS:
-        answer = w.robots.check(w.frontier, w.fetcher, url, s.robots_agent)
-        if answer.exchange is not None:  # this turn went to robots.txt
-            res = answer.exchange
-            w.count({f"robots/{answer.entry.kind}": 1, **({f"robots/status/{res.status}": 1} if res.status else {})})
-            if answer.entry.kind == RULES:
-                state.crawl_delay_s, skip = crawl_delay_verdict(w.policy, answer.entry.rules.crawl_delay(s.robots_agent))
-                if skip:
-                    w.frontier.complete(lease, te=time.time() + w.policy.park_s, action=Action.KEEP)
-                    return None
-            if answer.entry.kind != UNREACHABLE:
-                sitemaps = answer.entry.rules.sitemaps if answer.entry.kind == RULES else []
-                _first_contact(w, lease, urlsplit(url).scheme, sitemaps)
-            _release(w, lease, state, res, Action.KEEP)
+    def _decide(self, state: HostState, res: FetchResult, action: Action) -> Turn:
+        """The host's next contact after this exchange (politeness rules)."""
+        if res.status is None and res.error_kind in _NO_REQUEST:
+            return Turn(time.time(), action)
+        failed = res.status is None or res.status >= 500 or res.status == 429
+        outcome = FetchOutcome(end=res.ended, duration_s=res.duration_s, status=res.status,
+                               retry_after=res.header("retry-after"), failed=failed)
+        te, new_state, _reason = next_contact(self.w.policy, state, outcome)
+        return Turn(te, action, state=new_state)
+
+    def _pace_hop(self, host: str, state: HostState, previous: FetchResult) -> None:
+        """Before a robots.txt redirect hop: the host's delay after the previous hop, and
+        a fresh lease (a chain of slow hops must not outlive it)."""
+        te, _, _ = next_contact(self.w.policy, state, FetchOutcome(
+            end=previous.ended, duration_s=previous.duration_s, status=previous.status, retry_after=None,
+            failed=False))
+        self.stop.wait(max(0.0, min(te - time.time(), self.w.settings.HOLD_HORIZON_S)))
+        self._renew()
+
+    def _earlier_capture(self, res: FetchResult) -> tuple[str, str] | None:
+        if not self.w.settings.WARC_DEDUP_REVISITS or res.status != 200 or not res.body or res.truncated:
             return None
-        if answer.check == Check.UNREACHABLE:
-            # disallow all for now; the URL waits for the next robots.txt attempt
-            w.frontier.complete(lease, te=max(answer.entry.expires, time.time() + s.MIN_DELAY_S), action=Action.KEEP)
-            return None
-        if answer.check == Check.DISALLOWED:
-            _release(w, lease, state, None, Action.DONE)
-            return _page(entry, None, error_kind=ErrorKind.ROBOTS, error="disallowed by robots.txt"), b""
-    if entry.kind == EntryKind.SITEMAP:
-        res = w.fetcher.fetch(url, max_body_bytes=MAX_SITEMAP_BYTES, max_decoded_bytes=MAX_SITEMAP_BYTES)
-    else:
-        res = w.fetcher.fetch(url, extra_headers=validators)
-    retryable = res.error_kind in RETRYABLE_ERRORS or (res.status is not None and (res.status >= 500 or res.status == 429))
-    action = Action.RETRY if retryable and entry.tries < s.MAX_RETRIES else Action.DONE
-    record_id = None
-    if res.status is not None:
-        try:
-            record_id = w.warc.write_exchange(res, _earlier_capture(w, res))
-        except (ValueError, UnicodeError):  # warcio on odd headers: record the URL, keep going
-            log_once("warc", "cannot write WARC record for %s", url)
-    _release(w, lease, state, res, action)
-    if action == Action.RETRY:
-        return None
-    page = _page(entry, res)
-    page.warc_id = record_id
-    ok = res.status is not None and 200 <= res.status < 300
-    parseable = ok and (entry.kind == EntryKind.SITEMAP or is_html(res.content_type, res.content[:512]))
-    return page, res.content if parseable else b""
+        return self.w.content.earlier_capture(res.url, payload_digest(res.body), warc_date(res.started))
+
+    def _first_contact(self, lease: Lease, scheme: str, sitemaps: list[str]) -> None:
+        first_contact(self.w, lease, scheme, sitemaps)
 
 
-def _earlier_capture(w: Worker, res: FetchResult) -> tuple[str, str] | None:
-    if not w.settings.WARC_DEDUP_REVISITS or res.status != 200 or not res.body or res.truncated:
-        return None
-    return w.content.earlier_capture(res.url, payload_digest(res.body), warc_date(res.started))
-
-
-def _first_contact(w: Worker, lease: Lease, scheme: str, sitemaps: list[str]) -> None:
+def first_contact(w: Worker, lease: Lease, scheme: str, sitemaps: list[str]) -> None:
     """Right after a host's robots.txt: queue its sitemaps, and put a soft-404 probe
     (a random path) at the head of its queue so it is the host's first page fetch."""
     s = w.settings
@@ -223,6 +393,25 @@ def _first_contact(w: Worker, lease: Lease, scheme: str, sitemaps: list[str]) ->
     if s.SOFT404_PROBE:
         probe = Entry(f"{base}/{random.getrandbits(64):016x}-{PROBE_MARK}.html", depth=0, kind=EntryKind.PROBE)
         w.frontier.add_head(lease.shard, lease.host, probe)
+
+
+def _count_page(page: FetchedPage, counters: Counters) -> None:
+    if page.status is not None or page.error_kind in NETWORK_ERRORS:
+        bump(counters, "fetch/pages")  # a request went out
+    else:
+        bump(counters, "fetch/skipped")
+    if page.status is not None:
+        bump(counters, f"fetch/status/{page.status}")
+        bump(counters, "fetch/bytes", page.bytes or 0)
+    if page.error_kind:
+        bump(counters, f"fetch/error/{page.error_kind}")
+
+
+def _host_state(raw: dict[str, str]) -> HostState:
+    try:
+        return HostState.from_fields(raw) if raw else HostState()
+    except ValueError:  # a corrupt hash must not stop the host forever
+        return HostState()
 
 
 def _page(entry: Entry, res: FetchResult | None, *, error_kind: str | None = None,

@@ -1,42 +1,41 @@
-"""Wake planning: which hosts to lease now and how to cut them into fetch batches.
+"""Wake: start fetch sessions for shards with ready hosts.
 
-Back-pressure: at most MAX_INFLIGHT_BATCHES batches are between lease and dedup at
-any time, so leases never wait long in the broker (a lease that waited past its
-deadline would be handed to another worker and the host fetched twice). The
-``MAX_PAGES`` budget is enforced here too: pages fetched plus hosts in flight never
-exceed it (robots.txt fetches and retries do not count as pages).
+A fetch session (stages/fetch.py) keeps itself fed once running: it paces its hosts at
+their delays and leases more ready hosts of its shard as it has room. Wake only starts
+sessions: up to MAX_FETCH_SESSIONS over the crawl, each shard its fair share of them, so
+that no shard waits behind another's long sessions. The ``MAX_PAGES`` budget holds here
+as in the sessions: pages fetched plus hosts leased never exceed it.
 """
 from __future__ import annotations
 
-import os
-import random
 import time
 from dataclasses import dataclass
 
 from crawler_tasks.frontier import Frontier, Lease
 from crawler_tasks.ops.control import Control, CrawlState
+from crawler_tasks.output.spool import new_batch_id
 from crawler_tasks.settings import Settings
 
 
 @dataclass(frozen=True, slots=True)
 class Batch:
+    """A new fetch session: its shard, id and first leased hosts."""
+
     shard: int
     batch_id: str
     leases: list[Lease]
 
 
-def new_batch_id() -> str:
-    return f"{int(time.time() * 1000):x}-{os.getpid():x}-{random.getrandbits(32):08x}"
-
-
 def plan_wake(settings: Settings, frontier: Frontier, now: float | None = None) -> list[Batch]:
-    """Lease ready hosts of every shard, within the in-flight and page budgets."""
+    """Lease ready hosts for new fetch sessions, within the session and page budgets."""
     now = time.time() if now is None else now
     control = Control(settings)
     view = control.view()
-    if view.state != CrawlState.RUNNING:
+    if view.state != CrawlState.RUNNING or view.inflight > settings.MAX_INFLIGHT_BATCHES:
         return []
-    slots = settings.MAX_INFLIGHT_BATCHES - view.inflight
+    running = control.sessions_by_shard()
+    free = settings.MAX_FETCH_SESSIONS - sum(running.values())
+    per_shard = -(-settings.MAX_FETCH_SESSIONS // settings.SHARDS)
     budget = None
     if settings.MAX_PAGES:
         budget = settings.MAX_PAGES - view.pages - frontier.leased_hosts()
@@ -44,10 +43,10 @@ def plan_wake(settings: Settings, frontier: Frontier, now: float | None = None) 
             return []
     batches: list[Batch] = []
     shards = list(range(settings.SHARDS))
-    shards = shards[int(now * 4) % len(shards):] + shards[: int(now * 4) % len(shards)]  # no shard starves
-    for shard in shards:
-        max_hosts = max(0, slots - len(batches)) * settings.FETCH_BATCH
-        max_hosts = min(max_hosts, settings.WAKE_MAX_HOSTS)
+    start = int(now * 4) % len(shards)
+    for shard in shards[start:] + shards[:start]:   # no shard always goes first
+        slots = min(free - len(batches), per_shard - running.get(shard, 0))
+        max_hosts = min(max(0, slots) * settings.FETCH_BATCH, settings.WAKE_MAX_HOSTS)
         if budget is not None:
             max_hosts = min(max_hosts, budget)
         leases = frontier.get_urls(shard, max_hosts, now=now)  # max_hosts 0 still refills
@@ -55,9 +54,10 @@ def plan_wake(settings: Settings, frontier: Frontier, now: float | None = None) 
             continue
         if budget is not None:
             budget -= len(leases)
-        n = -(-len(leases) // settings.FETCH_BATCH)   # as few batches as the cap allows,
+        n = -(-len(leases) // settings.FETCH_BATCH)   # as few sessions as the cap allows,
         size = -(-len(leases) // n)                    # of even size (not 32 + 1)
         for i in range(0, len(leases), size):
-            batches.append(Batch(shard, new_batch_id(), leases[i:i + size]))
-    control.begin_batches((b.batch_id for b in batches), now + settings.batch_timeout_s)
+            batch = Batch(shard, new_batch_id(), leases[i:i + size])
+            control.begin_session(shard, batch.batch_id, now + settings.batch_timeout_s)
+            batches.append(batch)
     return batches

@@ -6,7 +6,6 @@ call. Stages call these components; none of them builds a Redis key itself.
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +36,6 @@ class Worker:
     warc: WarcStore
     gate: UrlGate
     policy: PolitenessPolicy
-    pool: ThreadPoolExecutor
     content: ContentIndex
     feed: FeedWriter
     recrawler: Recrawler
@@ -50,7 +48,6 @@ class Worker:
                    WarcStore(settings.OUT_DIR, settings.WARC_MAX_BYTES, operator=settings.USER_AGENT,
                              gzip_level=settings.WARC_GZIP_LEVEL),
                    UrlGate(settings), politeness_policy(settings),
-                   ThreadPoolExecutor(max_workers=min(64, settings.FETCH_BATCH), thread_name_prefix="fetch"),
                    ContentIndex(settings), FeedWriter(settings), Recrawler(settings, frontier))
 
     def count(self, counters: Counters) -> None:
