@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 
 from crawler_tasks.frontier import Discovered, Frontier
 from crawler_tasks.ops.control import Control, CrawlState
@@ -12,7 +13,7 @@ def _seed_hosts(frontier: Frontier, n: int) -> None:
     frontier.put_discovered([Discovered(url=f"http://h{i}.test/", host=f"h{i}.test", force=True) for i in range(n)])
 
 
-def test_ready_hosts_are_cut_into_even_batches_and_tracked_in_flight(settings):
+def test_ready_hosts_are_cut_into_even_sessions_and_tracked_in_flight(settings):
     s = dataclasses.replace(settings, SHARDS=1, FETCH_BATCH=4, MAX_INFLIGHT_BATCHES=10)
     frontier = Frontier(s)
     _seed_hosts(frontier, 9)
@@ -23,17 +24,30 @@ def test_ready_hosts_are_cut_into_even_batches_and_tracked_in_flight(settings):
     assert plan_wake(s, frontier) == []                               # every host is leased
 
 
-def test_in_flight_cap_and_page_budget_limit_a_wake(settings):
-    s = dataclasses.replace(settings, SHARDS=1, FETCH_BATCH=2, MAX_INFLIGHT_BATCHES=2)
+def test_session_cap_page_budget_and_parse_backlog_limit_a_wake(settings):
+    s = dataclasses.replace(settings, SHARDS=1, FETCH_BATCH=2, MAX_FETCH_SESSIONS=2)
     frontier = Frontier(s)
     _seed_hosts(frontier, 10)
-    assert sum(len(b.leases) for b in plan_wake(s, frontier)) == 4   # 2 batches of 2
+    assert sum(len(b.leases) for b in plan_wake(s, frontier)) == 4   # 2 sessions of 2
+    assert plan_wake(s, frontier) == []                               # both still running
+    Control(s).begin_batches([f"g{i}" for i in range(s.MAX_INFLIGHT_BATCHES + 1)], time.time() + 60)
+    Control(s).end_session(0, Control(s).client.zrange(Control(s).keys.sessions, 0, 0)[0].split("/")[1])
+    assert plan_wake(s, frontier) == []                               # parse is behind
     s2 = dataclasses.replace(settings, KEY_PREFIX=settings.KEY_PREFIX + "b", SHARDS=1, FETCH_BATCH=8,
-                             MAX_INFLIGHT_BATCHES=10, MAX_PAGES=5)
+                             MAX_PAGES=5)
     frontier2 = Frontier(s2)
     _seed_hosts(frontier2, 10)
     Control(s2).count({"fetch/pages": 2})
     assert sum(len(b.leases) for b in plan_wake(s2, frontier2)) == 3  # 5 - 2 fetched
+
+
+def test_each_shard_gets_its_share_of_sessions(settings):
+    s = dataclasses.replace(settings, SHARDS=2, FETCH_BATCH=1, MAX_FETCH_SESSIONS=4)
+    frontier = Frontier(s)
+    _seed_hosts(frontier, 40)
+    batches = plan_wake(s, frontier)
+    assert sorted(b.shard for b in batches) == [0, 0, 1, 1]
+    assert Control(s).sessions_by_shard() == {0: 2, 1: 2}
 
 
 def test_nothing_is_dispatched_unless_running(settings):

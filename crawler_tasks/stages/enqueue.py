@@ -8,7 +8,7 @@ import dataclasses
 import time
 from datetime import datetime, timezone
 
-from crawler_tasks.frontier import ENQUEUED, VERDICT_NAMES, Discovered, Frontier
+from crawler_tasks.frontier import ENQUEUED, SEEN, VERDICT_NAMES, Discovered, Frontier
 from crawler_tasks.ops.control import Control
 from crawler_tasks.output.jsonl import append_jsonl, pages_path
 from crawler_tasks.records import EntryKind, ErrorKind, PageRecord
@@ -25,16 +25,25 @@ def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
     s = w.settings
     counters: Counters = {}
     discovered: list[Discovered] = []
+    redirects: dict[int, PageRecord] = {}   # index in discovered -> the redirect's record
     for rec in records:
-        discovered += _discoveries(w, rec, counters)
+        found, redirect = _discoveries(w, rec, counters)
+        discovered += found
+        if redirect is not None:
+            redirects[len(discovered)] = rec
+            discovered.append(redirect)
     enqueued = 0
     if discovered:
         discovered = _demote_trap_hosts(w, discovered, counters)
-        for verdict in w.frontier.put_discovered(discovered):
+        for i, verdict in enumerate(w.frontier.put_discovered(discovered)):
             if verdict == ENQUEUED:
                 enqueued += 1
-            else:
-                bump(counters, f"frontier/dropped/{VERDICT_NAMES.get(verdict, verdict)}")
+                continue
+            bump(counters, f"frontier/dropped/{VERDICT_NAMES.get(verdict, verdict)}")
+            rec = redirects.get(i)
+            if rec is not None and verdict == SEEN and rec.hops > 0:
+                # a chain that comes back to a URL already seen: a loop, say so
+                rec.error_kind, rec.error = ErrorKind.REDIRECTS, f"redirect loop: {rec.redirect_to} already seen"
         bump(counters, "frontier/enqueued", enqueued)
     for rec in records:
         if rec.error_kind:
@@ -50,7 +59,8 @@ def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
     return enqueued
 
 
-def _discoveries(w: Worker, rec: PageRecord, counters: Counters) -> list[Discovered]:
+def _discoveries(w: Worker, rec: PageRecord, counters: Counters) -> tuple[list[Discovered], Discovered | None]:
+    """The record's links, sitemap entries and canonical; its redirect target apart."""
     s, gate = w.settings, w.gate
     out: list[Discovered | None] = []
     depth = rec.depth
@@ -64,17 +74,20 @@ def _discoveries(w: Worker, rec: PageRecord, counters: Counters) -> list[Discove
             for url in rec.sitemaps]
     if rec.canonical and rec.canonical != rec.url:
         out.append(gate.admit(rec.canonical, depth, counters))
+    redirect = None
     if rec.redirect_to:
         hops = rec.hops + 1
         if hops > s.MAX_REDIRECTS:
             rec.error_kind, rec.error = ErrorKind.REDIRECTS, f"more than {s.MAX_REDIRECTS} redirects"
             bump(counters, "filter/redirects")
+        elif rec.redirect_to == rec.url:
+            rec.error_kind, rec.error = ErrorKind.REDIRECTS, "redirect to itself"
         else:  # a sitemap's redirect is still a sitemap
             kind = EntryKind.SITEMAP if rec.kind == EntryKind.SITEMAP else EntryKind.PAGE
-            out.append(gate.admit(rec.redirect_to, depth, counters, hops=hops, kind=kind,
-                                  check_depth=kind != EntryKind.SITEMAP))
+            redirect = gate.admit(rec.redirect_to, depth, counters, hops=hops, kind=kind,
+                                  check_depth=kind != EntryKind.SITEMAP)
     rec.links, rec.sitemap_urls, rec.sitemaps = [], [], []
-    return [d for d in out if d is not None]
+    return [d for d in out if d is not None], redirect
 
 
 def _sitemap_level(s: Settings, priority: float | None, lastmod: str | None = None) -> int:

@@ -1,0 +1,75 @@
+"""A whole crawl (`manage.py crawl`, real workers) against a hostile server beside an
+ordinary site: every limit leaves an error record, the ordinary site is crawled in full,
+one connection per host holds, and the crawl ends on its own in bounded time."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testweb import TestWeb
+
+from .hostile import start_hostile
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# endpoint -> (error_kind, truncated) the crawl must record for it
+EXPECTED = {
+    "/gzip-bomb": ("decoded_too_large", "decoded-length"),
+    "/deflate-bomb": ("decoded_too_large", "decoded-length"),
+    "/huge": ("body_too_large", "length"),
+    "/trickle-body": ("deadline", "time"),
+    "/trickle-headers": ("deadline", None),
+    "/black-hole": ("deadline", None),
+    "/many-headers": ("too_many_headers", None),
+    "/big-header": ("headers_too_large", None),
+    "/http09": ("http09", None),
+    "/garbage-status": ("bad_status_line", None),
+    "/reset": ("protocol", None),
+}
+
+
+@pytest.fixture(scope="module")
+def hostile():
+    srv = start_hostile("127.0.0.40")
+    yield srv
+    srv.stop()
+
+
+def test_hostile_server_costs_only_its_own_urls(hostile, tmp_path):
+    out = tmp_path / "out"
+    with TestWeb(n_hosts=2, pages_per_host=6, seed=21, mean_page_bytes=4000, first_ip=41) as web:
+        seeds = [hostile.base_url + path for path in EXPECTED] + [hostile.base_url + "/redirect-loop"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
+        env.update({"CRAWLER_TOTAL_TIMEOUT_S": "3", "CRAWLER_READ_TIMEOUT_S": "2", "CRAWLER_CONNECT_TIMEOUT_S": "1",
+                    "CRAWLER_LEASE_S": "10", "CRAWLER_MAX_RETRIES": "0", "CRAWLER_SOFT404_PROBE": "0"})
+        cmd = [sys.executable, str(ROOT / "manage.py"), "crawl", *web.seeds(), *seeds, "--out", str(out),
+               "--allow-private", "--min-delay", "0.05", "--max-seconds", "120",
+               "--user-agent", "testbot/1.0 (+http://127.0.0.1/bot)"]
+        started = time.monotonic()
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT, env=env)
+        elapsed = time.monotonic() - started
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "frontier exhausted" in proc.stderr, proc.stderr[-2000:]
+        records = [json.loads(line) for line in (out / "pages.jsonl").read_text().splitlines()]
+        by_path = {r["url"].split(hostile.base_url, 1)[1]: r for r in records if r["url"].startswith(hostile.base_url)}
+        for path, (kind, truncated) in EXPECTED.items():
+            assert path in by_path, f"no record for {path}"
+            assert by_path[path]["error_kind"] == kind, (path, by_path[path])
+            assert by_path[path].get("truncated") == truncated or truncated is None, (path, by_path[path])
+        loops = [r for r in records if "/redirect-loop" in r["url"]]
+        assert any(r["error_kind"] == "redirects" for r in loops), loops
+        # the ordinary site beside it: every reachable page, one request at a time per host
+        fetched = {r["url"] for r in records if r.get("status") == 200}
+        assert web.reachable(web.seeds()) <= fetched
+        for host in web.hosts:
+            reqs = sorted((r for r in web.requests if r.host == host), key=lambda r: r.start)
+            assert all(b.start >= a.end for a, b in zip(reqs, reqs[1:])), "two requests at once on a host"
+        # ~12 hostile URLs one after another on one host, four of them using their whole
+        # 3 s deadline: the crawl is down well before the 120 s limit
+        assert elapsed < 100, elapsed
