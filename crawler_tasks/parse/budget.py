@@ -76,16 +76,16 @@ for _kind, _names in _KIND_NAMES.items():
     for _name in _names.split():
         _KIND[_name] = _KIND[_name.encode()] = _kind
 # Start tags before which the tree builder does not re-create pending formatting elements.
-_NO_RECONSTRUCT = frozenset(
+_NO_RECONSTRUCT_NAMES = (
     "address article aside blockquote center details dialog dir div dl fieldset figcaption figure footer header "
     "hgroup main menu nav ol p search section summary ul h1 h2 h3 h4 h5 h6 pre listing form li dd dt plaintext "
     "table hr base basefont bgsound link meta noframes script style template title html body frameset head "
     "caption col colgroup frame tbody td tfoot th thead tr textarea iframe noembed noscript".split()
 )
-_NO_RECONSTRUCT = _NO_RECONSTRUCT | frozenset(n.encode() for n in _NO_RECONSTRUCT)
+_NO_RECONSTRUCT: frozenset[Any] = frozenset(_NO_RECONSTRUCT_NAMES) | {n.encode() for n in _NO_RECONSTRUCT_NAMES}
 # Closing one of these clears the formatting elements opened inside it.
-_MARKERS = frozenset("td th caption table template object applet marquee".split())
-_MARKERS = _MARKERS | frozenset(n.encode() for n in _MARKERS)
+_MARKER_NAMES = "td th caption table template object applet marquee".split()
+_MARKERS: frozenset[Any] = frozenset(_MARKER_NAMES) | {n.encode() for n in _MARKER_NAMES}
 
 
 @lru_cache(maxsize=64)
