@@ -217,6 +217,12 @@ class Settings:
     FEED_STREAM_MAXLEN: int = 1_000
     # Keep at most this many characters of page text in records.
     MAX_TEXT_CHARS: int = 100_000
+    # Parse budget, applied before the HTML tree builder (0 = that cap off): elements
+    # (re-created formatting ones included; the page is cut there), nesting depth
+    # (deeper start tags dropped) and attributes per element (the rest dropped).
+    PARSE_MAX_ELEMENTS: int = 100_000
+    PARSE_MAX_DEPTH: int = 512
+    PARSE_MAX_ATTRS: int = 64
 
     # --- Crawl control -------------------------------------------------------------------
     # Stop after this many fetched pages (0 = no limit).

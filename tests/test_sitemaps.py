@@ -291,3 +291,34 @@ def test_parse_sitemap_never_raises(parts: list[bytes]) -> None:
         assert sm.kind in ("urlset", "sitemapindex", "text", "feed", "invalid")
         assert len(sm.entries) <= 5
         assert all(e.url.startswith(("http://", "https://")) for e in sm.entries)
+
+
+_MEMORY_PROBE = """
+import resource, sys
+from crawler_tasks.parse.sitemaps import parse_sitemap
+junk = b"<junk><a>x</a><b/></junk>" * (int(sys.argv[1]) // 25)
+body = (b'<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9">'
+        b"<url><loc>https://a.example/1</loc></url>" + junk
+        + b"<url><loc>https://a.example/2<x/>" + junk[: len(junk) // 2] + b"</loc></url>" + junk + b"</urlset>")
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+result = parse_sitemap(body, "https://a.example/sitemap.xml")
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(len(result.entries), result.error, (after - before) // 1024)
+"""
+
+
+def test_junk_elements_do_not_accumulate() -> None:
+    """~25 MB of non-record elements (around and inside records): peak memory stays flat.
+
+    libxml2 allocates outside Python's allocator (tracemalloc cannot see it), so
+    a child process reports its peak RSS growth in MiB.
+    """
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-c", _MEMORY_PROBE, str(10 * 1024 * 1024)],
+        capture_output=True, text=True, check=True, cwd=Path(__file__).resolve().parent.parent,
+    ).stdout.split()
+    assert out[:2] == ["2", "None"]
+    assert int(out[2]) < 64, f"peak RSS grew by {out[2]} MiB"

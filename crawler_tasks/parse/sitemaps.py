@@ -189,9 +189,13 @@ def _parse_text(data: bytes, max_urls: int) -> Sitemap:
 
 
 def _parse_xml(data: bytes, max_urls: int) -> Sitemap:
-    """Stream the XML, keeping memory flat however many entries there are."""
-    context = etree.iterparse(
-        io.BytesIO(data),
+    """Stream the XML, keeping memory flat whatever the document holds.
+
+    The parser is fed in chunks; after each, every finished element that is
+    not part of an open record is dropped from the tree (records are read
+    and dropped at their end tag), so neither entries nor junk accumulate.
+    """
+    parser = etree.XMLPullParser(
         events=("start", "end"),
         tag=_STREAM_TAGS,
         resolve_entities=False,  # no XXE, no entity expansion at all
@@ -202,53 +206,96 @@ def _parse_xml(data: bytes, max_urls: int) -> Sitemap:
         remove_comments=True,
         remove_pis=True,
     )
-    kind = ""
-    record_tag = ""
-    fields: dict[str, int] = {}
-    entries: list[SitemapEntry] = []
+    state = _XmlState(max_urls)
     try:
-        for event, el in context:
-            if not kind:
+        for off in range(0, len(data), _XML_CHUNK):
+            parser.feed(data[off : off + _XML_CHUNK])
+            done = state.read(parser.read_events())
+            if done is not None:
+                return done
+            state.prune()
+        root = parser.close()
+        done = state.read(parser.read_events())
+        if done is not None:
+            return done
+        if not state.kind and root is not None:
+            return Sitemap("invalid", [], False, f"unexpected root element <{_local(root.tag)}>")
+    except etree.XMLSyntaxError as exc:
+        if not state.kind:
+            return Sitemap("invalid", [], False, f"XML: {exc}")
+        return Sitemap(state.kind, state.entries, False, f"XML: {exc}")
+    if not state.kind:
+        return Sitemap("invalid", [], False, "no XML root")
+    return Sitemap(state.kind, state.entries, False, None)
+
+
+_XML_CHUNK = 64 * 1024
+
+
+class _XmlState:
+    """What the XML stream has shown so far: kind, record tag, entries."""
+
+    __slots__ = ("entries", "fields", "kind", "max_urls", "record_tag", "root")
+
+    def __init__(self, max_urls: int) -> None:
+        self.kind = ""
+        self.record_tag = ""
+        self.fields: dict[str, int] = {}
+        self.entries: list[SitemapEntry] = []
+        self.max_urls = max_urls
+        self.root: etree._Element | None = None
+
+    def read(self, events: object) -> Sitemap | None:
+        """Consume parser events; a Sitemap when the document is decided early."""
+        for event, el in events:  # type: ignore[attr-defined]
+            if not self.kind:
                 root = el.getroottree().getroot()
                 name = _local(root.tag)
-                kind = _KINDS.get(name, "invalid")
-                if kind == "invalid":
+                self.kind = _KINDS.get(name, "invalid")
+                if self.kind == "invalid":
                     return Sitemap("invalid", [], False, f"unexpected root element <{name}>")
                 # Records and their fields share the root's namespace (or have
                 # none); extension elements (image:, news:, xhtml:) do not.
                 ns = root.tag[: root.tag.index("}") + 1] if root.tag.startswith("{") else ""
-                record_tag = ns + _RECORD.get(kind, "")
-                fields = {ns + field: i for i, field in enumerate(_FIELDS)}
+                self.record_tag = ns + _RECORD.get(self.kind, "")
+                self.fields = {ns + field: i for i, field in enumerate(_FIELDS)}
+                self.root = root
             if event != "end":
                 continue
-            if kind == "feed":
+            if self.kind == "feed":
                 if _local(el.tag) not in ("item", "entry"):
                     continue
                 entry = _feed_entry(el)
-            elif el.tag == record_tag:
-                entry = _sitemap_entry(el, fields)
+            elif el.tag == self.record_tag:
+                entry = _sitemap_entry(el, self.fields)
             else:
                 continue
-            # Free what we have read: the stream stays O(1) in memory.
             el.clear(keep_tail=False)
-            parent = el.getparent()
-            if parent is not None:
-                while el.getprevious() is not None:
-                    del parent[0]
             if entry is None:
                 continue
-            if len(entries) >= max_urls:
-                return Sitemap(kind, entries, True, None)
-            entries.append(entry)
-    except etree.XMLSyntaxError as exc:
-        if not kind:
-            return Sitemap("invalid", [], False, f"XML: {exc}")
-        return Sitemap(kind, entries, False, f"XML: {exc}")
-    if not kind:
-        root = getattr(context, "root", None)
-        name = _local(root.tag) if root is not None else ""
-        return Sitemap("invalid", [], False, f"unexpected root element <{name}>" if name else "no XML root")
-    return Sitemap(kind, entries, False, None)
+            if len(self.entries) >= self.max_urls:
+                return Sitemap(self.kind, self.entries, True, None)
+            self.entries.append(entry)
+        return None
+
+    def prune(self) -> None:
+        """Drop every finished element: all but the last child, down the open path.
+
+        Below a record, its field children stay until the record ends.
+        """
+        node = self.root
+        while node is not None and len(node):
+            record = node.tag == self.record_tag or (self.kind == "feed" and _local(node.tag) in ("item", "entry"))
+            if record:
+                for child in list(node)[:-1]:
+                    if child.tag not in self.fields and _local(child.tag) not in _FEED_FIELDS:
+                        node.remove(child)
+            elif len(node) > 1:
+                del node[: len(node) - 1]
+            node = node[len(node) - 1]
+
+
+_FEED_FIELDS = frozenset(("link", "updated", "modified", "date", "pubDate"))
 
 
 def _sitemap_entry(el: etree._Element, fields: dict[str, int]) -> SitemapEntry | None:

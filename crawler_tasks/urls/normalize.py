@@ -23,7 +23,13 @@ every character outside the RFC 3986 set (including ``[ ] { } | ^ ` \\``)
 is percent-encoded in the path and query, so the output is a valid URI and
 one resource has one spelling.
 
-The module is pure (no I/O) and :func:`normalize_url` never raises.
+:class:`Resolver` is the same normalization bound to one base URL (parsed
+once), for the links of one page; the HTML parser uses it for every URL it
+reports, so its links come out normalized.
+
+The module is pure (no I/O); neither :func:`normalize_url` nor
+:class:`Resolver` raises.  Control characters never survive: they are
+stripped, removed (tab, CR, LF) or percent-encoded.
 """
 
 from __future__ import annotations
@@ -39,6 +45,8 @@ import idna
 __all__ = [
     "DEFAULT_SESSION_PARAMS",
     "DEFAULT_TRACKING_PARAMS",
+    "MAX_LINK_CHARS",
+    "Resolver",
     "host_key",
     "normalize_url",
     "url_depth_of_path",
@@ -193,6 +201,65 @@ def url_depth_of_path(url: str) -> int:
     return sum(1 for seg in s.split("/") if seg)
 
 
+MAX_LINK_CHARS = 4096  # longer hrefs are junk or traps; skipping them is cheaper than storing them
+
+_MISS = object()
+
+
+class Resolver:
+    """Normalizes the links of one document against its base URL, parsed once.
+
+    :meth:`link` gives exactly what ``normalize_url(href, base)`` gives, except
+    that it skips (returns None) what a crawler should not follow from a page:
+    hrefs longer than ``max_chars`` (before or after normalization) and
+    references to the document itself (empty, ``#fragment``, ``http:``).
+    Results are cached per href, since pages repeat their navigation links.
+    Never raises.
+    """
+
+    __slots__ = ("_b", "_cache", "_drop", "_max", "base")
+
+    def __init__(
+        self, base: str | None, *, drop_params: frozenset[str] | None = None, max_chars: int = MAX_LINK_CHARS
+    ) -> None:
+        self.base = base
+        try:
+            self._drop = _DEFAULT_DROP if drop_params is None else _lower_set(drop_params)
+            self._b = _base_parts(base) if isinstance(base, str) else None
+        except Exception:  # noqa: BLE001 - an unhashable drop set or base: no base, defaults
+            self._drop, self._b = _DEFAULT_DROP, None
+        self._max = max_chars
+        self._cache: dict[str, str | None] = {}
+
+    @property
+    def base_url(self) -> str | None:
+        """The normalized base URL, or None when the base is not a usable http(s) URL."""
+        b = self._b
+        return None if b is None else _serialize(b.scheme, b.netloc, b.path, _filter_query(b.query, self._drop))
+
+    def link(self, href: str) -> str | None:
+        """The normalized http(s) URL an href points to, or None to skip it."""
+        out = self._cache.get(href, _MISS) if isinstance(href, str) else None
+        if out is _MISS:
+            out = self._cache[href] = self._link(href)
+        return out  # type: ignore[return-value]
+
+    def _link(self, href: str) -> str | None:
+        if not href or len(href) > self._max or href[0] == "#":
+            return None
+        try:
+            out = _fast_on(href, self._b, self._drop)
+            if out is None:
+                cleaned = _clean(href)
+                b = self._b
+                if not cleaned or (b is not None and cleaned.lower() == b.scheme + ":"):
+                    return None  # "", "#top", "http:" on an http page: the page itself
+                out = _slow_on(href, b, self._drop)
+        except Exception:  # noqa: BLE001 - the contract is "never raises"
+            return None
+        return out if out is not None and len(out) <= self._max else None
+
+
 # --------------------------------------------------------------------------
 # Internals
 
@@ -229,7 +296,12 @@ def _serialize(scheme: str, netloc: str, path: str, query: str) -> str:
 
 
 def _fast(href: str, base: str | None, drop: frozenset[str]) -> str | None:
-    """Handle clean ASCII links cheaply; None means "use the full path".
+    """Handle clean ASCII links cheaply; None means "use the full path"."""
+    return _fast_on(href, _base_parts(base) if base is not None else None, drop)
+
+
+def _fast_on(href: str, b: _Parts | None, drop: frozenset[str]) -> str | None:
+    """:func:`_fast` against an already parsed base (None: no usable base).
 
     Only accepts input for which the full path would do nothing but remove
     dot segments, the fragment and dropped parameters (a property test
@@ -243,7 +315,7 @@ def _fast(href: str, base: str | None, drop: frozenset[str]) -> str | None:
         if not last or last[0] in "0123456789":
             return None
         if scheme is None:
-            if base is None or (b := _base_parts(base)) is None:
+            if b is None:
                 return None
             scheme = b.scheme
         if path is None:
@@ -251,12 +323,9 @@ def _fast(href: str, base: str | None, drop: frozenset[str]) -> str | None:
         elif "/." in path:
             path = _remove_dot_segments(path)
         return _serialize(scheme, host, path, _filter_query(query, drop))
-    if base is None:
+    if b is None:
         return None
     if not href or href[0] == "#":
-        b = _base_parts(base)
-        if b is None:
-            return None
         return _serialize(b.scheme, b.netloc, b.path, _filter_query(b.query, drop))
     m = _FAST_REL_RE.match(href)
     if m is None:
@@ -271,10 +340,6 @@ def _fast(href: str, base: str | None, drop: frozenset[str]) -> str | None:
             slash = path.find("/")
             if slash < 0 or colon < slash:
                 return None  # could be a scheme
-    b = _base_parts(base)
-    if b is None:
-        return None
-    if path[0] != "/":
         path = b.path[: b.path.rfind("/") + 1] + path
     if "/." in path:
         path = _remove_dot_segments(path)
@@ -294,7 +359,11 @@ def _base_parts(base: str) -> _Parts | None:
 
 def _normalize_slow(href: str, base: str | None, drop: frozenset[str]) -> str | None:
     """The full algorithm: resolve, then normalize every component."""
-    b = _base_parts(base) if base is not None else None
+    return _slow_on(href, _base_parts(base) if base is not None else None, drop)
+
+
+def _slow_on(href: str, b: _Parts | None, drop: frozenset[str]) -> str | None:
+    """:func:`_normalize_slow` against an already parsed base."""
     p = _parse(href, b)
     if p is None:
         return None
