@@ -7,7 +7,8 @@ fresh copy of the (deterministic) test web for every run; medians are quoted.
 1. many hosts, CPU-bound: 100 hosts x 50 pages of ~60 kB, both capped at N pages,
    delay 0.05 s per host. Figures: wall time (process start to exit), pages/s over
    the whole run and in the steady state (responses between the 10% and 90% marks,
-   from the response timestamps), CPU ms per page of the process tree (rusage at
+   from the response timestamps; and records written to the output file, sampled),
+   start-up and shutdown times, CPU ms per page of the process tree (rusage at
    exit, so every reaped child counts), peak RSS of the tree (sampled).
 2. few hosts, delay-bound: 3 hosts x 400 pages of ~20 kB, delay 0.1 s, crawled to
    exhaustion. The ideal time is the largest host's page count x delay; both wall
@@ -67,6 +68,7 @@ class Run:
     peak_rss: int
     times: list[float]  # response timestamps, sorted (epoch seconds)
     per_host: Counter[str] = field(default_factory=Counter)
+    written: list[tuple[float, int]] = field(default_factory=list)  # (time, records in the output file)
 
     @property
     def pages(self) -> int:
@@ -86,6 +88,20 @@ class Run:
         return (hi - lo) / (self.times[hi] - self.times[lo])
 
     @property
+    def rate_written(self) -> float:
+        """Records/s into the output file between its 10% and 90% marks (sampled).
+
+        Our fetched_at is the fetch's time; parsing and output may trail it, and
+        this rate shows the whole pipeline's pace.
+        """
+        if not self.written or self.written[-1][1] < 10:
+            return 0.0
+        final = self.written[-1][1]
+        t10, n10 = next((t, n) for t, n in self.written if n >= final * 0.1)
+        t90, n90 = next((t, n) for t, n in self.written if n >= final * 0.9)
+        return (n90 - n10) / (t90 - t10) if t90 > t10 else 0.0
+
+    @property
     def span_s(self) -> float:
         return self.times[-1] - self.times[0] if self.times else 0.0
 
@@ -97,6 +113,15 @@ class Run:
     @property
     def shutdown_s(self) -> float:
         return self.start + self.wall_s - self.times[-1] if self.times else 0.0
+
+    @property
+    def idle_tail_s(self) -> float:
+        """Last output record to exit (to the sampling step): stop detection and teardown."""
+        if not self.written:
+            return 0.0
+        final = self.written[-1][1]
+        done = next(t for t, n in self.written if n == final)
+        return self.start + self.wall_s - done
 
     @property
     def cpu_ms_per_page(self) -> float:
@@ -178,19 +203,50 @@ def tree_rss(pid: int) -> int:
     return total
 
 
-def measured(cmd: list[str], env: dict[str, str], log: Path) -> tuple[int, float, float, float, int]:
-    """Run cmd to exit: (exit code, start time, wall s, CPU s of it and its reaped children, peak tree RSS)."""
+class LineCounter:
+    """Lines in a growing file, read incrementally."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.lines = path, 0, 0
+
+    def count(self) -> int:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return self.lines
+        self.offset += len(chunk)
+        self.lines += chunk.count(b"\n")
+        return self.lines
+
+
+@dataclass
+class Measure:
+    rc: int
+    start: float
+    wall_s: float
+    cpu_s: float  # the process and its reaped children (rusage)
+    peak_rss: int  # of the process tree, sampled
+    written: list[tuple[float, int]]  # (time, lines in the watched file), sampled
+
+
+def measured(cmd: list[str], env: dict[str, str], log: Path, watch: Path) -> Measure:
+    """Run cmd to exit, sampling its tree's RSS and the line count of ``watch``."""
     with open(log, "w") as logf:
         t0 = time.time()
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=logf,
                                 stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
         peak = 0
         stop = threading.Event()
+        counter = LineCounter(watch)
+        written: list[tuple[float, int]] = []
 
         def sample() -> None:
             nonlocal peak
             while not stop.wait(RSS_SAMPLE_S):
                 peak = max(peak, tree_rss(proc.pid))
+                written.append((time.time(), counter.count()))
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -204,7 +260,8 @@ def measured(cmd: list[str], env: dict[str, str], log: Path) -> tuple[int, float
         proc.returncode = os.waitstatus_to_exitcode(status)
         stop.set()
         sampler.join()
-    return proc.returncode, t0, wall, usage.ru_utime + usage.ru_stime, peak
+        written.append((t0 + wall, counter.count()))
+    return Measure(proc.returncode, t0, wall, usage.ru_utime + usage.ru_stime, peak, written)
 
 
 def clean_env() -> dict[str, str]:
@@ -224,9 +281,9 @@ def run_ours(args: argparse.Namespace, seeds: list[str], cap: int, delay: float,
     env = clean_env()
     env.update({"CRAWLER_" + k: v for k, v in (item.split("=", 1) for item in args.set)})
     log = tmp / "ours.log"
-    rc, t0, wall, cpu, peak = measured(cmd, env, log)
-    if rc != 0:
-        raise fail("manage.py crawl", rc, log)
+    m = measured(cmd, env, log, out / "pages.jsonl")
+    if m.rc != 0:
+        raise fail("manage.py crawl", m.rc, log)
     times, hosts = [], Counter[str]()
     with open(out / "pages.jsonl") as f:
         for line in f:
@@ -236,7 +293,7 @@ def run_ours(args: argparse.Namespace, seeds: list[str], cap: int, delay: float,
             fetched = datetime.strptime(rec["fetched_at"], "%Y-%m-%dT%H:%M:%S.%fZ")
             times.append(fetched.replace(tzinfo=UTC).timestamp())
             hosts[urlsplit(rec["url"]).netloc] += 1
-    return Run("ours", t0, wall, cpu, peak, sorted(times), hosts)
+    return Run("ours", m.start, m.wall_s, m.cpu_s, m.peak_rss, sorted(times), hosts, m.written)
 
 
 def run_scrapy(args: argparse.Namespace, python: Path, seeds: list[str], cap: int, delay: float,
@@ -248,16 +305,16 @@ def run_scrapy(args: argparse.Namespace, python: Path, seeds: list[str], cap: in
     for item in args.scrapy_set:
         cmd += ["-s", item]
     log = tmp / "scrapy.log"
-    rc, t0, wall, cpu, peak = measured(cmd, clean_env(), log)
-    if rc != 0 or not out.exists():
-        raise fail("scrapy runspider", rc, log)
+    m = measured(cmd, clean_env(), log, out)
+    if m.rc != 0 or not out.exists():
+        raise fail("scrapy runspider", m.rc, log)
     times, hosts = [], Counter[str]()
     with open(out) as f:
         for line in f:
             rec = json.loads(line)
             times.append(rec["t"])
             hosts[urlsplit(rec["url"]).netloc] += 1
-    return Run("scrapy", t0, wall, cpu, peak, sorted(times), hosts)
+    return Run("scrapy", m.start, m.wall_s, m.cpu_s, m.peak_rss, sorted(times), hosts, m.written)
 
 
 def alternate(args: argparse.Namespace, python: Path, web: tuple[int, int, int], cap: int,
@@ -282,7 +339,7 @@ def alternate(args: argparse.Namespace, python: Path, web: tuple[int, int, int],
                 else:
                     shutil.rmtree(tmp, ignore_errors=True)
             print(f"  run {i + 1}/{args.runs} {side:6s}: {run.pages} pages, wall {run.wall_s:.1f} s, "
-                  f"{run.rate_whole:.1f} pages/s whole, {run.rate_steady:.1f} steady, "
+                  f"{run.rate_whole:.1f} pages/s whole, {run.rate_steady:.1f} steady, {run.rate_written:.1f} written, "
                   f"CPU {run.cpu_ms_per_page:.2f} ms/page, peak RSS {run.peak_rss / 2**20:.0f} MiB, "
                   f"span {run.span_s:.1f} s, start-up {run.startup_s:.1f} s", file=sys.stderr, flush=True)
     return ours, theirs
@@ -314,8 +371,10 @@ def many_hosts(args: argparse.Namespace, python: Path) -> None:
         ("wall s", ".1f", lambda r: r.wall_s, True),
         ("pages/s whole run", ".1f", lambda r: r.rate_whole, True),
         ("pages/s steady (10-90%)", ".1f", lambda r: r.rate_steady, True),
+        ("records/s written (10-90%)", ".1f", lambda r: r.rate_written, True),
         ("start-up s (to 1st page)", ".1f", lambda r: r.startup_s, True),
         ("shutdown s (last page-exit)", ".1f", lambda r: r.shutdown_s, True),
+        ("last record written-exit s", ".1f", lambda r: r.idle_tail_s, True),
         ("CPU ms/page", ".2f", lambda r: r.cpu_ms_per_page, True),
         ("peak RSS MiB", ".0f", lambda r: r.peak_rss / 2**20, True),
     ], ours, theirs)
@@ -341,6 +400,7 @@ def few_hosts(args: argparse.Namespace, python: Path) -> None:
         ("span / ideal", ".2f", lambda r: r.span_s / ideal, False),
         ("start-up s (to 1st page)", ".1f", lambda r: r.startup_s, True),
         ("shutdown s (last page-exit)", ".1f", lambda r: r.shutdown_s, True),
+        ("last record written-exit s", ".1f", lambda r: r.idle_tail_s, True),
         ("CPU ms/page", ".2f", lambda r: r.cpu_ms_per_page, True),
     ], ours, theirs)
 
