@@ -1,0 +1,450 @@
+#!/usr/bin/env python3
+"""This crawler against Scrapy, one after the other on the same local synthetic web.
+
+Two scenarios, each run ``--runs`` times per side, alternating ours/Scrapy, with a
+fresh copy of the (deterministic) test web for every run; medians are quoted.
+
+1. many hosts, CPU-bound: 100 hosts x 50 pages of ~60 kB, both capped at N pages,
+   delay 0.05 s per host. Figures: wall time (process start to exit), pages/s over
+   the whole run and in the steady state (responses between the 10% and 90% marks,
+   from the response timestamps; and records written to the output file, sampled),
+   start-up and shutdown times, CPU ms per page of the process tree (rusage at
+   exit, so every reaped child counts), peak RSS of the tree (sampled).
+2. few hosts, delay-bound: 3 hosts x 400 pages of ~20 kB, delay 0.1 s, crawled to
+   exhaustion. The ideal time is the largest host's page count x delay; both wall
+   time and the span from first to last response are compared to it.
+
+Scrapy runs from its own venv (bench/.venv-scrapy, made on first use; never in
+requirements.txt) with bench/scrapy_spider.py: one connection per host, robots.txt
+obeyed, no autothrottle, no cache, its default scheduler and dupefilter. Only
+loopback traffic; every server the script starts, it stops.
+
+    python bench/vs_scrapy.py [--pages 5000] [--runs 3] [--quick] [--only many|few]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import psutil
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from crawler_tasks.ops.embedded import die_with_parent  # noqa: E402
+
+BENCH = ROOT / "bench"
+SPIDER = BENCH / "scrapy_spider.py"
+VENV = BENCH / ".venv-scrapy"
+USER_AGENT = "benchbot/1.0 (+http://127.0.0.1/bench)"
+RSS_SAMPLE_S = 0.2
+
+
+class BenchError(Exception):
+    """A precondition or a run failed; the message says which and why."""
+
+
+@dataclass
+class Run:
+    """One side's run: what it fetched and what it cost."""
+
+    side: str
+    start: float  # epoch seconds when the process was started
+    wall_s: float
+    cpu_s: float
+    peak_rss: int
+    times: list[float]  # response timestamps, sorted (epoch seconds)
+    per_host: Counter[str] = field(default_factory=Counter)
+    written: list[tuple[float, int]] = field(default_factory=list)  # (time, records in the output file)
+
+    @property
+    def pages(self) -> int:
+        return len(self.times)
+
+    @property
+    def rate_whole(self) -> float:
+        return self.pages / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def rate_steady(self) -> float:
+        """Pages/s between the 10% and 90% responses: start-up and the tail left out."""
+        n = len(self.times)
+        lo, hi = n // 10, n - 1 - n // 10
+        if hi <= lo or self.times[hi] <= self.times[lo]:
+            return 0.0
+        return (hi - lo) / (self.times[hi] - self.times[lo])
+
+    @property
+    def rate_written(self) -> float:
+        """Records/s into the output file between its 10% and 90% marks (sampled).
+
+        Our fetched_at is the fetch's time; parsing and output may trail it, and
+        this rate shows the whole pipeline's pace.
+        """
+        if not self.written or self.written[-1][1] < 10:
+            return 0.0
+        final = self.written[-1][1]
+        t10, n10 = next((t, n) for t, n in self.written if n >= final * 0.1)
+        t90, n90 = next((t, n) for t, n in self.written if n >= final * 0.9)
+        return (n90 - n10) / (t90 - t10) if t90 > t10 else 0.0
+
+    @property
+    def span_s(self) -> float:
+        return self.times[-1] - self.times[0] if self.times else 0.0
+
+    @property
+    def startup_s(self) -> float:
+        """Process start to first page: interpreter, workers, Redis, robots.txt."""
+        return self.times[0] - self.start if self.times else self.wall_s
+
+    @property
+    def shutdown_s(self) -> float:
+        return self.start + self.wall_s - self.times[-1] if self.times else 0.0
+
+    @property
+    def idle_tail_s(self) -> float:
+        """Last output record to exit (to the sampling step): stop detection and teardown."""
+        if not self.written:
+            return 0.0
+        final = self.written[-1][1]
+        done = next(t for t, n in self.written if n == final)
+        return self.start + self.wall_s - done
+
+    @property
+    def cpu_ms_per_page(self) -> float:
+        return self.cpu_s / max(self.pages, 1) * 1000
+
+
+# -- Scrapy's venv ---------------------------------------------------------------
+
+def scrapy_python() -> Path:
+    """The venv's python with Scrapy importable; creates the venv and installs Scrapy on first use."""
+    python = VENV / "bin" / "python"
+    check = [str(python), "-c", "import scrapy; print(scrapy.__version__)"]
+    if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
+        return python
+    print(f"installing Scrapy into {VENV} (first use) ...", file=sys.stderr)
+    steps = [[sys.executable, "-m", "venv", str(VENV)],
+             [str(python), "-m", "pip", "install", "--quiet", "scrapy"]]
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True)
+        if done.returncode != 0:
+            tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-8:])
+            raise BenchError(f"cannot install Scrapy: `{' '.join(step)}` exited {done.returncode}\n{tail}\n"
+                             "(the next run tries again; PyPI must be reachable)")
+    done = subprocess.run(check, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise BenchError(f"Scrapy was installed into {VENV} but does not import:\n{done.stderr.strip()}")
+    return python
+
+
+def scrapy_version(python: Path) -> str:
+    return subprocess.run([str(python), "-c", "import scrapy; print(scrapy.__version__)"],
+                          capture_output=True, text=True).stdout.strip()
+
+
+# -- processes -------------------------------------------------------------------
+
+class TestWebProcess:
+    """`python -m testweb` in its own process (its CPU is not counted); stopped on exit."""
+
+    def __init__(self, hosts: int, pages: int, mean_bytes: int) -> None:
+        self.hosts = hosts
+        self.cmd = [sys.executable, "-m", "testweb", "--hosts", str(hosts), "--pages", str(pages),
+                    "--mean-bytes", str(mean_bytes)]
+        self.proc: subprocess.Popen[str] | None = None
+        self.seeds: list[str] = []
+
+    def __enter__(self) -> TestWebProcess:
+        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                                     preexec_fn=die_with_parent)
+        assert self.proc.stdout is not None
+        self.seeds = [self.proc.stdout.readline().strip() for _ in range(self.hosts)]
+        if not all(self.seeds):
+            self.__exit__()
+            raise BenchError(f"the test web did not start: {' '.join(self.cmd)}")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def tree_rss(pid: int) -> int:
+    try:
+        root = psutil.Process(pid)
+        procs = [root] + root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+class LineCounter:
+    """Lines in a growing file, read incrementally."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.lines = path, 0, 0
+
+    def count(self) -> int:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return self.lines
+        self.offset += len(chunk)
+        self.lines += chunk.count(b"\n")
+        return self.lines
+
+
+@dataclass
+class Measure:
+    rc: int
+    start: float
+    wall_s: float
+    cpu_s: float  # the process and its reaped children (rusage)
+    peak_rss: int  # of the process tree, sampled
+    written: list[tuple[float, int]]  # (time, lines in the watched file), sampled
+
+
+def measured(cmd: list[str], env: dict[str, str], log: Path, watch: Path) -> Measure:
+    """Run cmd to exit, sampling its tree's RSS and the line count of ``watch``."""
+    with open(log, "w") as logf:
+        t0 = time.time()
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=logf,
+                                stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+        peak = 0
+        stop = threading.Event()
+        counter = LineCounter(watch)
+        written: list[tuple[float, int]] = []
+
+        def sample() -> None:
+            nonlocal peak
+            while not stop.wait(RSS_SAMPLE_S):
+                peak = max(peak, tree_rss(proc.pid))
+                written.append((time.time(), counter.count()))
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        wall = time.time() - t0
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        stop.set()
+        sampler.join()
+        written.append((t0 + wall, counter.count()))
+    return Measure(proc.returncode, t0, wall, usage.ru_utime + usage.ru_stime, peak, written)
+
+
+def clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
+
+
+def fail(side: str, rc: int, log: Path) -> BenchError:
+    tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-15:])
+    return BenchError(f"{side} exited {rc}; last lines of its log ({log}):\n{tail}")
+
+
+def run_ours(args: argparse.Namespace, seeds: list[str], cap: int, delay: float, tmp: Path) -> Run:
+    out = tmp / "ours"
+    cmd = [sys.executable, str(ROOT / "manage.py"), "crawl", *seeds, "--allow-private",
+           "--min-delay", str(delay), "--max-pages", str(cap), "--out", str(out), "--user-agent", USER_AGENT,
+           "--workers", str(args.workers), "--parsers", str(args.parsers), "--shards", str(args.shards)]
+    env = clean_env()
+    env.update({"CRAWLER_" + k: v for k, v in (item.split("=", 1) for item in args.set)})
+    log = tmp / "ours.log"
+    m = measured(cmd, env, log, out / "pages.jsonl")
+    if m.rc != 0:
+        raise fail("manage.py crawl", m.rc, log)
+    times, hosts = [], Counter[str]()
+    with open(out / "pages.jsonl") as f:
+        for line in f:
+            rec = json.loads(line)
+            if rec.get("status") is None:
+                continue
+            fetched = datetime.strptime(rec["fetched_at"], "%Y-%m-%dT%H:%M:%S.%fZ")
+            times.append(fetched.replace(tzinfo=UTC).timestamp())
+            hosts[urlsplit(rec["url"]).netloc] += 1
+    return Run("ours", m.start, m.wall_s, m.cpu_s, m.peak_rss, sorted(times), hosts, m.written)
+
+
+def run_scrapy(args: argparse.Namespace, python: Path, seeds: list[str], cap: int, delay: float,
+               tmp: Path) -> Run:
+    seeds_file, out = tmp / "seeds.txt", tmp / "scrapy.jsonl"
+    seeds_file.write_text("".join(s + "\n" for s in seeds))
+    cmd = [str(python), "-m", "scrapy", "runspider", str(SPIDER), "-a", f"seeds={seeds_file}", "-a", f"out={out}",
+           "-s", f"DOWNLOAD_DELAY={delay}", "-s", f"CLOSESPIDER_PAGECOUNT={cap}"]
+    for item in args.scrapy_set:
+        cmd += ["-s", item]
+    log = tmp / "scrapy.log"
+    m = measured(cmd, clean_env(), log, out)
+    if m.rc != 0 or not out.exists():
+        raise fail("scrapy runspider", m.rc, log)
+    times, hosts = [], Counter[str]()
+    with open(out) as f:
+        for line in f:
+            rec = json.loads(line)
+            times.append(rec["t"])
+            hosts[urlsplit(rec["url"]).netloc] += 1
+    return Run("scrapy", m.start, m.wall_s, m.cpu_s, m.peak_rss, sorted(times), hosts, m.written)
+
+
+def alternate(args: argparse.Namespace, python: Path, web: tuple[int, int, int], cap: int,
+              delay: float) -> tuple[list[Run], list[Run]]:
+    """R runs per side, ours then Scrapy then ours ..., each on a fresh test web."""
+    ours: list[Run] = []
+    theirs: list[Run] = []
+    for i in range(args.runs):
+        for side in ("ours", "scrapy"):
+            tmp = Path(tempfile.mkdtemp(prefix=f"vs-scrapy-{side}-"))
+            try:
+                with TestWebProcess(*web) as tw:
+                    if side == "ours":
+                        run = run_ours(args, tw.seeds, cap, delay, tmp)
+                        ours.append(run)
+                    else:
+                        run = run_scrapy(args, python, tw.seeds, cap, delay, tmp)
+                        theirs.append(run)
+            finally:
+                if args.keep:
+                    print(f"  (kept {tmp})", file=sys.stderr)
+                else:
+                    shutil.rmtree(tmp, ignore_errors=True)
+            print(f"  run {i + 1}/{args.runs} {side:6s}: {run.pages} pages, wall {run.wall_s:.1f} s, "
+                  f"{run.rate_whole:.1f} pages/s whole, {run.rate_steady:.1f} steady, {run.rate_written:.1f} written, "
+                  f"CPU {run.cpu_ms_per_page:.2f} ms/page, peak RSS {run.peak_rss / 2**20:.0f} MiB, "
+                  f"span {run.span_s:.1f} s, start-up {run.startup_s:.1f} s", file=sys.stderr, flush=True)
+    return ours, theirs
+
+
+# -- reporting -------------------------------------------------------------------
+
+def med(runs: list[Run], value: Callable[[Run], float]) -> float:
+    return statistics.median(value(r) for r in runs)
+
+
+def table(rows: list[tuple[str, str, Callable[[Run], float], bool]], ours: list[Run], theirs: list[Run]) -> None:
+    print(f"  {'':28s} {'ours':>10s} {'scrapy':>10s} {'ours/scrapy':>12s}")
+    for label, fmt, value, ratio in rows:
+        a, b = med(ours, value), med(theirs, value)
+        r = f"{a / b:.2f}" if ratio and b else ""
+        print(f"  {label:28s} {a:>10{fmt}} {b:>10{fmt}} {r:>12s}")
+
+
+def many_hosts(args: argparse.Namespace, python: Path) -> None:
+    web = (args.hosts, args.host_pages, args.mean_bytes)
+    print(f"\n== many hosts: {args.hosts} hosts x {args.host_pages} pages, mean {args.mean_bytes} B; "
+          f"cap {args.pages} pages, delay {args.delay} s", file=sys.stderr)
+    ours, theirs = alternate(args, python, web, args.pages, args.delay)
+    print(f"\nmany hosts (CPU-bound): {args.hosts} hosts x {args.host_pages} pages, mean {args.mean_bytes} B, "
+          f"cap {args.pages}, delay {args.delay} s; median of {args.runs} run(s) each")
+    table([
+        ("pages", ".0f", lambda r: r.pages, False),
+        ("wall s", ".1f", lambda r: r.wall_s, True),
+        ("pages/s whole run", ".1f", lambda r: r.rate_whole, True),
+        ("pages/s steady (10-90%)", ".1f", lambda r: r.rate_steady, True),
+        ("records/s written (10-90%)", ".1f", lambda r: r.rate_written, True),
+        ("start-up s (to 1st page)", ".1f", lambda r: r.startup_s, True),
+        ("shutdown s (last page-exit)", ".1f", lambda r: r.shutdown_s, True),
+        ("last record written-exit s", ".1f", lambda r: r.idle_tail_s, True),
+        ("CPU ms/page", ".2f", lambda r: r.cpu_ms_per_page, True),
+        ("peak RSS MiB", ".0f", lambda r: r.peak_rss / 2**20, True),
+    ], ours, theirs)
+
+
+def few_hosts(args: argparse.Namespace, python: Path) -> None:
+    web = (args.few_hosts, args.few_pages, args.few_mean_bytes)
+    size = args.few_hosts * (args.few_pages + 1)  # every host: its home page and /p/1..N
+    cap = 10 * size  # above the web's size: both crawl to exhaustion
+    ideal = (args.few_pages + 1) * args.few_delay
+    print(f"\n== few hosts: {args.few_hosts} hosts x {args.few_pages} pages, mean {args.few_mean_bytes} B; "
+          f"to exhaustion, delay {args.few_delay} s", file=sys.stderr)
+    ours, theirs = alternate(args, python, web, cap, args.few_delay)
+    print(f"\nfew hosts (delay-bound): {args.few_hosts} hosts x {args.few_pages} pages (+ home), mean "
+          f"{args.few_mean_bytes} B, delay {args.few_delay} s, to exhaustion; median of {args.runs} run(s) each")
+    print(f"  ideal time: {args.few_pages + 1} pages on the largest host x {args.few_delay} s = {ideal:.1f} s")
+    table([
+        ("pages", ".0f", lambda r: r.pages, False),
+        ("pages on largest host", ".0f", lambda r: max(r.per_host.values(), default=0), False),
+        ("wall s (start to exit)", ".1f", lambda r: r.wall_s, True),
+        ("span s (first-last page)", ".1f", lambda r: r.span_s, True),
+        ("wall / ideal", ".2f", lambda r: r.wall_s / ideal, False),
+        ("span / ideal", ".2f", lambda r: r.span_s / ideal, False),
+        ("start-up s (to 1st page)", ".1f", lambda r: r.startup_s, True),
+        ("shutdown s (last page-exit)", ".1f", lambda r: r.shutdown_s, True),
+        ("last record written-exit s", ".1f", lambda r: r.idle_tail_s, True),
+        ("CPU ms/page", ".2f", lambda r: r.cpu_ms_per_page, True),
+    ], ours, theirs)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pages", type=int, default=5000, help="page cap N for both sides (many hosts)")
+    ap.add_argument("--runs", type=int, default=3, help="runs per side, alternating (medians quoted)")
+    ap.add_argument("--quick", action="store_true", help="smoke check: 600 pages, 100 pages per few-host, 1 run")
+    ap.add_argument("--only", choices=("many", "few"), help="run one scenario")
+    ap.add_argument("--hosts", type=int, default=100)
+    ap.add_argument("--host-pages", type=int, default=50, help="pages per host (many hosts)")
+    ap.add_argument("--mean-bytes", type=int, default=60_000)
+    ap.add_argument("--delay", type=float, default=0.05, help="per-host delay s (many hosts)")
+    ap.add_argument("--few-hosts", type=int, default=3)
+    ap.add_argument("--few-pages", type=int, default=400, help="pages per host (few hosts)")
+    ap.add_argument("--few-mean-bytes", type=int, default=20_000)
+    ap.add_argument("--few-delay", type=float, default=0.1)
+    ap.add_argument("--workers", type=int, default=2, help="our fetch worker processes")
+    ap.add_argument("--parsers", type=int, default=2, help="our parse worker processes")
+    ap.add_argument("--shards", type=int, default=2, help="our frontier shards")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                    help="one of our settings for every run, e.g. --set FETCH_BATCH=32")
+    ap.add_argument("--scrapy-set", action="append", default=[], metavar="NAME=VALUE",
+                    help="a Scrapy setting for every run, e.g. --scrapy-set "
+                         "SCHEDULER_PRIORITY_QUEUE=scrapy.pqueues.DownloaderAwarePriorityQueue")
+    ap.add_argument("--keep", action="store_true", help="keep each run's output folder and logs")
+    args = ap.parse_args()
+    if args.quick:
+        args.pages, args.runs, args.few_pages = min(args.pages, 600), 1, min(args.few_pages, 100)
+    try:
+        python = scrapy_python()
+        print(f"Scrapy {scrapy_version(python)} ({python}); ours: manage.py crawl --workers {args.workers} "
+              f"--parsers {args.parsers} --shards {args.shards} {' '.join('--set ' + s for s in args.set)}".rstrip())
+        print(f"machine: {psutil.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        if args.only in (None, "many"):
+            many_hosts(args, python)
+        if args.only in (None, "few"):
+            few_hosts(args, python)
+    except BenchError as exc:
+        print(f"vs_scrapy: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
