@@ -223,6 +223,10 @@ class Settings:
     PARSE_MAX_ELEMENTS: int = 100_000
     PARSE_MAX_DEPTH: int = 512
     PARSE_MAX_ATTRS: int = 64
+    # A hard budget per page: HTML is parsed in a child process stopped after this long
+    # (0 = parse in the worker itself, no deadline), with this address-space cap.
+    PARSE_TIMEOUT_S: float = 5.0
+    PARSE_MEMORY_MB: int = 2048
 
     # --- Crawl control -------------------------------------------------------------------
     # Stop after this many fetched pages (0 = no limit).

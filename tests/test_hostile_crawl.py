@@ -46,7 +46,8 @@ def test_hostile_server_costs_only_its_own_urls(hostile, tmp_path):
     with TestWeb(n_hosts=2, pages_per_host=6, seed=21, mean_page_bytes=4000, first_ip=41) as web:
         seeds = [hostile.base_url + path for path in EXPECTED] + [hostile.base_url + "/redirect-loop"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
-        env.update({"CRAWLER_TOTAL_TIMEOUT_S": "3", "CRAWLER_READ_TIMEOUT_S": "2", "CRAWLER_CONNECT_TIMEOUT_S": "1",
+        env.update({"CRAWLER_TOTAL_TIMEOUT_S": "3", "CRAWLER_READ_TIMEOUT_S": "10", "CRAWLER_CONNECT_TIMEOUT_S": "1",
+                    "CRAWLER_MAX_FACTOR_DELAY_S": "0.5", "CRAWLER_BACKOFF_BASE_S": "0.1", "CRAWLER_BACKOFF_MAX_S": "0.5",
                     "CRAWLER_LEASE_S": "10", "CRAWLER_MAX_RETRIES": "0", "CRAWLER_SOFT404_PROBE": "0"})
         cmd = [sys.executable, str(ROOT / "manage.py"), "crawl", *web.seeds(), *seeds, "--out", str(out),
                "--allow-private", "--min-delay", "0.05", "--max-seconds", "120",

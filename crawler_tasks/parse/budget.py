@@ -25,7 +25,10 @@ A document within the caps is returned unchanged (no copy).  Pure; never
 raises on any str or bytes.
 
 Cost: ~1 us a tag in Python, about 5 ms for a 93 KB page of 4,000 tags,
-several times lexbor's own parse; a C tokenizer would make it negligible.
+several times lexbor's own parse. So it runs only on documents that could hold a
+bomb of consequence (``needs_budget``: large, tag-dense, or with a giant tag); the
+parse stage's hard per-page deadline (a child process, ``parse.sandbox``) bounds
+whatever a smaller document can still cost.
 """
 
 from __future__ import annotations
@@ -34,11 +37,16 @@ import re
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["MAX_ATTRS", "MAX_DEPTH", "MAX_ELEMENTS", "apply_budget"]
+__all__ = ["MAX_ATTRS", "MAX_DEPTH", "MAX_ELEMENTS", "apply_budget", "needs_budget"]
 
 MAX_ELEMENTS = 100_000
 MAX_DEPTH = 512  # Blink's tree depth cap
 MAX_ATTRS = 64
+# Below these a document skips the tokenizer (the sandbox deadline covers it).
+_PLAIN_MAX_CHARS = 512 * 1024
+_PLAIN_MAX_TAGS = 8_000
+_GIANT_TAG_S = re.compile(r"<[^<>]{8192}")
+_GIANT_TAG_B = re.compile(rb"<[^<>]{8192}")
 
 _WS = r"\t\n\f\r "
 # One attribute, as the tokenizer reads it: a name (its first character may be
@@ -197,6 +205,15 @@ def _close_sibling(model: _Model, name: Any) -> None:
             return
         if key is None:
             return  # a container in between: the tree builder would not close it either
+
+
+def needs_budget(data: str | bytes) -> bool:
+    """Whether a document is big, tag-dense or has a giant tag (C-speed checks)."""
+    if len(data) > _PLAIN_MAX_CHARS:
+        return True
+    if isinstance(data, bytes):
+        return data.count(b"<") > _PLAIN_MAX_TAGS or _GIANT_TAG_B.search(data) is not None
+    return data.count("<") > _PLAIN_MAX_TAGS or _GIANT_TAG_S.search(data) is not None
 
 
 def apply_budget(

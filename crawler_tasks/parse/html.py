@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from selectolax.lexbor import LexborHTMLParser
 
-from crawler_tasks.parse.budget import MAX_ATTRS, MAX_DEPTH, MAX_ELEMENTS, apply_budget
+from crawler_tasks.parse.budget import MAX_ATTRS, MAX_DEPTH, MAX_ELEMENTS, apply_budget, needs_budget
 from crawler_tasks.parse.directives import (
     header_values,
     link_header_canonical,
@@ -142,7 +142,8 @@ def parse_html(
             data = body[start:] if start else body  # lexbor reads UTF-8 bytes directly
         else:
             data = decode(body, charset, start)
-        data, limited = apply_budget(data, max_elements, max_depth, max_attrs)
+        if needs_budget(data):
+            data, limited = apply_budget(data, max_elements, max_depth, max_attrs)
         page = _extract(data, resolver, drop_params, agent_l, max_text_chars)
         page.noindex |= noindex
         page.nofollow |= nofollow

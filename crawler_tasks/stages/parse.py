@@ -13,6 +13,7 @@ from crawler_tasks.dedup.fingerprint import fingerprint_collapsed
 from crawler_tasks.dedup.simhash import simhash64_with_count, to_hex
 from crawler_tasks.output.spool import read_spool, remove_spool
 from crawler_tasks.parse.html import parse_html
+from crawler_tasks.parse.sandbox import ParseFailed
 from crawler_tasks.parse.sitemaps import parse_sitemap
 from crawler_tasks.records import EntryKind, ErrorKind, FetchedPage, PageRecord, SitemapUrl
 from crawler_tasks.stages.worker import Counters, Worker, bump, log_once
@@ -103,8 +104,21 @@ def _parse_into(w: Worker, rec: PageRecord, body: bytes) -> tuple[str, Anchors]:
     """Fill the record from the HTML; returns (text, outlinks with anchor text) for the
     indexer feed, which must not travel through the broker."""
     s = w.settings
-    parsed = parse_html(body, rec.url, content_type=rec.content_type, headers=rec.headers,
-                        agent=s.robots_agent, max_text_chars=s.MAX_TEXT_CHARS)
+    options: dict[str, Any] = dict(content_type=rec.content_type, headers=rec.headers, agent=s.robots_agent,
+                                   max_text_chars=s.MAX_TEXT_CHARS, drop_params=w.gate.drop,
+                                   max_elements=s.PARSE_MAX_ELEMENTS, max_depth=s.PARSE_MAX_DEPTH,
+                                   max_attrs=s.PARSE_MAX_ATTRS)
+    if w.sandbox is None:
+        parsed = parse_html(body, rec.url, **options)
+    else:
+        try:
+            parsed = w.sandbox.parse(body, rec.url, **options)
+        except ParseFailed as exc:
+            rec.error_kind, rec.error = ErrorKind.PARSE_LIMIT, str(exc)
+            w.count({"parse/stopped": 1})
+            return "", []
+    if parsed.limited and not rec.error_kind:
+        rec.error_kind, rec.error = ErrorKind.PARSE_LIMIT, f"parse budget cut the page: {parsed.limited}"
     rec.title = parsed.title
     rec.fingerprint = fingerprint_collapsed(parsed.text)
     if s.NEAR_DUPLICATES:
@@ -112,14 +126,11 @@ def _parse_into(w: Worker, rec: PageRecord, body: bytes) -> tuple[str, Anchors]:
         if n_words >= s.SIMHASH_MIN_WORDS:
             rec.simhash = to_hex(sim)
     rec.text_chars = len(parsed.text)
-    if parsed.canonical:
-        rec.canonical = w.normalize(parsed.canonical)
+    rec.canonical = parsed.canonical
     rec.noindex = parsed.noindex
     rec.lang = parsed.lang or None
-    if parsed.meta_refresh:
-        target = w.normalize(parsed.meta_refresh)
-        if target and target != rec.url:
-            rec.redirect_to = target
+    if parsed.meta_refresh and parsed.meta_refresh != rec.url:
+        rec.redirect_to = parsed.meta_refresh
     links: list[str] = []
     anchors: Anchors = []
     if parsed.nofollow:
@@ -127,13 +138,11 @@ def _parse_into(w: Worker, rec: PageRecord, body: bytes) -> tuple[str, Anchors]:
     else:
         seen: set[str] = set()
         for link in parsed.links:
-            if link.nofollow and not s.FOLLOW_NOFOLLOW:
+            if (link.nofollow and not s.FOLLOW_NOFOLLOW) or link.url in seen:
                 continue
-            url = w.normalize(link.url)
-            if url and url not in seen:
-                seen.add(url)
-                links.append(url)
-                anchors.append([url, link.text])
+            seen.add(link.url)
+            links.append(link.url)
+            anchors.append([link.url, link.text])
     rec.links = links
     rec.n_links = len(links)
     return parsed.text, anchors

@@ -17,6 +17,7 @@ from crawler_tasks.frontier.recrawl import Recrawler
 from crawler_tasks.ops.control import Control
 from crawler_tasks.output.jsonl import FeedWriter
 from crawler_tasks.output.warc import WarcStore
+from crawler_tasks.parse.sandbox import ParseSandbox
 from crawler_tasks.robots.cache import RobotsCache
 from crawler_tasks.settings import Settings
 from crawler_tasks.stages.gate import UrlGate
@@ -39,6 +40,7 @@ class Worker:
     content: ContentIndex
     feed: FeedWriter
     recrawler: Recrawler
+    sandbox: ParseSandbox | None
 
     @classmethod
     def create(cls, settings: Settings) -> "Worker":
@@ -48,7 +50,8 @@ class Worker:
                    WarcStore(settings.OUT_DIR, settings.WARC_MAX_BYTES, operator=settings.USER_AGENT,
                              gzip_level=settings.WARC_GZIP_LEVEL),
                    UrlGate(settings), politeness_policy(settings),
-                   ContentIndex(settings), FeedWriter(settings), Recrawler(settings, frontier))
+                   ContentIndex(settings), FeedWriter(settings), Recrawler(settings, frontier),
+                   ParseSandbox(settings.PARSE_TIMEOUT_S, settings.PARSE_MEMORY_MB) if settings.PARSE_TIMEOUT_S else None)
 
     def count(self, counters: Counters) -> None:
         self.control.count(counters)

@@ -1,0 +1,99 @@
+"""A hard budget per page: HTML is parsed in a child process with a deadline and a memory cap.
+
+The parse budget (``parse.budget``) keeps the known HTML bombs linear, but a parser is C
+code that no signal can interrupt, and a page may find a slow path nobody has measured
+yet. So the parse worker hands each document to a long-lived child process over a pipe
+(about 0.1 ms a page) and waits at most ``PARSE_TIMEOUT_S``: a child that is late is
+killed and replaced, a child that runs out of its address space (``PARSE_MEMORY_MB``)
+dies; either way only that page gets an error record and the worker goes on.
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import pickle
+import resource
+import signal
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from crawler_tasks.parse.html import ParsedPage, parse_html
+
+log = logging.getLogger(__name__)
+
+
+class ParseFailed(Exception):
+    """The page's parse was stopped: over its deadline, or the child died (memory)."""
+
+
+class ParseSandbox:
+    def __init__(self, timeout_s: float, memory_mb: int) -> None:
+        self.timeout_s = timeout_s
+        self.memory_mb = memory_mb
+        self._proc: BaseProcess | None = None
+        self._conn: Connection | None = None
+
+    def parse(self, body: bytes, url: str, **kwargs: Any) -> ParsedPage:
+        """``parse_html(body, url, **kwargs)`` in the child; ParseFailed if it had to be stopped."""
+        conn = self._connection()
+        try:
+            conn.send_bytes(pickle.dumps((body, url, kwargs), protocol=pickle.HIGHEST_PROTOCOL))
+            if not conn.poll(self.timeout_s):
+                self._kill()
+                raise ParseFailed(f"parse stopped after its {self.timeout_s:g} s deadline")
+            page = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError, pickle.UnpicklingError) as exc:
+            self._kill()
+            raise ParseFailed(f"parse process died ({type(exc).__name__}; memory cap {self.memory_mb} MB)") from None
+        if not isinstance(page, ParsedPage):
+            raise ParseFailed("parse process answered nonsense")
+        return page
+
+    def close(self) -> None:
+        self._kill()
+
+    def _connection(self) -> Connection:
+        if self._proc is None or not self._proc.is_alive() or self._conn is None:
+            self._kill()
+            parent, child = multiprocessing.get_context("fork").Pipe()
+            proc = multiprocessing.get_context("fork").Process(
+                target=_serve, args=(child, self.memory_mb), name="parse-sandbox", daemon=True)
+            proc.start()
+            child.close()
+            self._proc, self._conn = proc, parent
+        return self._conn
+
+    def _kill(self) -> None:
+        if self._proc is not None and self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(5)
+        if self._conn is not None:
+            self._conn.close()
+        self._proc = self._conn = None
+
+
+def _serve(conn: Connection, memory_mb: int) -> None:
+    """The child: parse documents until the pipe closes; never outlives the worker."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:  # SIGKILL when the worker dies (Linux PR_SET_PDEATHSIG)
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except OSError:  # pragma: no cover - not Linux
+        pass
+    if memory_mb > 0:
+        limit = memory_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    while True:
+        try:
+            body, url, kwargs = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            os._exit(0)
+        try:
+            page = parse_html(body, url, **kwargs)
+        except MemoryError:
+            os._exit(3)
+        conn.send_bytes(pickle.dumps(page, protocol=pickle.HIGHEST_PROTOCOL))
