@@ -118,7 +118,8 @@ def record_settings(settings: Settings) -> None:
     if settings.KEY_PREFIX in _settings_recorded:
         return
     key = GlobalKeys(settings.KEY_PREFIX).settings
-    values = {name.removeprefix("CRAWLER_"): safe_value(v) for name, v in settings.to_env().items()}
+    values: dict[str | bytes, str | bytes] = {
+        name.removeprefix("CRAWLER_"): safe_value(v) for name, v in settings.to_env().items()}
     pipe = global_client(settings).pipeline(transaction=True)
     pipe.delete(key)
     pipe.hset(key, mapping=values)

@@ -225,8 +225,8 @@ def load_feed(out_dir: Path) -> list[FeedDoc]:
         if not isinstance(text, str) or rec["url"] in seen:
             continue
         seen.add(rec["url"])
-        fp = rec.get("fingerprint") if isinstance(rec.get("fingerprint"), str) else ""
-        docs.append(FeedDoc(rec["url"], fp, _hex64(rec.get("simhash")), frozenset(terms(text))))
+        fp = rec.get("fingerprint")
+        docs.append(FeedDoc(rec["url"], fp if isinstance(fp, str) else "", _hex64(rec.get("simhash")), frozenset(terms(text))))
     return docs
 
 

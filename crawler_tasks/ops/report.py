@@ -42,7 +42,7 @@ BAR_W = 640
 # --------------------------------------------------------------------------- reading the inputs
 
 
-def read_jsonl(path: str | os.PathLike) -> tuple[list[dict[str, Any]], int]:
+def read_jsonl(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], int]:
     """(records, lines that were not JSON objects): a torn last line is not fatal."""
     records, bad = [], 0
     try:
@@ -421,11 +421,12 @@ def read_inputs(settings: Settings) -> CrawlInputs:
     control = Control(settings)
     state, reason, _ = control.state()
     recorded = control.client.hgetall(control.keys.settings)
-    return CrawlInputs(stats=control.stats(), samples=read_samples(settings), settings=recorded,
+    return CrawlInputs(stats=control.stats(), samples=read_samples(settings),
+                       settings={str(k): str(v) for k, v in recorded.items()},
                        state=str(state), reason=reason)
 
 
-def write_report(out_dir: str | os.PathLike, inputs: CrawlInputs, dest: str | os.PathLike | None = None,
+def write_report(out_dir: str | os.PathLike[str], inputs: CrawlInputs, dest: str | os.PathLike[str] | None = None,
                  trap_min_pages: int = 20, trap_ratio: float = 0.5) -> Path:
     """Read OUT/pages.jsonl, render, write OUT/report.html (or ``dest``); returns the path."""
     out = Path(out_dir)
