@@ -20,6 +20,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from crawler_tasks.connection import global_client
@@ -118,7 +119,7 @@ def record_settings(settings: Settings) -> None:
     if settings.KEY_PREFIX in _settings_recorded:
         return
     key = GlobalKeys(settings.KEY_PREFIX).settings
-    values: dict[str | bytes, str | bytes] = {
+    values: dict[Any, Any] = {  # redis-py types mapping keys invariantly
         name.removeprefix("CRAWLER_"): safe_value(v) for name, v in settings.to_env().items()}
     pipe = global_client(settings).pipeline(transaction=True)
     pipe.delete(key)
