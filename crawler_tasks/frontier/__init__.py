@@ -20,7 +20,7 @@ from typing import Callable, Iterable, TypeVar
 
 import redis
 
-from crawler_tasks.connection import global_client, shard_client
+from crawler_tasks.connection import global_client, is_cluster, shard_client
 from crawler_tasks.frontier.bloom import BloomSpec
 from crawler_tasks.keys import GlobalKeys, ShardKeys, shard_of
 from crawler_tasks.records import Action, EntryKind
@@ -239,7 +239,9 @@ class Frontier:
             retry_raw = Entry(e.url, e.depth, e.tries + 1, e.hops, e.kind).encode()
         keys = [k.active, k.ready, k.lease, k.te, k.queue(lease.host), k.queued]
         args = [lease.host, lease.token, action.value, te, lease.raw, retry_raw]
-        if not host_state:
+        if not host_state or is_cluster(self.client(lease.shard)):
+            if host_state:
+                self.client(lease.shard).hset(k.host_state(lease.host), mapping=host_state)
             return self._run(lease.shard, "complete", keys, args) == 1
         pipe = self.client(lease.shard).pipeline(transaction=False)
         pipe.hset(k.host_state(lease.host), mapping=host_state)
