@@ -199,3 +199,27 @@ def test_broker_must_be_plain_redis(csettings):
     with pytest.raises(ConfigError):
         broker_url(dataclasses.replace(csettings, BROKER_URL=""))
     assert shard_client(csettings, 0) is shard_client(csettings, 3)
+
+
+def test_a_crawl_runs_to_completion_with_its_frontier_on_the_cluster(cluster, tmp_path):
+    import json
+    import os
+    import sys
+
+    from crawler_tasks.ops.embedded import EmbeddedRedis
+    from testweb import TestWeb
+
+    root = Path(__file__).resolve().parent.parent
+    with EmbeddedRedis(tmp_path / "broker", save="") as broker, TestWeb(n_hosts=3, pages_per_host=8, seed=5) as web:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
+        env.update(CRAWLER_REDIS_URL=cluster.url, CRAWLER_BROKER_URL=broker.url, CRAWLER_SHARDS="4",
+                   CRAWLER_KEY_PREFIX="e2e")
+        proc = subprocess.run([sys.executable, str(root / "manage.py"), "crawl", *web.seeds(), "--out",
+                               str(tmp_path / "out"), "--allow-private", "--min-delay", "0.05",
+                               "--user-agent", "testbot/1.0 (+http://127.0.0.1/bot)"],
+                              capture_output=True, text=True, env=env, timeout=180, cwd=root)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert "frontier exhausted" in proc.stdout + proc.stderr
+        fetched = {r["url"] for r in map(json.loads, (tmp_path / "out" / "pages.jsonl").read_text().splitlines())
+                   if r.get("status") == 200}
+        assert fetched >= web.reachable()
