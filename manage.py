@@ -8,6 +8,8 @@
     python manage.py hosts HOST [--out DIR]                        one host's frontier state
     python manage.py robots URL [--agent A]                        robots.txt verdict and matching rule
     python manage.py dupes [--out DIR] [--threshold 0.9]           near-duplicate clusters of a crawl
+    python manage.py report [--out DIR] [--redis-url URL]          OUT/report.html: plots and tables of a crawl
+    python manage.py overlap OUT_A OUT_B [--sample N] [--seed S]   relative size of two crawls (capture-recapture)
     python manage.py snapshot [--out DIR] | restore FILE [--out DIR] [--replace]   checkpoints
     python manage.py testweb [--hosts N] [--pages P]               a local synthetic web for demos
 
@@ -230,6 +232,36 @@ def cmd_dupes(args: argparse.Namespace) -> int:
     return dupes.main(["--out", args.out or Settings.from_env().OUT_DIR, "--threshold", str(args.threshold)])
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from crawler_tasks.ops.report import CrawlInputs, read_inputs, write_report
+
+    out = Path(args.out or Settings.from_env().OUT_DIR)
+    if not (out / "pages.jsonl").exists():
+        raise ConfigError(f"no crawl output in {out} (pages.jsonl missing; give --out DIR)")
+    inputs = CrawlInputs()
+    try:
+        with _attach(args) as settings:
+            inputs = read_inputs(settings)
+            s = settings
+    except (ConfigError, redis.RedisError) as exc:
+        s = Settings.from_env()
+        inputs.note = f"drawn from pages.jsonl only: {exc}"
+    path = write_report(out, inputs, args.path, trap_min_pages=s.DUP_TRAP_MIN_PAGES, trap_ratio=s.DUP_TRAP_RATIO)
+    if inputs.note:
+        print(f"note: {inputs.note}", file=sys.stderr)
+    print(path)
+    return 0
+
+
+def cmd_overlap(args: argparse.Namespace) -> int:
+    from crawler_tasks.ops import overlap
+
+    result = overlap.compare(Path(args.out_a), Path(args.out_b), sample=args.sample, seed=args.seed,
+                             queries=args.queries)
+    print(overlap.format_result(result))
+    return 0
+
+
 def cmd_testweb(args: argparse.Namespace) -> int:
     import testweb
 
@@ -315,6 +347,20 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--out", help="the crawl's output folder")
     dp.add_argument("--threshold", type=float, default=0.9, help="Jaccard similarity (default 0.9)")
     dp.set_defaults(func=cmd_dupes)
+
+    rp = sub.add_parser("report", help="write OUT/report.html: progress plots, outcomes, hosts, duplicates")
+    rp.add_argument("--out", help="the crawl's output folder (finds its Redis)")
+    rp.add_argument("--redis-url")
+    rp.add_argument("--path", help="file to write (default OUT/report.html)")
+    rp.set_defaults(func=cmd_report)
+
+    ov = sub.add_parser("overlap", help="estimate the relative size of two crawls by capture-recapture")
+    ov.add_argument("out_a", help="output folder of crawl A")
+    ov.add_argument("out_b", help="output folder of crawl B")
+    ov.add_argument("--sample", type=int, default=1000, help="pages sampled from each crawl (default 1000)")
+    ov.add_argument("--seed", type=int, default=0, help="random seed of the samples")
+    ov.add_argument("--queries", type=int, default=200, help="rare-term queries per direction (default 200)")
+    ov.set_defaults(func=cmd_overlap)
 
     t = sub.add_parser("testweb", help="serve a local synthetic web on 127.0.0.x until Ctrl-C")
     t.add_argument("--hosts", type=int, default=5)

@@ -2,6 +2,10 @@
 
 Shard ``s`` lives on ``REDIS_SHARD_URLS[s % n]`` when that list is set (stable and
 balanced: shards are already a hash of the host), else on ``REDIS_URL``; global keys (stats, control) always live on ``REDIS_URL``.
+A URL ``redis+cluster://host:port`` (or ``rediss+cluster://``) means a Redis Cluster
+reached through that node: every key of one Lua call or transaction shares a hash tag
+(``{s3}``, ``{g}``, ``{f1}``, ``{n2}``), so each lands in one slot. The Celery broker
+cannot be a cluster: set BROKER_URL to a plain Redis then.
 Clients are cached per process (and rebuilt after a fork, since sockets must not
 be shared between a Celery parent and its children).
 """
@@ -12,6 +16,7 @@ import threading
 
 import redis
 from redis.backoff import ExponentialBackoff
+from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 from crawler_tasks.exceptions import ConfigError
@@ -21,9 +26,32 @@ _lock = threading.Lock()
 _clients: dict[str, redis.Redis] = {}
 _pid = os.getpid()
 
+CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+
+
+def is_cluster_url(url: str) -> bool:
+    return url.startswith(CLUSTER_SCHEMES)
+
+
+def _cluster(url: str, timeout_s: float, decode: bool) -> redis.Redis:
+    """A Redis Cluster client (slot map from the given node, follows MOVED/ASK). Typed as
+    ``redis.Redis``: the frontier uses only single-slot commands, scripts and pipelines,
+    whose API the two share."""
+    client = RedisCluster.from_url(url.replace("+cluster", "", 1), decode_responses=decode,
+                                   socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+    return client  # type: ignore[return-value]
+
+
+def is_cluster(client: object) -> bool:
+    """redis-py's cluster pipelines cannot run scripts nor span slots: callers that batch
+    scripts in a pipeline call them one by one on a cluster client instead."""
+    return isinstance(client, RedisCluster)
+
 
 def make_client(url: str, timeout_s: float = 10.0) -> redis.Redis:
     """A client that retries transient connection errors (Redis restarts) with backoff."""
+    if is_cluster_url(url):
+        return _cluster(url, timeout_s, decode=True)
     return redis.Redis.from_url(
         url,
         decode_responses=True,
@@ -38,6 +66,8 @@ def make_client(url: str, timeout_s: float = 10.0) -> redis.Redis:
 def bytes_client(url: str, timeout_s: float) -> redis.Redis:
     """A client that returns bytes (snapshots: Bloom bitmaps and arbitrary values must
     not be decoded), with a long read timeout for big values."""
+    if is_cluster_url(url):
+        return _cluster(url, max(timeout_s, 30.0), decode=False)
     return redis.Redis.from_url(url, decode_responses=False, socket_timeout=max(timeout_s, 30.0),
                                 socket_connect_timeout=timeout_s)
 
@@ -82,6 +112,8 @@ def broker_url(settings: Settings) -> str:
     if settings.BROKER_URL:
         return settings.BROKER_URL
     base = main_url(settings)
+    if is_cluster_url(base):
+        raise ConfigError("the frontier is on a Redis Cluster: set CRAWLER_BROKER_URL to a plain Redis for Celery")
     head, _, tail = base.rpartition("/")
     if head.startswith("redis") and tail.isdigit():
         return f"{head}/{int(tail) + 1}"

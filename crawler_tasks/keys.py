@@ -41,7 +41,9 @@ Global (``<prefix>:{g}:...``): ``stats`` (hash of counters with slash paths),
 between fetch and enqueue), ``sessions`` (zset ``<shard>/<session id>`` -> deadline: fetch
 sessions running or queued),
 ``feed`` (stream of indexable pages for indexers), ``latency`` (fetch latency buckets),
-``ipte`` (hash address -> next contact, when per-IP politeness is on).
+``ipte`` (hash address -> next contact, when per-IP politeness is on),
+``timeseries`` (list of JSON samples, newest first, capped: one per maintenance run),
+``settings`` (hash: the settings the control worker runs with, passwords removed).
 Content (``<prefix>:{f<k>}:fp``): exact content fingerprint -> first URL;
 (``<prefix>:{f<k>}:payload``): WARC payload digest -> "first URL and WARC date".
 Near-duplicates (``<prefix>:{n<k>}:sim:<block>:<value>``): simhash permuted-blocks
@@ -189,6 +191,15 @@ class GlobalKeys:
     def latency(self) -> str:
         """Fetch latency: a hash of non-cumulative bucket counts, ``sum``, ``count``."""
         return f"{self.prefix}:{{g}}:latency"
+
+    @property
+    def timeseries(self) -> str:
+        """Progress samples for ``manage.py report``: a capped list, newest first."""
+        return f"{self.prefix}:{{g}}:timeseries"
+
+    @property
+    def settings(self) -> str:
+        return f"{self.prefix}:{{g}}:settings"
 
     def fingerprints(self, part: int) -> str:
         return f"{self.prefix}:{{f{part}}}:fp"

@@ -254,6 +254,10 @@ class Settings:
     WAKE_INTERVAL_S: float = 0.25
     # Beat: how often maintenance logs stats, expires leases and decides stop, seconds.
     MAINTENANCE_INTERVAL_S: float = 2.0
+    # Each maintenance run appends a progress sample (pages, queued, hosts, errors) to a
+    # capped Redis list read by ``manage.py report``; 0 = off. 20,000 samples are 11 h at
+    # 2 s and ~2 MB of Redis.
+    TIMESERIES_MAX_SAMPLES: int = 20_000
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":

@@ -5,10 +5,10 @@ from __future__ import annotations
 import html
 import random
 import time
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urlsplit
 
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from crawler_tasks.parse.html import Link, ParsedPage, decode_html, is_html, parse_html

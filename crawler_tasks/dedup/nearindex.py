@@ -30,6 +30,7 @@ from pathlib import Path
 import redis
 from redis.client import Pipeline
 
+from crawler_tasks.connection import is_cluster
 from crawler_tasks.dedup.simhash import to_hex
 
 BLOCKS = 4
@@ -97,8 +98,8 @@ class NearDupIndex:
                 idx.append(i)
         parts = sorted(plan)
         replies: list[list[str | bytes | None]]
-        if len(parts) == 1:
-            replies = [self._call(parts[0], plan[parts[0]], self.client)]  # type: ignore[list-item]
+        if len(parts) == 1 or is_cluster(self.client):  # parts are in different cluster slots
+            replies = [self._call(part, plan[part], self.client) for part in parts]  # type: ignore[misc]
         else:
             pipe = self.client.pipeline(transaction=True)
             for part in parts:

@@ -251,15 +251,12 @@ class Frontier:
             e = lease.entry
             retry_raw = Entry(e.url, e.depth, e.tries + 1, e.hops, e.kind).encode()
         keys = [k.active, k.ready, k.lease, k.te, k.queue(lease.host), k.queued]
-        args = [lease.host, lease.token, action.value, te, lease.raw, retry_raw, hold_until]
-        client = self.client(lease.shard)
-        if not host_state:
-            out = list(self._run(lease.shard, "complete", keys, args))  # type: ignore[call-overload]
-        else:
-            pipe = client.pipeline(transaction=False)
-            pipe.hset(k.host_state(lease.host), mapping=host_state)
-            self._script(client, "complete")(keys=keys, args=args, client=pipe)
-            out = list(pipe.execute()[-1])
+        args: list[object] = [lease.host, lease.token, action.value, te, lease.raw, retry_raw, hold_until]
+        if host_state:   # saved by the same script (one slot: cluster-safe, one round trip)
+            keys.append(k.host_state(lease.host))
+            for name, value in host_state.items():
+                args += [name, value]
+        out = list(self._run(lease.shard, "complete", keys, args))  # type: ignore[call-overload]
         if int(out[0]) == 2:
             return Completion(True, Lease(lease.shard, lease.host, out[1], out[2]))
         return Completion(int(out[0]) == 1, None)

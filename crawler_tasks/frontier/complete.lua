@@ -1,6 +1,7 @@
 -- complete.lua: a leased host's turn is over; consume or keep its head URL and set te.
 -- KEYS[1] active set, KEYS[2] ready zset, KEYS[3] lease zset, KEYS[4] te hash,
--- KEYS[5] the host's back queue, KEYS[6] the shard's queued-URL counter.
+-- KEYS[5] the host's back queue, KEYS[6] the shard's queued-URL counter, KEYS[7] (optional)
+-- the host's politeness hash, set from the field/value pairs ARGV[8..] whatever happens.
 -- ARGV[1] host, ARGV[2] lease token (deadline given by lease.lua), ARGV[3] action:
 --   'done'  the head URL is finished (fetched, refused, or failed for good): pop it;
 --   'retry' pop the head and append ARGV[6] (the same URL with tries + 1) at the tail;
@@ -18,6 +19,9 @@ local active, ready, lease, te_hash, queue, queued = KEYS[1], KEYS[2], KEYS[3], 
 local host, token, action = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local te = tonumber(ARGV[4])
 local hold = tonumber(ARGV[7] or '0')
+if KEYS[7] and #ARGV >= 9 then
+  redis.call('HSET', KEYS[7], unpack(ARGV, 8, #ARGV))
+end
 local score = redis.call('ZSCORE', lease, host)
 if not score or math.abs(tonumber(score) - token) > 0.001 then
   return {-1}

@@ -8,15 +8,25 @@ hosts must not keep a finite crawl alive for hours); a continuous crawl never ru
 of work this way. It is *stopping* once MAX_PAGES
 pages are fetched: wake dispatches nothing more and the crawl finishes when the
 in-flight batches are through.
+
+Every run also appends one progress sample to a capped Redis list (``record_sample``)
+for ``manage.py report``: Redis rather than a file under OUT_DIR, because the control
+worker that runs maintenance need not share a disk with the operator, a finished
+embedded crawl reopens its Redis anyway, and snapshots carry the list along.
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+from crawler_tasks.connection import global_client
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.frontier.spill import Spiller
+from crawler_tasks.keys import GlobalKeys
 from crawler_tasks.ops.control import Control, CrawlState
 from crawler_tasks.settings import Settings
 
@@ -68,6 +78,69 @@ def read_progress(settings: Settings, frontier: Frontier | None = None) -> Progr
                     next_ready_s=min(waits) if waits else None)
 
 
+def record_sample(settings: Settings, progress: Progress) -> None:
+    """Append (t, pages, queued, active hosts, leased, in flight, errors) to the capped
+    time series, newest first (LPUSH + LTRIM: O(1) per run)."""
+    if settings.TIMESERIES_MAX_SAMPLES <= 0:
+        return
+    sample = {"t": round(progress.at, 3), "pages": progress.pages, "queued": progress.queued,
+              "active_hosts": sum(s["active_hosts"] for s in progress.shards), "leased": progress.leased,
+              "inflight": progress.inflight, "errors": progress.errors, "state": str(progress.state)}
+    key = GlobalKeys(settings.KEY_PREFIX).timeseries
+    pipe = global_client(settings).pipeline(transaction=False)
+    pipe.lpush(key, json.dumps(sample, separators=(",", ":")))
+    pipe.ltrim(key, 0, settings.TIMESERIES_MAX_SAMPLES - 1)
+    pipe.execute()
+
+
+def safe_value(value: str) -> str:
+    """A setting's value with any URL password removed."""
+    if "@" not in value or "://" not in value:
+        return value
+    out = []
+    for part in value.split(","):
+        try:
+            p = urlsplit(part)
+            if p.password is not None or p.username is not None:
+                netloc = (p.hostname or "") + (f":{p.port}" if p.port else "")
+                part = urlunsplit((p.scheme, netloc, p.path, p.query, p.fragment))
+        except ValueError:
+            part = "(unparsable)"
+        out.append(part)
+    return ",".join(out)
+
+
+_settings_recorded: set[str] = set()
+
+
+def record_settings(settings: Settings) -> None:
+    """Once per process: the crawl's settings (as CRAWLER_* values, URL passwords removed)
+    for the report, which runs elsewhere and cannot see the workers' environment."""
+    if settings.KEY_PREFIX in _settings_recorded:
+        return
+    key = GlobalKeys(settings.KEY_PREFIX).settings
+    values: dict[Any, Any] = {  # redis-py types mapping keys invariantly
+        name.removeprefix("CRAWLER_"): safe_value(v) for name, v in settings.to_env().items()}
+    pipe = global_client(settings).pipeline(transaction=True)
+    pipe.delete(key)
+    pipe.hset(key, mapping=values)
+    pipe.execute()
+    _settings_recorded.add(settings.KEY_PREFIX)
+
+
+def read_samples(settings: Settings) -> list[dict[str, float | int | str]]:
+    """The time series, oldest first; unreadable samples are skipped."""
+    out = []
+    for raw in reversed(global_client(settings).lrange(GlobalKeys(settings.KEY_PREFIX).timeseries, 0, -1)):
+        try:
+            sample = json.loads(raw)
+        except ValueError:
+            continue
+        if isinstance(sample, dict) and isinstance(sample.get("t"), (int, float)):
+            out.append(sample)
+    return out
+
+
 def run_maintenance(settings: Settings, frontier: Frontier | None = None, now: float | None = None) -> Progress:
     frontier = frontier or Frontier(settings)
     now = time.time() if now is None else now
@@ -104,6 +177,8 @@ def run_maintenance(settings: Settings, frontier: Frontier | None = None, now: f
             and sum(s["front"] for s in progress.shards) == 0:
         control.set_state(CrawlState.FINISHED, f"only hosts waiting more than {MAX_IDLE_WAIT_S:.0f} s remain")
         progress.state = CrawlState.FINISHED
+    record_sample(settings, progress)
+    record_settings(settings)
     log.info("crawl %s: pages=%d queued=%d leased=%d inflight=%d errors=%d",
              progress.state, progress.pages, progress.queued, progress.leased, progress.inflight, progress.errors)
     return progress

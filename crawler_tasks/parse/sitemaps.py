@@ -11,7 +11,6 @@ logged here.  Pure: no I/O.
 
 from __future__ import annotations
 
-import io
 import re
 import zlib
 from dataclasses import dataclass
