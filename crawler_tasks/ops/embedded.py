@@ -52,7 +52,8 @@ def redis_server_binary() -> str:
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def die_with_parent() -> None:
@@ -99,7 +100,7 @@ class EmbeddedRedis:
     """A redis-server child process; ``url`` (which carries the password) is valid
     between ``start()`` and ``stop()``."""
 
-    def __init__(self, data_dir: str | os.PathLike, *, host: str = "127.0.0.1",
+    def __init__(self, data_dir: str | os.PathLike[str], *, host: str = "127.0.0.1",
                  save: str = "60 1000", appendonly: bool = False, port: int = 0) -> None:
         self.data_dir = Path(data_dir).resolve()  # redis-server chdirs to it before opening files
         self.host = host
@@ -107,7 +108,7 @@ class EmbeddedRedis:
         self.appendonly = appendonly
         self.port = port  # 0: a free one
         self.password = secrets.token_hex(24)
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
