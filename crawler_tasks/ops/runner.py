@@ -332,18 +332,20 @@ class CrawlRunner:
 
     def _report_unreachable(self, progress: Progress, now: float) -> None:
         """Name each host whose robots.txt could not be fetched, the first time. The
-        stage counts ``robots/unreachable`` (just before it puts the host back); such a
-        host waits ROBOTS_ERROR_TTL_S on the ready heap, so for a few seconds after the
-        counter moves only the heap's slice for that interval is read."""
+        stage counts ``robots/unreachable``, puts the host back after its politeness
+        gap (up to MAX_FACTOR_DELAY_S), and at the next lease parks it until the robots
+        entry expires (ROBOTS_ERROR_TTL_S later); so for a while after the counter moves,
+        only the ready heap's slice for that interval is read."""
         count = progress.stats.get("robots/unreachable", 0)
         if count != self._unreachable_count:
             self._unreachable_count = count
-            self._scan_until = now + 5.0
+            self._scan_until = now + self.settings.MAX_FACTOR_DELAY_S + 15.0
         if now > self._scan_until:
             self._scan_from = now
             return
         ttl = self.settings.ROBOTS_ERROR_TTL_S
-        since = max(self._scan_from, now - 60.0)  # a host is off the heap while its batch runs
+        # the failed attempt may be a batch (TOTAL_TIMEOUT_S) older than its count
+        since = max(self._scan_from, now - self.settings.MAX_FACTOR_DELAY_S - 60.0) - self.settings.TOTAL_TIMEOUT_S
         found = waiting_hosts(Frontier(self.settings), now=now, min_te=since + ttl - 5.0, max_te=now + ttl + 5.0)
         for host in found:
             if host.reason != WaitReason.ROBOTS or host.host in self.unreachable:
