@@ -37,7 +37,9 @@ def clock(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
-def progress_line(p: Progress, elapsed_s: float, rate: float, eta: float | None, unreachable: int = 0) -> str:
+def progress_line(p: Progress, elapsed_s: float, rate: float, eta: float | None, unreachable: int = 0,
+                  bounded: bool = False) -> str:
+    """``bounded``: the crawl has a limit, so an unknown ETA is shown as ``ETA ?``."""
     active = sum(s.get("active_hosts", 0) for s in p.shards)
     parts = [f"{p.state}", clock(elapsed_s), f"pages {p.pages}", f"{rate:.1f}/s", f"queued {p.queued}",
              f"hosts active {active} fetching {p.leased}", f"errors {p.errors}"]
@@ -45,6 +47,8 @@ def progress_line(p: Progress, elapsed_s: float, rate: float, eta: float | None,
         parts.append(f"unreachable {unreachable}")
     if eta is not None:
         parts.append(f"ETA {clock(eta)}")
+    elif bounded:
+        parts.append("ETA ?")
     return "  ".join(parts)
 
 

@@ -297,7 +297,9 @@ class CrawlRunner:
             self._report_unreachable(progress, now)
             elapsed = now - self.started
             eta = eta_s(progress.pages, rate, elapsed, s.MAX_PAGES, s.MAX_SECONDS)
-            self.status.update(progress_line(progress, elapsed, rate, eta, len(self.unreachable)), now)
+            line = progress_line(progress, elapsed, rate, eta, len(self.unreachable),
+                                 bounded=bool(s.MAX_PAGES or s.MAX_SECONDS))
+            self.status.update(line, now)
             if progress.state == CrawlState.FINISHED:
                 return progress
             for i, child in enumerate(self.children):
