@@ -165,9 +165,9 @@ def test_sigterm_stops_everything(web, tmp_path):
            "--allow-private", "--min-delay", "2"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
-    while time.time() < deadline and not (out / "pages.jsonl").exists():
+    while time.time() < deadline and not records(out):
         time.sleep(0.2)
-    assert (out / "pages.jsonl").exists(), "crawl did not start"
+    assert records(out), "crawl did not start"
     port = json.loads((out / "crawl.json").read_text())["metrics_port"]
     import urllib.request
 

@@ -156,7 +156,7 @@ class EmbeddedRedis:
                 try:
                     self._ping()
                     return self
-                except redis.ConnectionError:
+                except redis.RedisError:  # not up yet, or another program holds the port
                     time.sleep(0.02)
             code = self.proc.poll()
             stderr = b""

@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import TextIO
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from crawler_tasks.queues import CONTROL_QUEUE, DEDUP_QUEUE, fetch_queue, parse_queue
 from crawler_tasks.connection import global_client, redact
@@ -191,13 +193,12 @@ class CrawlRunner:
                        if (self.out_dir / name).exists()]
             removed += [p.name for p in self.out_dir.glob("celerybeat-schedule*")]
             for name in removed:
-                path = self.out_dir / name
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
+                old = self.out_dir / name
+                shutil.rmtree(old) if old.is_dir() else old.unlink()
             if removed:
                 self._say(f"fresh crawl: removed previous output in {self.out_dir} ({', '.join(removed)}); "
                           "use --resume to continue a crawl")
         private_dir(self.out_dir / "logs")
-        (self.out_dir / "pages.jsonl").touch()  # exists even if no page is ever fetched
         if not s.REDIS_URL:
             # with EMBEDDED_REDIS_AOF a crashed redis-server comes back with all but the
             # last second; without, with its last RDB save or else the last checkpoint
@@ -205,8 +206,12 @@ class CrawlRunner:
                                        save="30 1000 300 1").start()
             s = self.settings = dataclasses.replace(s, REDIS_URL=self.redis.url)
             self._say(f"embedded redis-server on {redact(self.redis.url)} (data in {self.out_dir / 'redis'})")
-        client = global_client(s)
-        client.ping()
+        for url in dict.fromkeys((s.REDIS_URL, *s.REDIS_SHARD_URLS)):
+            try:  # one quick attempt: a wrong URL or password is said at once, not after retries
+                redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5,
+                                     retry=Retry(NoBackoff(), 0)).ping()
+            except redis.RedisError as exc:
+                raise ConfigError(f"cannot use Redis {redact(url)}: {exc}") from None
         control = Control(s)
         if self.restore_from:
             path: Path | None = latest_snapshot(self.out_dir) if self.restore_from == "latest" else Path(self.restore_from)
@@ -217,7 +222,7 @@ class CrawlRunner:
         if not self.resume:
             self._clear_keys()
         elif not control.exists():
-            raise ConfigError(f"--resume: no crawl state found in {s.REDIS_URL} (prefix {s.KEY_PREFIX!r})")
+            raise ConfigError(f"--resume: no crawl state found in {redact(s.REDIS_URL)} (prefix {s.KEY_PREFIX!r})")
         control.start(started_at=self.started)
         Frontier(s).allocate_bloom()
         if self.seeds:
@@ -234,6 +239,7 @@ class CrawlRunner:
             "started_at": self.started, "priority_levels": s.PRIORITY_LEVELS,
             "bloom_expected_urls": s.BLOOM_EXPECTED_URLS, "bloom_error_rate": s.BLOOM_ERROR_RATE,
             "redis_shard_urls": list(s.REDIS_SHARD_URLS)}))
+        (self.out_dir / "pages.jsonl").touch()  # exists even if no page is ever fetched
 
     def _clear_keys(self) -> None:
         """A fresh crawl on a given Redis: drop this prefix's keys and our queues."""
