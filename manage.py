@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -29,7 +30,10 @@ from pathlib import Path
 from typing import Iterator
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
+from crawler_tasks.connection import redact
 from crawler_tasks.exceptions import ConfigError, CrawlerError
 from crawler_tasks.settings import Settings, reset_settings
 
@@ -55,6 +59,8 @@ def _settings_from(args: argparse.Namespace, **extra: object) -> Settings:
         **extra,
     }
     settings = Settings.from_env(**overrides)
+    # resolved once, here: the worker and redis-server children run in other folders
+    settings = dataclasses.replace(settings, OUT_DIR=str(Path(settings.OUT_DIR).resolve()))
     reset_settings(settings)
     return settings
 
@@ -66,11 +72,14 @@ def _attach(args: argparse.Namespace) -> Iterator[Settings]:
     extra: dict[str, object] = {}
     server = None
     if not getattr(args, "redis_url", None) and not os.environ.get("CRAWLER_REDIS_URL"):
-        out = Path(args.out or Settings.from_env().OUT_DIR)
+        out = Path(args.out or Settings.from_env().OUT_DIR).resolve()
         state = out / "crawl.json"
         if not state.exists():
             raise ConfigError(f"no crawl found: {state} does not exist (give --out DIR or --redis-url)")
-        info = json.loads(state.read_text())
+        try:
+            info = json.loads(state.read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"cannot read {state}: {exc}") from None
         extra = {"KEY_PREFIX": info["key_prefix"], "SHARDS": info["shards"], "REDIS_URL": info["redis_url"],
                  "OUT_DIR": str(out)}
         for field, name in (("priority_levels", "PRIORITY_LEVELS"), ("bloom_expected_urls", "BLOOM_EXPECTED_URLS"),
@@ -79,11 +88,12 @@ def _attach(args: argparse.Namespace) -> Iterator[Settings]:
                 extra[name] = info[field]
         if info.get("redis_shard_urls"):
             extra["REDIS_SHARD_URLS"] = tuple(info["redis_shard_urls"])
-        try:
-            redis.Redis.from_url(info["redis_url"], socket_connect_timeout=1).ping()
+        try:  # one attempt: a finished crawl's Redis is gone, and that is the common case
+            redis.Redis.from_url(info["redis_url"], socket_connect_timeout=1, socket_timeout=2,
+                                 retry=Retry(NoBackoff(), 0)).ping()
         except redis.RedisError:
             if not (out / "redis").is_dir():
-                raise ConfigError(f"the crawl's Redis {info['redis_url']} is unreachable") from None
+                raise ConfigError(f"the crawl's Redis {redact(info['redis_url'])} is unreachable") from None
             from crawler_tasks.ops.embedded import EmbeddedRedis
 
             server = EmbeddedRedis(out / "redis").start()
@@ -126,31 +136,49 @@ def cmd_seed(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_stats(args: argparse.Namespace) -> int:
+def _stats_lines(settings: Settings) -> tuple[list[str], bool]:
+    """The stats report, and whether the crawl is finished."""
     from crawler_tasks.frontier import Frontier
+    from crawler_tasks.ops.control import CrawlState
     from crawler_tasks.ops.maintenance import read_progress
+    from crawler_tasks.ops.waiting import WaitReason, describe, waiting_hosts
 
+    p = read_progress(settings)
+    lines = [f"state {p.state} {p.reason}".rstrip(),
+             f"pages {p.pages}  queued {p.queued}  leased hosts {p.leased}  batches in flight {p.inflight}"]
+    for i, shard in enumerate(p.shards):
+        lines.append(f"  shard {i}: " + "  ".join(f"{k} {v}" for k, v in shard.items()))
+    frontier = Frontier(settings)
+    bits, fp_rate = frontier.bloom_fill()
+    lines.append(f"URL-seen Bloom filter: {bits / frontier.bloom.bits / settings.SHARDS:.1%} full, "
+                 f"estimated false-positive rate {fp_rate:.3%} "
+                 f"({frontier.bloom.bytes * settings.SHARDS / 2**20:.1f} MiB for {settings.BLOOM_EXPECTED_URLS} URLs)")
+    top = frontier.top_hosts()
+    if top:
+        lines.append("top hosts by URLs enqueued: " + ", ".join(f"{h} {n}" for h, n in top))
+    unreachable = [h for h in waiting_hosts(frontier) if h.reason == WaitReason.ROBOTS]
+    if unreachable:
+        lines.append(f"hosts unreachable: {len(unreachable)}")
+        lines += [f"  {describe(h)}" for h in unreachable[:20]]
+    lines += [f"  {key:40s} {p.stats[key]}" for key in sorted(p.stats)]
+    return lines, p.state == CrawlState.FINISHED
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """--watch: redrawn every 2 s in a terminal, a new report every 10 s in a log; ends
+    when the crawl does."""
+    tty = sys.stdout.isatty()
     with _attach(args) as settings:
         while True:
-            p = read_progress(settings)
-            print(f"state {p.state} {p.reason}".rstrip())
-            print(f"pages {p.pages}  queued {p.queued}  leased hosts {p.leased}  batches in flight {p.inflight}")
-            for i, shard in enumerate(p.shards):
-                print(f"  shard {i}: " + "  ".join(f"{k} {v}" for k, v in shard.items()))
-            frontier = Frontier(settings)
-            bits, fp_rate = frontier.bloom_fill()
-            print(f"URL-seen Bloom filter: {bits / frontier.bloom.bits / settings.SHARDS:.1%} full, "
-                  f"estimated false-positive rate {fp_rate:.3%} "
-                  f"({frontier.bloom.bytes * settings.SHARDS / 2**20:.1f} MiB for {settings.BLOOM_EXPECTED_URLS} URLs)")
-            top = frontier.top_hosts()
-            if top:
-                print("top hosts by URLs enqueued: " + ", ".join(f"{h} {n}" for h, n in top))
-            for key in sorted(p.stats):
-                print(f"  {key:40s} {p.stats[key]}")
-            if not args.watch:
+            lines, finished = _stats_lines(settings)
+            if args.watch and tty:
+                sys.stdout.write("\x1b[H\x1b[2J")  # home, clear screen
+            print("\n".join(lines), flush=True)
+            if not args.watch or finished:
                 return 0
-            time.sleep(2.0)
-            print()
+            time.sleep(2.0 if tty else 10.0)
+            if not tty:
+                print(flush=True)
 
 
 def cmd_hosts(args: argparse.Namespace) -> int:
@@ -310,7 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
             sp.add_argument("urls", nargs="*")
             sp.add_argument("--seeds-file")
         else:
-            sp.add_argument("--watch", action="store_true", help="refresh every 2 s")
+            sp.add_argument("--watch", action="store_true",
+                            help="refresh every 2 s (every 10 s when not a terminal) until the crawl ends")
         sp.add_argument("--out", help="the crawl's output folder (finds its Redis)")
         sp.add_argument("--redis-url")
         sp.set_defaults(func=func)

@@ -8,11 +8,16 @@ reached through that node: every key of one Lua call or transaction shares a has
 cannot be a cluster: set BROKER_URL to a plain Redis then.
 Clients are cached per process (and rebuilt after a fork, since sockets must not
 be shared between a Celery parent and its children).
+
+Credentials and TLS come from the URL: ``redis://:PASSWORD@host:6379/0``,
+``redis://USER:PASSWORD@host/0`` (ACL user), ``rediss://...?ssl_cert_reqs=required``
+(TLS). A URL shown to a person goes through ``redact`` first.
 """
 from __future__ import annotations
 
 import os
 import threading
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -108,13 +113,28 @@ def shard_client(settings: Settings, shard: int) -> redis.Redis:
 
 
 def broker_url(settings: Settings) -> str:
-    """The Celery broker: its own database so task messages never mix with frontier state."""
+    """The Celery broker: its own database so task messages never mix with frontier state
+    (same server, credentials and TLS parameters as REDIS_URL)."""
     if settings.BROKER_URL:
         return settings.BROKER_URL
     base = main_url(settings)
     if is_cluster_url(base):
         raise ConfigError("the frontier is on a Redis Cluster: set CRAWLER_BROKER_URL to a plain Redis for Celery")
-    head, _, tail = base.rpartition("/")
-    if head.startswith("redis") and tail.isdigit():
-        return f"{head}/{int(tail) + 1}"
-    return base.rstrip("/") + "/1"
+    parts = urlsplit(base)
+    if parts.scheme == "unix":  # unix:///path/redis.sock?db=N
+        query = dict(parse_qsl(parts.query))
+        query["db"] = str(int(query.get("db", "0")) + 1) if query.get("db", "0").isdigit() else "1"
+        return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), parts.fragment))
+    db = parts.path.strip("/")
+    path = f"/{int(db) + 1}" if db.isdigit() else "/1"
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
+
+
+def redact(url: str) -> str:
+    """The URL without its password (for messages and logs)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, f"{user}:***@{host}", parts.path, parts.query, parts.fragment))

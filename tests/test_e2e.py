@@ -42,9 +42,10 @@ def no_children_left(out: Path) -> list[str]:
         try:
             cmd = " ".join(proc.info["cmdline"] or [])
             env = proc.environ() if "python" in cmd or "celery" in cmd else {}
+            cwd = proc.cwd() if "redis-server" in cmd else ""  # it runs in its data folder
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-        if str(out) in cmd or env.get("CRAWLER_OUT_DIR") == str(out):
+        if str(out) in cmd or env.get("CRAWLER_OUT_DIR") == str(out) or cwd.startswith(str(out)):
             left.append(cmd)
     return left
 
@@ -164,9 +165,9 @@ def test_sigterm_stops_everything(web, tmp_path):
            "--allow-private", "--min-delay", "2"]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
-    while time.time() < deadline and not (out / "pages.jsonl").exists():
+    while time.time() < deadline and not records(out):
         time.sleep(0.2)
-    assert (out / "pages.jsonl").exists(), "crawl did not start"
+    assert records(out), "crawl did not start"
     port = json.loads((out / "crawl.json").read_text())["metrics_port"]
     import urllib.request
 
@@ -270,3 +271,60 @@ def test_redis_state_lost_without_checkpoint_is_an_error_not_success(tmp_path):
         assert proc.returncode == 2 and "lost the crawl state" in err and "frontier exhausted" not in err
     time.sleep(0.5)
     assert no_children_left(out) == []
+
+
+def test_crawl_redis_is_closed_to_other_processes(tmp_path):
+    """The embedded Redis asks for the crawl's password, has no CONFIG, and the password
+    is on no command line and in no file other users can read; the crawl still works."""
+    import redis
+
+    out = tmp_path / "out"
+    with TestWeb(n_hosts=2, pages_per_host=8, seed=21, mean_page_bytes=3000) as web:
+        proc = start_crawl(out, web.seeds(), 0.5, 2)
+        try:
+            url = json.loads((out / "crawl.json").read_text())["redis_url"]
+            password = redis.connection.parse_url(url)["password"]
+            assert len(password) >= 32
+            assert (out / "crawl.json").stat().st_mode & 0o077 == 0
+            assert (out / "redis").stat().st_mode & 0o077 == 0
+            assert (out / "redis" / "redis.conf").stat().st_mode & 0o077 == 0
+            port = int(url.rsplit(":", 1)[1].split("/")[0])
+            stranger = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
+            with pytest.raises(redis.AuthenticationError):
+                stranger.get("anything")
+            with pytest.raises(redis.ResponseError, match="(?i)unknown command"):
+                redis.Redis.from_url(url).config_get("dir")
+            ours = [p for p in psutil.process_iter(["cmdline"])
+                    if f"-{proc.pid}@" in " ".join(p.info["cmdline"] or [])
+                    or f"{out}/celerybeat-schedule" in " ".join(p.info["cmdline"] or [])]
+            ours += crawl_redis(out)
+            assert len(ours) >= 7  # redis-server, 2 fetch, 2 process, control, beat
+            for p in ours:
+                assert password not in " ".join(p.cmdline())
+        finally:
+            _, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0 and "frontier exhausted" in err, err[-3000:]
+        assert password not in err
+        assert web.reachable(web.seeds()) <= {r["url"] for r in records(out) if r.get("status") == 200}
+    time.sleep(0.5)
+    assert no_children_left(out) == []
+
+
+def test_unreachable_host_is_reported_and_explained(tmp_path):
+    """A seed host whose robots.txt cannot be fetched (a closed port here; DNS failures
+    take the same path) is named while the crawl runs and in the summary, and the
+    queued URL is accounted for; pages.jsonl exists although nothing was fetched."""
+    from crawler_tasks.ops.embedded import free_port
+
+    out = tmp_path / "out"
+    port = free_port("127.0.0.9")
+    proc = run_crawl(out, [f"http://down.test:{port}/"], "--resolve", "down.test=127.0.0.9", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    err = proc.stderr
+    assert f"host unreachable: down.test:{port}: connection refused; next try in" in err, err
+    assert f"hosts unreachable: 1 (down.test:{port}: connection refused; next try in" in err
+    assert "not fetched: 1 URL(s) of 1 host(s) waiting for robots.txt" in err
+    assert (out / "pages.jsonl").exists() and records(out) == []
+    stats = subprocess.run([sys.executable, str(ROOT / "manage.py"), "stats", "--out", str(out)],
+                           capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert "hosts unreachable: 1" in stats.stdout and f"down.test:{port}: connection refused" in stats.stdout

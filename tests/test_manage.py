@@ -15,10 +15,11 @@ ROOT = Path(__file__).resolve().parent.parent
 UA = ["--user-agent", "testbot/1.0 (+http://127.0.0.1/bot)"]
 
 
-def manage(*args: str, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+def manage(*args: str, env: dict[str, str] | None = None, timeout: float = 180,
+           cwd: Path = ROOT) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
     return subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], capture_output=True, text=True,
-                          cwd=ROOT, env={**base, **(env or {})}, timeout=timeout)
+                          cwd=cwd, env={**base, **(env or {})}, timeout=timeout)
 
 
 def records(out: Path) -> list[dict]:
@@ -129,3 +130,24 @@ def test_continuous_crawl_revisits_until_time_limit(tmp_path):
         home = [r for r in records(out) if r["url"] == web.url(0, "/")]
         assert len(home) >= 2 and {r["status"] for r in home} <= {200, 304}
         assert 304 in {r["status"] for r in records(out)}
+
+
+def test_crawl_and_stats_with_a_relative_out_from_another_folder(tmp_path):
+    """The first command a new user types: a relative --out (the default is relative too)
+    from any folder; progress lines in a log, and stats reopens the finished crawl."""
+    with TestWeb(n_hosts=1, pages_per_host=4) as web:
+        crawl = manage("crawl", *web.seeds(), "--out", "rel-out", "--allow-private", "--min-delay", "0.1",
+                       "--max-pages", "3", *UA, cwd=tmp_path)
+        assert crawl.returncode == 0, crawl.stderr[-2000:]
+    out = tmp_path / "rel-out"
+    assert "crawl finished: max pages (3) reached" in crawl.stderr
+    assert f"output: {out / 'pages.jsonl'}" in crawl.stderr
+    progress = [line for line in crawl.stderr.splitlines() if line.startswith("running ")]
+    assert progress and "pages " in progress[0] and "/s  queued " in progress[0] and "ETA " in progress[0]
+    assert "\r" not in crawl.stderr and "\x1b" not in crawl.stderr  # no terminal codes in a log
+    assert len(records(out)) >= 3
+    stats = manage("stats", "--out", "rel-out", cwd=tmp_path, timeout=60)
+    assert stats.returncode == 0, stats.stderr
+    assert "state finished" in stats.stdout and "fetch/pages" in stats.stdout
+    watch = manage("stats", "--out", "rel-out", "--watch", cwd=tmp_path, timeout=60)
+    assert watch.returncode == 0 and watch.stdout.count("state finished") == 1  # ends with the crawl

@@ -4,10 +4,20 @@ Used by ``manage.py crawl`` when no ``CRAWLER_REDIS_URL`` is given, and by the t
 suite. The server's data directory is under the crawl's output folder; it is started
 with ``noeviction`` (a broker and a frontier must never lose keys silently) and
 periodic RDB snapshots, and it dies with its parent (PR_SET_PDEATHSIG).
+
+It is closed to other local users: it listens on 127.0.0.1 in protected mode, asks
+for a random password made for this server, and has no CONFIG, DEBUG, MODULE, ACL,
+SHUTDOWN or replication commands (nobody with the password can turn a crawl's Redis
+into a file writer or a replica of someone else's server). Every secret and path is
+in ``<data dir>/redis.conf`` (mode 0600, folder 0700), never on the command line,
+which other users can read in /proc. The crawler needs none of the disabled commands:
+it stops the server with SIGTERM, on which redis-server saves its RDB (when save
+points are set) and flushes its append-only file, as SHUTDOWN would.
 """
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -15,8 +25,16 @@ import time
 from pathlib import Path
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from crawler_tasks.exceptions import ConfigError
+
+# Commands no crawl needs and an intruder would love (CONFIG SET dir + SAVE writes files).
+DISABLED_COMMANDS: tuple[str, ...] = ("CONFIG", "DEBUG", "MODULE", "ACL", "SHUTDOWN", "REPLICAOF", "SLAVEOF",
+                                      "FAILOVER", "SYNC", "PSYNC")
+CONFIG_FILE = "redis.conf"
+LOG_FILE = "redis.log"
 
 
 def redis_server_binary() -> str:
@@ -34,7 +52,8 @@ def redis_server_binary() -> str:
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as sock:
         sock.bind((host, 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def die_with_parent() -> None:
@@ -48,78 +67,137 @@ def die_with_parent() -> None:
         pass
 
 
-class EmbeddedRedis:
-    """A redis-server child process; ``url`` is valid between ``start()`` and ``stop()``."""
+def private_dir(path: Path) -> Path:
+    """Create ``path`` (and parents) and make it readable by its owner only."""
+    path.mkdir(parents=True, exist_ok=True)
+    path.chmod(0o700)
+    return path
 
-    def __init__(self, data_dir: str | os.PathLike, *, host: str = "127.0.0.1",
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read, atomically (never briefly world-readable)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def log_tail(path: Path, lines: int = 10) -> str:
+    """The last lines of a log file ("" when there is none)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+class EmbeddedRedis:
+    """A redis-server child process; ``url`` (which carries the password) is valid
+    between ``start()`` and ``stop()``."""
+
+    def __init__(self, data_dir: str | os.PathLike[str], *, host: str = "127.0.0.1",
                  save: str = "60 1000", appendonly: bool = False, port: int = 0) -> None:
-        self.data_dir = Path(data_dir)
+        self.data_dir = Path(data_dir).resolve()  # redis-server chdirs to it before opening files
         self.host = host
         self.save = save
         self.appendonly = appendonly
         self.port = port  # 0: a free one
-        self.proc: subprocess.Popen | None = None
+        self.password = secrets.token_hex(24)
+        self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://{self.host}:{self.port}/0"
+        return f"redis://:{self.password}@{self.host}:{self.port}/0"
+
+    def _config(self) -> str:
+        lines = [
+            f"port {self.port}", f"bind {self.host}", "protected-mode yes", f"requirepass {self.password}",
+            f"dir {_quote(str(self.data_dir))}", "dbfilename dump.rdb",
+            f"appendonly {'yes' if self.appendonly else 'no'}", "appendfsync everysec",
+            "maxmemory-policy noeviction", "daemonize no", "loglevel warning",
+            f"logfile {_quote(str(self.data_dir / LOG_FILE))}",
+        ]
+        pairs = self.save.split()
+        lines += [f"save {a} {b}" for a, b in zip(pairs[::2], pairs[1::2])] or ['save ""']
+        lines += [f'rename-command {name} ""' for name in DISABLED_COMMANDS]
+        return "\n".join(lines) + "\n"
+
+    def _ping(self) -> None:
+        """One quick attempt (redis-py's default retries would turn a refused connection
+        into seconds of waiting)."""
+        redis.Redis(host=self.host, port=self.port, password=self.password, socket_timeout=1,
+                    socket_connect_timeout=1, retry=Retry(NoBackoff(), 0)).ping()
 
     def start(self, timeout_s: float = 10.0) -> "EmbeddedRedis":
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            private_dir(self.data_dir)
+        except OSError as exc:
+            raise ConfigError(f"cannot create the Redis data folder {self.data_dir}: {exc.strerror or exc}") from None
         binary = redis_server_binary()
-        last_error = ""
+        log = self.data_dir / LOG_FILE
         fixed = self.port
+        why = ""
         for _ in range(5):  # the free port may be taken between probe and bind
             self.port = fixed or free_port(self.host)
-            args = [
-                binary, "--port", str(self.port), "--bind", self.host, "--dir", str(self.data_dir),
-                "--dbfilename", "dump.rdb", "--save", *(self.save.split() or [""]),
-                "--appendonly", "yes" if self.appendonly else "no", "--appendfsync", "everysec",
-                "--maxmemory-policy", "noeviction", "--protected-mode", "no",
-                "--daemonize", "no", "--loglevel", "warning",
-                "--logfile", str(self.data_dir / "redis.log"),
-            ]
-            self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                         stderr=subprocess.PIPE, preexec_fn=die_with_parent)
+            write_private(self.data_dir / CONFIG_FILE, self._config())
+            start_of_log = log.stat().st_size if log.exists() else 0
+            self.proc = subprocess.Popen([binary, str(self.data_dir / CONFIG_FILE)], stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                         preexec_fn=die_with_parent)
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
-                    last_error = (self.proc.stderr.read() if self.proc.stderr else b"").decode(errors="replace")
                     break
                 try:
-                    redis.Redis(host=self.host, port=self.port, socket_timeout=1).ping()
+                    self._ping()
                     return self
-                except redis.ConnectionError:
+                except redis.RedisError:  # not up yet, or another program holds the port
                     time.sleep(0.02)
+            code = self.proc.poll()
+            stderr = b""
+            if code is not None and self.proc.stderr is not None:
+                stderr = self.proc.stderr.read()
             self.stop()
-        log = self.data_dir / "redis.log"
-        tail = log.read_text(errors="replace")[-500:] if log.exists() else last_error
-        raise ConfigError(f"could not start embedded redis-server: {tail.strip()}")
+            with open(log, "rb") if log.exists() else open(os.devnull, "rb") as f:
+                f.seek(start_of_log)
+                new_log = f.read().decode(errors="replace")
+            why = "\n".join((stderr.decode(errors="replace") + new_log).strip().splitlines()[-8:])
+            if code is None:
+                why = f"no answer within {timeout_s:g} s\n{why}".strip()
+            elif "Address already in use" not in why or fixed:
+                break
+        raise ConfigError(f"could not start embedded redis-server ({self.data_dir}):\n{why or 'no log output'}")
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
     def restart(self) -> "EmbeddedRedis":
-        """Start again on the same port from the data folder's last RDB (after a crash),
-        so every client's URL stays valid and reconnects."""
+        """Start again on the same port and password from the data folder's last RDB
+        (after a crash), so every client's URL stays valid and reconnects."""
         self.stop()
         self.proc = None
         return self.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
+        """SIGTERM: redis-server saves its RDB (if save points are set) and exits, so the
+        data folder holds the final state."""
         proc, self.proc = self.proc, None
-        if proc is None or proc.poll() is not None:
+        if proc is None:
             return
-        try:  # an explicit SHUTDOWN SAVE: the data folder then holds the final state
-            redis.Redis(host=self.host, port=self.port, socket_timeout=timeout_s).shutdown(
-                save=bool(self.save), nosave=not self.save)
-        except redis.RedisError:
+        if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
 
     def __enter__(self) -> "EmbeddedRedis":
         return self.start()

@@ -7,6 +7,13 @@ back when their leases expire), and stops everything (beat first, then workers w
 a warm shutdown, then Redis) when the crawl finishes, a limit is hit, or on Ctrl-C or
 SIGTERM. Children also get SIGTERM if this process is killed (PR_SET_PDEATHSIG), so
 no worker, beat or redis-server outlives it.
+
+A child that exits before it ever said it was ready (a worker's "ready.", beat's
+"Starting...") did not fail by bad luck: the crawl stops at once with its name, exit
+code and last log lines instead of restarting it. Every path handed to a child is
+absolute (the children run in the repository folder). The state file ``crawl.json``
+holds the Redis URL with its password: it is written mode 0600, and logs/ and redis/
+are 0700.
 """
 from __future__ import annotations
 
@@ -23,15 +30,19 @@ from pathlib import Path
 from typing import TextIO
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from crawler_tasks.queues import CONTROL_QUEUE, DEDUP_QUEUE, fetch_queue, parse_queue
-from crawler_tasks.connection import global_client
-from crawler_tasks.ops.embedded import EmbeddedRedis, die_with_parent
-from crawler_tasks.exceptions import ConfigError
+from crawler_tasks.connection import global_client, redact
+from crawler_tasks.ops.embedded import EmbeddedRedis, die_with_parent, log_tail, private_dir, write_private
+from crawler_tasks.exceptions import ConfigError, CrawlerError
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.ops.maintenance import Progress, read_progress
 from crawler_tasks.ops.metrics import serve_metrics
 from crawler_tasks.ops.metrics import stop as stop_metrics
+from crawler_tasks.ops.progress import StatusLine, eta_s, progress_line
+from crawler_tasks.ops.waiting import WaitingHost, WaitReason, describe, waiting_hosts
 from crawler_tasks.stages.enqueue import seed_urls
 from crawler_tasks.ops.control import Control, CrawlState
 from crawler_tasks.settings import Settings
@@ -43,6 +54,16 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 STATE_FILE = "crawl.json"
 # Children that die are restarted, at most this many times per crawl.
 MAX_RESTARTS = 10
+# What a child writes to its log once it is up (celery worker / beat, at -l INFO).
+READY_MARKERS = {"worker": " ready.", "beat": "beat: Starting..."}
+# Unreachable hosts named one by one while the crawl runs; after that only counted.
+MAX_HOSTS_NAMED = 10
+# Hosts examined per shard for the final summary.
+SUMMARY_HOSTS_PER_SHARD = 10_000
+
+
+class StartupError(CrawlerError):
+    """A process of the crawl exited before it was up; the message holds its log lines."""
 
 
 def read_seeds_file(path: str) -> list[str]:
@@ -65,13 +86,24 @@ class Child:
         self.args = args
         self.env = env
         self.log_path = log_path
+        self.kind = "beat" if name == "beat" else "worker"
         self._log = open(log_path, "ab")
+        self.log_start = self._log.tell()
         self.proc = subprocess.Popen(args, env=env, cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL,
                                      stdout=self._log, stderr=subprocess.STDOUT,
                                      start_new_session=True, preexec_fn=die_with_parent)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
+
+    def came_up(self) -> bool:
+        """Whether this incarnation logged that it is ready."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self.log_start)
+                return READY_MARKERS[self.kind].encode() in f.read()
+        except OSError:
+            return False
 
     def terminate(self) -> None:
         """SIGTERM the child's process group (a worker's warm shutdown)."""
@@ -108,13 +140,20 @@ class CrawlRunner:
         self.parsers = max(1, parsers)
         self.resume = resume
         self.out = out
-        self.out_dir = Path(settings.OUT_DIR)
+        self.status = StatusLine(out)
+        # resolved once: children run in another folder
+        self.out_dir = Path(settings.OUT_DIR).resolve()
+        self.settings = dataclasses.replace(settings, OUT_DIR=str(self.out_dir))
         self.redis: EmbeddedRedis | None = None
         self.metrics_server: object | None = None
         self.children: list[Child] = []
         self._stop_requested = ""
         self.restarts = 0
         self.started = time.time()
+        self.unreachable: dict[str, WaitingHost] = {}
+        self._unreachable_count = 0
+        self._scan_from = self.started
+        self._scan_until = 0.0
 
     # -- lifecycle ------------------------------------------------------------------
     def run(self) -> int:
@@ -124,9 +163,11 @@ class CrawlRunner:
             self._start_metrics()
             self._start_children()
             progress = self._watch()
+            self.status.close()
             self._summary(progress)
             return 0 if progress.state == CrawlState.FINISHED or self._stop_requested else 1
         finally:
+            self.status.close()
             self._shutdown()
             for sig, handler in old.items():
                 signal.signal(sig, handler)
@@ -138,34 +179,42 @@ class CrawlRunner:
         self._say(f"\n{self._stop_requested}: stopping the crawl (again to force)")
 
     def _say(self, message: str) -> None:
-        print(message, file=self.out, flush=True)
+        self.status.say(message)
 
     def _prepare(self) -> None:
         s = self.settings
-        self.out_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot create the output folder {self.out_dir}: {exc.strerror or exc}") from None
         if not self.resume:
-            removed = [name for name in ("pages.jsonl", "warc", "redis", "logs", STATE_FILE, "celerybeat-schedule",
+            removed = [name for name in ("pages.jsonl", "feed.jsonl", "warc", "redis", "logs", STATE_FILE,
                                          "snapshots", "spool", "spill")
                        if (self.out_dir / name).exists()]
+            removed += [p.name for p in self.out_dir.glob("celerybeat-schedule*")]
             for name in removed:
-                path = self.out_dir / name
-                shutil.rmtree(path) if path.is_dir() else path.unlink()
+                old = self.out_dir / name
+                shutil.rmtree(old) if old.is_dir() else old.unlink()
             if removed:
                 self._say(f"fresh crawl: removed previous output in {self.out_dir} ({', '.join(removed)}); "
                           "use --resume to continue a crawl")
-        (self.out_dir / "logs").mkdir(exist_ok=True)
+        private_dir(self.out_dir / "logs")
         if not s.REDIS_URL:
             # with EMBEDDED_REDIS_AOF a crashed redis-server comes back with all but the
             # last second; without, with its last RDB save or else the last checkpoint
             self.redis = EmbeddedRedis(self.out_dir / "redis", appendonly=s.EMBEDDED_REDIS_AOF,
                                        save="30 1000 300 1").start()
             s = self.settings = dataclasses.replace(s, REDIS_URL=self.redis.url)
-            self._say(f"embedded redis-server on {self.redis.url} (data in {self.out_dir / 'redis'})")
-        client = global_client(s)
-        client.ping()
+            self._say(f"embedded redis-server on {redact(self.redis.url)} (data in {self.out_dir / 'redis'})")
+        for url in dict.fromkeys((s.REDIS_URL, *s.REDIS_SHARD_URLS)):
+            try:  # one quick attempt: a wrong URL or password is said at once, not after retries
+                redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5,
+                                     retry=Retry(NoBackoff(), 0)).ping()
+            except redis.RedisError as exc:
+                raise ConfigError(f"cannot use Redis {redact(url)}: {exc}") from None
         control = Control(s)
         if self.restore_from:
-            path = latest_snapshot(self.out_dir) if self.restore_from == "latest" else Path(self.restore_from)
+            path: Path | None = latest_snapshot(self.out_dir) if self.restore_from == "latest" else Path(self.restore_from)
             if path is None:
                 raise ConfigError(f"--restore latest: no snapshot in {self.out_dir / 'snapshots'}")
             info = restore(s, path, replace=True)
@@ -173,7 +222,7 @@ class CrawlRunner:
         if not self.resume:
             self._clear_keys()
         elif not control.exists():
-            raise ConfigError(f"--resume: no crawl state found in {s.REDIS_URL} (prefix {s.KEY_PREFIX!r})")
+            raise ConfigError(f"--resume: no crawl state found in {redact(s.REDIS_URL)} (prefix {s.KEY_PREFIX!r})")
         control.start(started_at=self.started)
         Frontier(s).allocate_bloom()
         if self.seeds:
@@ -185,11 +234,12 @@ class CrawlRunner:
                 raise ConfigError("no usable seed URL")
         elif not self.resume:
             raise ConfigError("no seed URLs: give URLs or --seeds-file")
-        (self.out_dir / STATE_FILE).write_text(json.dumps({
+        write_private(self.out_dir / STATE_FILE, json.dumps({
             "redis_url": s.REDIS_URL, "key_prefix": s.KEY_PREFIX, "shards": s.SHARDS, "pid": os.getpid(),
             "started_at": self.started, "priority_levels": s.PRIORITY_LEVELS,
             "bloom_expected_urls": s.BLOOM_EXPECTED_URLS, "bloom_error_rate": s.BLOOM_ERROR_RATE,
             "redis_shard_urls": list(s.REDIS_SHARD_URLS)}))
+        (self.out_dir / "pages.jsonl").touch()  # exists even if no page is ever fetched
 
     def _clear_keys(self) -> None:
         """A fresh crawl on a given Redis: drop this prefix's keys and our queues."""
@@ -237,8 +287,6 @@ class CrawlRunner:
 
     def _watch(self) -> Progress:
         s = self.settings
-        tty = self.out.isatty()
-        last_line = 0.0
         last_pages, last_at = 0, time.time()
         rate = 0.0
         while True:
@@ -256,30 +304,31 @@ class CrawlRunner:
             if now - last_at >= 2.0:
                 rate = (progress.pages - last_pages) / (now - last_at)
                 last_pages, last_at = progress.pages, now
-            line = (f"{progress.state:9s} {now - self.started:7.1f}s  pages {progress.pages:7d}  "
-                    f"{rate:7.1f}/s  queued {progress.queued:7d}  leased {progress.leased:4d}  "
-                    f"errors {progress.errors:5d}")
-            if tty:
-                print("\r" + line, end="", file=self.out, flush=True)
-            elif now - last_line >= 10.0:
-                self._say(line)
-                last_line = now
+            self._report_unreachable(progress, now)
+            elapsed = now - self.started
+            eta = eta_s(progress.pages, rate, elapsed, s.MAX_PAGES, s.MAX_SECONDS)
+            line = progress_line(progress, elapsed, rate, eta, len(self.unreachable),
+                                 bounded=bool(s.MAX_PAGES or s.MAX_SECONDS))
+            self.status.update(line, now)
             if progress.state == CrawlState.FINISHED:
-                if tty:
-                    print(file=self.out)
                 return progress
             for i, child in enumerate(self.children):
                 if child.alive():
                     continue
+                if not child.came_up():
+                    raise StartupError(
+                        f"{child.name} exited with code {child.proc.returncode} before it was ready; "
+                        f"last lines of {child.log_path}:\n{log_tail(child.log_path, 15) or '(empty log)'}")
                 if self.restarts >= MAX_RESTARTS:
                     reason = f"{child.name} died {self.restarts} times; giving up (see {self.out_dir / 'logs'})"
-                    self._say("\n" + reason)
+                    self._say(reason)
                     Control(s).set_state(CrawlState.FINISHED, reason)
                     progress.state, progress.reason = CrawlState.FINISHED, reason
                     return progress
                 # a dead worker's hosts return when their leases expire; nothing is lost
                 self.restarts += 1
-                self._say(f"\n{child.name} exited with {child.proc.returncode}; restarting it")
+                self._say(f"{child.name} exited with {child.proc.returncode}; restarting it\n"
+                          f"{log_tail(child.log_path, 5)}")
                 child.reap(time.monotonic())
                 self.children[i] = Child(child.name, child.args, child.env, child.log_path)
             if self._stop_requested and progress.state == CrawlState.RUNNING:
@@ -292,6 +341,32 @@ class CrawlRunner:
                 stopping_for = now - (Control(s).state()[2] or now)
                 if stopping_for > s.TOTAL_TIMEOUT_S + 10:
                     Control(s).set_state(CrawlState.FINISHED, "stopped with batches still in flight")
+
+    def _report_unreachable(self, progress: Progress, now: float) -> None:
+        """Name each host whose robots.txt could not be fetched, the first time. The
+        stage counts ``robots/unreachable``, puts the host back after its politeness
+        gap (up to MAX_FACTOR_DELAY_S), and at the next lease parks it until the robots
+        entry expires (ROBOTS_ERROR_TTL_S later); so for a while after the counter moves,
+        only the ready heap's slice for that interval is read."""
+        count = progress.stats.get("robots/unreachable", 0)
+        if count != self._unreachable_count:
+            self._unreachable_count = count
+            self._scan_until = now + self.settings.MAX_FACTOR_DELAY_S + 15.0
+        if now > self._scan_until:
+            self._scan_from = now
+            return
+        ttl = self.settings.ROBOTS_ERROR_TTL_S
+        # the failed attempt may be a batch (TOTAL_TIMEOUT_S) older than its count
+        since = max(self._scan_from, now - self.settings.MAX_FACTOR_DELAY_S - 60.0) - self.settings.TOTAL_TIMEOUT_S
+        found = waiting_hosts(Frontier(self.settings), now=now, min_te=since + ttl - 5.0, max_te=now + ttl + 5.0)
+        for host in found:
+            if host.reason != WaitReason.ROBOTS or host.host in self.unreachable:
+                continue
+            self.unreachable[host.host] = host
+            if len(self.unreachable) <= MAX_HOSTS_NAMED:
+                self._say(f"host unreachable: {describe(host)} (its URLs wait; robots.txt is asked again then)")
+            elif len(self.unreachable) == MAX_HOSTS_NAMED + 1:
+                self._say("more hosts unreachable: counted in the progress line and listed by `manage.py stats`")
 
     def _recover_redis(self) -> None:
         """Restart a crashed embedded redis-server on its port from its data folder (the
@@ -326,6 +401,9 @@ class CrawlRunner:
         errors = {k.split("/", 2)[2]: v for k, v in progress.stats.items() if k.startswith("records/error/")}
         if errors:
             self._say("  errors " + ", ".join(f"{k}: {v}" for k, v in sorted(errors.items())))
+        for line in summarize_waiting(progress, waiting_hosts(Frontier(self.settings),
+                                                              limit_per_shard=SUMMARY_HOSTS_PER_SHARD), reason):
+            self._say("  " + line)
         cpu = {k.split("/", 1)[1]: v for k, v in progress.stats.items() if k.startswith("cpu_ms/")}
         if cpu and progress.pages:
             self._say("  stage CPU ms per page: " + ", ".join(
@@ -345,7 +423,7 @@ class CrawlRunner:
         state = self.out_dir / STATE_FILE
         info = json.loads(state.read_text())
         info["metrics_port"] = port
-        state.write_text(json.dumps(info))
+        write_private(state, json.dumps(info))
 
     def _shutdown(self) -> None:
         """Beat first (nothing new is scheduled), then every worker at once."""
@@ -364,3 +442,29 @@ class CrawlRunner:
         if self.redis is not None:
             self.redis.stop()
             self.redis = None
+
+
+def summarize_waiting(progress: Progress, waiting: list[WaitingHost], reason: str) -> list[str]:
+    """Why the URLs still queued were not fetched: unreachable hosts by name, the other
+    waiting hosts by reason, and URLs that a limit left unfetched."""
+    lines: list[str] = []
+    unreachable = [h for h in waiting if h.reason == WaitReason.ROBOTS]
+    if unreachable:
+        named = ", ".join(describe(h) for h in unreachable[:MAX_HOSTS_NAMED])
+        more = f", and {len(unreachable) - MAX_HOSTS_NAMED} more" if len(unreachable) > MAX_HOSTS_NAMED else ""
+        lines.append(f"hosts unreachable: {len(unreachable)} ({named}{more})")
+    if not progress.queued:
+        return lines
+    by_reason: dict[WaitReason, list[WaitingHost]] = {}
+    for host in waiting:
+        by_reason.setdefault(host.reason, []).append(host)
+    for why, hosts in by_reason.items():
+        urls = sum(h.queued for h in hosts)
+        soonest = min(h.wait_s for h in hosts)
+        lines.append(f"not fetched: {urls} URL(s) of {len(hosts)} host(s) {why} (next in {soonest:.0f} s)")
+    waiting_urls = sum(h.queued for h in waiting)
+    rest = progress.queued - waiting_urls
+    if rest > 0:
+        cause = f"the crawl stopped first ({reason})" if reason.startswith(("max ", "stopped")) else "not reached yet"
+        lines.append(f"not fetched: {rest} URL(s) {cause}")
+    return lines

@@ -1,0 +1,163 @@
+"""The embedded redis-server: closed to strangers, no CONFIG, fast and clear failures;
+the runner's startup check; waiting-host reasons; the progress line."""
+from __future__ import annotations
+
+import io
+import os
+import sys
+import time
+
+import pytest
+import redis
+
+from crawler_tasks.exceptions import ConfigError
+from crawler_tasks.frontier import Frontier
+from crawler_tasks.ops.embedded import EmbeddedRedis, free_port
+from crawler_tasks.ops.maintenance import Progress
+from crawler_tasks.ops.control import CrawlState
+from crawler_tasks.ops.progress import StatusLine, eta_s, progress_line
+from crawler_tasks.ops.waiting import WaitReason, WaitingHost, classify, short_error, waiting_hosts
+
+
+def test_relative_data_dir_from_another_folder_password_and_no_config(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with EmbeddedRedis("rel/redis", save="") as server:
+        assert server.data_dir == tmp_path / "rel" / "redis"
+        assert server.password and server.password in server.url
+        ours = redis.Redis.from_url(server.url)
+        ours.set("k", "v")
+        stranger = redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=2)
+        with pytest.raises(redis.AuthenticationError):
+            stranger.get("k")
+        for command in (("CONFIG", "SET", "dir", "/tmp"), ("DEBUG", "SLEEP", "0"), ("SHUTDOWN",), ("MODULE", "LIST")):
+            with pytest.raises(redis.ResponseError, match="unknown command"):
+                ours.execute_command(*command)
+        cmdline = open(f"/proc/{server.proc.pid}/cmdline", "rb").read().decode()
+        assert server.password not in cmdline
+        assert os.stat(server.data_dir).st_mode & 0o077 == 0
+        assert os.stat(server.data_dir / "redis.conf").st_mode & 0o077 == 0
+
+
+def test_stop_saves_and_restart_keeps_url(tmp_path):
+    server = EmbeddedRedis(tmp_path / "r", save="60 1").start()
+    url = server.url
+    redis.Redis.from_url(url).set("k", "v")
+    server.restart()  # SIGTERM saves the RDB; same port and password
+    assert server.url == url and redis.Redis.from_url(url).get("k") == b"v"
+    server.stop()
+    assert (tmp_path / "r" / "dump.rdb").exists()
+
+
+def test_start_failure_is_quick_and_says_why(tmp_path):
+    with socket_taken() as port:
+        t0 = time.monotonic()
+        with pytest.raises(ConfigError, match="Address already in use"):
+            EmbeddedRedis(tmp_path / "r", port=port).start()
+        assert time.monotonic() - t0 < 5
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match="cannot create the Redis data folder"):
+        EmbeddedRedis(tmp_path / "file" / "r").start()
+
+
+class socket_taken:
+    def __enter__(self) -> int:
+        import socket
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", free_port()))
+        self.sock.listen()
+        return self.sock.getsockname()[1]
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+
+
+def test_child_that_dies_before_it_is_up_stops_the_crawl_with_its_log(settings, tmp_path):
+    from crawler_tasks.ops.runner import Child, CrawlRunner, StartupError
+
+    runner = CrawlRunner(settings, seeds=[], out=io.StringIO())
+    (tmp_path / "logs").mkdir()
+    runner.children = [Child("worker-fetch-0", [sys.executable, "-c", "print('ImportError: no module named x'); "
+                                                "raise SystemExit(3)"], dict(os.environ), tmp_path / "logs" / "w.log")]
+    t0 = time.monotonic()
+    with pytest.raises(StartupError, match="(?s)worker-fetch-0 exited with code 3 before it was ready.*no module named x"):
+        runner._watch()
+    assert time.monotonic() - t0 < 5
+    runner._shutdown()
+
+
+def test_classify_reasons():
+    now = 1000.0
+    assert classify({"kind": "unreachable", "error": "DNS lookup failed for 'x.invalid': [Errno -2]"}, {}, now) \
+        == (WaitReason.ROBOTS, "DNS lookup failed")
+    assert classify({"kind": "unreachable", "status": "503"}, {}, now) == (WaitReason.ROBOTS, "answered 503")
+    assert classify({"kind": "rules"}, {"parked_until": "2000", "consecutive_failures": "8"}, now)[0] == WaitReason.PARKED
+    assert classify({}, {"consecutive_failures": "2"}, now) == (WaitReason.BACKOFF, "2 failure(s) in a row")
+    assert classify({}, {"crawl_delay_s": "30.0"}, now) == (WaitReason.DELAY, "Crawl-delay 30 s")
+    assert classify({}, {"consecutive_failures": "junk"}, now)[0] == WaitReason.DELAY
+    assert short_error("HTTPConnection(host='127.0.0.9', port=1): Failed to establish a new connection: "
+                       "[Errno 111] Connection refused") == "connection refused"
+    assert len(short_error("x" * 500)) == 100
+
+
+def test_waiting_hosts_reads_the_heap(settings):
+    f = Frontier(settings)
+    now = time.time()
+    for host, te in (("dead.test", now + 600), ("slow.test", now + 50), ("ready.test", now - 1)):
+        shard = f.shard_of(host)
+        k, c = f.keys(shard), f.client(shard)
+        c.zadd(k.ready, {host: te})
+        c.rpush(k.queue(host), "u1", "u2")
+    f.save_robots("dead.test", {"kind": "unreachable", "error": "connection refused", "expires": now + 600})
+    found = {h.host: h for h in waiting_hosts(f, now=now)}
+    assert set(found) == {"dead.test", "slow.test"}
+    assert found["dead.test"].reason == WaitReason.ROBOTS and found["dead.test"].queued == 2
+    assert 599 <= found["dead.test"].wait_s <= 600
+    window = waiting_hosts(f, now=now, min_te=now + 590, max_te=now + 610)
+    assert [h.host for h in window] == ["dead.test"]
+
+
+def test_summary_explains_every_queued_url():
+    from crawler_tasks.ops.runner import summarize_waiting
+
+    p = Progress(at=0, state=CrawlState.FINISHED, reason="", stats={},
+                 shards=[{"front": 2, "back": 3, "leased_hosts": 0, "active_hosts": 1}], inflight=0)
+    waiting = [WaitingHost("dead.test", 3, 300, WaitReason.ROBOTS, "DNS lookup failed")]
+    lines = summarize_waiting(p, waiting, "max pages (5) reached")
+    assert lines[0] == "hosts unreachable: 1 (dead.test: DNS lookup failed; next try in 300 s)"
+    assert "not fetched: 3 URL(s) of 1 host(s) waiting for robots.txt (next in 300 s)" in lines
+    assert "not fetched: 2 URL(s) the crawl stopped first (max pages (5) reached)" in lines
+
+
+def test_eta_and_progress_line():
+    assert eta_s(50, 10.0, 5.0, 100, 0) == 5.0
+    assert eta_s(50, 10.0, 5.0, 100, 8.0) == 3.0
+    assert eta_s(0, 0.0, 5.0, 100, 0) is None and eta_s(10, 1.0, 5.0, 0, 0) is None
+    p = Progress(at=0, state=CrawlState.RUNNING, reason="", stats={"fetch/pages": 50},
+                 shards=[{"front": 1, "back": 2, "leased_hosts": 3, "active_hosts": 4}], inflight=1)
+    line = progress_line(p, 65, 10.0, 5.0, unreachable=2)
+    assert line == ("running  1:05  pages 50  10.0/s  queued 3  hosts active 4 fetching 3  errors 0  "
+                    "unreachable 2  ETA 0:05")
+    assert progress_line(p, 1, 0.0, None, bounded=True).endswith("errors 0  ETA ?")
+
+
+def test_status_line_plain_every_10_s_and_redrawn_in_a_terminal():
+    plain = io.StringIO()
+    status = StatusLine(plain)
+    for t in (0.0, 3.0, 9.9, 10.0, 15.0):
+        status.update(f"line {t}", t)
+    status.say("message")
+    assert plain.getvalue() == "line 0.0\nline 10.0\nmessage\n"
+
+    master, slave = os.openpty()
+    with open(slave, "w") as tty:
+        status = StatusLine(tty)
+        assert status.tty
+        status.update("first", 0.0)
+        status.update("second", 1.0)
+        status.say("hello")
+        status.close()
+    out = os.read(master, 4096).decode()
+    os.close(master)
+    # redrawn in place; a message goes above the line, which is drawn again below it
+    assert out == "\r\x1b[2Kfirst\r\x1b[2Ksecond\r\x1b[2Khello\r\nsecond\r\n"
