@@ -30,10 +30,8 @@ from pathlib import Path
 from typing import Iterator
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
-from crawler_tasks.connection import redact
+from crawler_tasks.connection import ping_once, redact
 from crawler_tasks.exceptions import ConfigError, CrawlerError
 from crawler_tasks.settings import Settings, reset_settings
 
@@ -89,8 +87,7 @@ def _attach(args: argparse.Namespace) -> Iterator[Settings]:
         if info.get("redis_shard_urls"):
             extra["REDIS_SHARD_URLS"] = tuple(info["redis_shard_urls"])
         try:  # one attempt: a finished crawl's Redis is gone, and that is the common case
-            redis.Redis.from_url(info["redis_url"], socket_connect_timeout=1, socket_timeout=2,
-                                 retry=Retry(NoBackoff(), 0)).ping()
+            ping_once(info["redis_url"], timeout_s=2.0)
         except redis.RedisError:
             if not (out / "redis").is_dir():
                 raise ConfigError(f"the crawl's Redis {redact(info['redis_url'])} is unreachable") from None

@@ -20,7 +20,7 @@ import threading
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import redis
-from redis.backoff import ExponentialBackoff
+from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
 
@@ -51,6 +51,20 @@ def is_cluster(client: object) -> bool:
     """redis-py's cluster pipelines cannot run scripts nor span slots: callers that batch
     scripts in a pipeline call them one by one on a cluster client instead."""
     return isinstance(client, RedisCluster)
+
+
+def ping_once(url: str, timeout_s: float = 5.0) -> None:
+    """One quick attempt, no retries: a wrong URL or password is said at once (RedisError)."""
+    if is_cluster_url(url):
+        client = RedisCluster.from_url(url.replace("+cluster", "", 1), socket_timeout=timeout_s,
+                                       socket_connect_timeout=timeout_s)
+    else:
+        client = redis.Redis.from_url(url, socket_connect_timeout=timeout_s, socket_timeout=timeout_s,
+                                      retry=Retry(NoBackoff(), 0))
+    try:
+        client.ping()
+    finally:
+        client.close()
 
 
 def make_client(url: str, timeout_s: float = 10.0) -> redis.Redis:

@@ -66,6 +66,8 @@ def test_workers_consume_every_queue_of_the_crawl(name):
             roles.add(role)
             queues |= qs
             assert service["environment"] == env, "every crawler process sees the same settings"
+        elif isinstance(command, list) and command[:2] == ["sh", "-c"] and "celery -A crawler_tasks flower" in command[2]:
+            roles.add("flower")   # started by a guard that insists on FLOWER_BASIC_AUTH
     expected = {fetch_queue(s) for s in range(shards)} | {parse_queue(env["CRAWLER_NODE_NAME"]),
                                                           DEDUP_QUEUE, CONTROL_QUEUE}
     assert queues == expected

@@ -30,11 +30,9 @@ from pathlib import Path
 from typing import TextIO
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from crawler_tasks.queues import CONTROL_QUEUE, DEDUP_QUEUE, fetch_queue, parse_queue
-from crawler_tasks.connection import global_client, redact
+from crawler_tasks.connection import global_client, ping_once, redact
 from crawler_tasks.ops.embedded import EmbeddedRedis, die_with_parent, log_tail, private_dir, write_private
 from crawler_tasks.exceptions import ConfigError, CrawlerError
 from crawler_tasks.frontier import Frontier
@@ -208,8 +206,7 @@ class CrawlRunner:
             self._say(f"embedded redis-server on {redact(self.redis.url)} (data in {self.out_dir / 'redis'})")
         for url in dict.fromkeys((s.REDIS_URL, *s.REDIS_SHARD_URLS)):
             try:  # one quick attempt: a wrong URL or password is said at once, not after retries
-                redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=5,
-                                     retry=Retry(NoBackoff(), 0)).ping()
+                ping_once(url)
             except redis.RedisError as exc:
                 raise ConfigError(f"cannot use Redis {redact(url)}: {exc}") from None
         control = Control(s)
@@ -426,15 +423,14 @@ class CrawlRunner:
         write_private(state, json.dumps(info))
 
     def _shutdown(self) -> None:
-        """Beat first (nothing new is scheduled), then every worker at once."""
-        beat = [c for c in self.children if c.name == "beat"]
-        workers = [c for c in self.children if c.name != "beat"]
-        for group in (beat, workers):
-            for child in group:
-                child.terminate()
-            deadline = time.monotonic() + 15.0
-            for child in group:
-                child.reap(deadline)
+        """Every child at once: the crawl is no longer running, so wake schedules nothing
+        and fetch sessions give their hosts back within a tick; workers finish (or hand
+        back, unacknowledged) what they hold."""
+        for child in self.children:
+            child.terminate()
+        deadline = time.monotonic() + 15.0
+        for child in self.children:
+            child.reap(deadline)
         self.children.clear()
         if self.metrics_server is not None:
             stop_metrics(self.metrics_server)

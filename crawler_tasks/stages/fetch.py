@@ -311,10 +311,13 @@ class FetchSession:
                         w.policy, answer.entry.rules.crawl_delay(s.robots_agent))
                     if skip:
                         return Turn(time.time() + w.policy.park_s, Action.KEEP, last=True)
-                if answer.entry.kind != UNREACHABLE:
+                turn = self._decide(state, res, Action.KEEP)
+                if answer.entry.kind == UNREACHABLE:  # the host's URLs wait for the next attempt
+                    turn.te, turn.last = max(turn.te, answer.entry.expires), True
+                else:
                     sitemaps = answer.entry.rules.sitemaps if answer.entry.kind == RULES else []
                     self._first_contact(lease, urlsplit(url).scheme, sitemaps)
-                return self._decide(state, res, Action.KEEP)
+                return turn
             if answer.check == Check.UNREACHABLE:
                 # disallow all for now; the URL waits for the next robots.txt attempt
                 return Turn(max(answer.entry.expires, time.time() + s.MIN_DELAY_S), Action.KEEP, last=True)
