@@ -227,6 +227,11 @@ class Settings:
     # (0 = parse in the worker itself, no deadline), with this address-space cap.
     PARSE_TIMEOUT_S: float = 5.0
     PARSE_MEMORY_MB: int = 2048
+    # Feed text: "main" = main content only (boilerplate removed, language detected,
+    # metadata; parse/text.py, ~4 ms a page); "full" = main content in `text` plus the
+    # whole visible text in `full_text` (~2 ms more); "body" = the whole <body> text
+    # without extraction (cheapest; no detected language or metadata).
+    TEXT_MODE: str = "main"
 
     # --- Crawl control -------------------------------------------------------------------
     # Stop after this many fetched pages (0 = no limit).
@@ -318,6 +323,7 @@ class Settings:
             (bool(self.USER_AGENT.strip()), "USER_AGENT must not be empty"),
             (all(_is_ip(a) for a in self.ALLOW_METADATA_ADDRESSES),
              f"ALLOW_METADATA_ADDRESSES must list IP addresses, got {self.ALLOW_METADATA_ADDRESSES!r}"),
+            (self.TEXT_MODE in ("main", "full", "body"), "TEXT_MODE must be main, full or body"),
         ]
         for ok, message in checks:
             if not ok:

@@ -11,42 +11,43 @@ from crawler_tasks.parse.sandbox import ParseFailed, ParseSandbox
 PAGE = b"<html><head><title>t</title></head><body><a href='/x'>x</a> hello</body></html>"
 
 
-def _hostile_parse(body, url, **kwargs):
+def _hostile_parse(body, url, *args):
     if body == b"slow":
         time.sleep(30)
     if body == b"greedy":
         hog = [bytearray(2**20) for _ in range(10_000)]   # 10 GB: over any cap
         return hog
-    return sb.parse_html.__wrapped__(body, url, **kwargs)
+    return sb.analyse.__wrapped__(body, url, *args)
 
 
 @pytest.fixture
 def sandbox(monkeypatch):
-    real = sb.parse_html
+    real = sb.analyse
     _hostile_parse.__dict__["__wrapped__"] = real
-    monkeypatch.setattr(sb, "parse_html", _hostile_parse)   # the forked child inherits it
+    monkeypatch.setattr(sb, "analyse", _hostile_parse)   # the forked child inherits it
     box = ParseSandbox(timeout_s=1.0, memory_mb=512)
     yield box
     box.close()
 
 
 def test_pages_parse_in_the_child(sandbox):
-    page = sandbox.parse(PAGE, "http://a.test/", max_text_chars=1000)
-    assert page.title == "t" and [link.url for link in page.links] == ["http://a.test/x"]
+    result = sandbox.analyse(PAGE, "http://a.test/", {}, "main", 1000)
+    assert result.parsed.title == "t" and [link.url for link in result.parsed.links] == ["http://a.test/x"]
+    assert result.text is not None and "hello" in result.text.text
     child = sandbox._proc
-    sandbox.parse(PAGE, "http://a.test/")
+    sandbox.analyse(PAGE, "http://a.test/", {}, "body", 1000)
     assert sandbox._proc is child   # one long-lived child, not one per page
 
 
 def test_a_page_past_its_deadline_is_stopped_and_the_next_one_parses(sandbox):
     t0 = time.monotonic()
     with pytest.raises(ParseFailed, match="deadline"):
-        sandbox.parse(b"slow", "http://a.test/")
+        sandbox.analyse(b"slow", "http://a.test/", {}, "body", 1000)
     assert time.monotonic() - t0 < 5
-    assert sandbox.parse(PAGE, "http://a.test/").title == "t"
+    assert sandbox.analyse(PAGE, "http://a.test/", {}, "body", 1000).parsed.title == "t"
 
 
 def test_a_page_over_the_memory_cap_kills_only_its_child(sandbox):
     with pytest.raises(ParseFailed, match="died"):
-        sandbox.parse(b"greedy", "http://a.test/")
-    assert sandbox.parse(PAGE, "http://a.test/").title == "t"
+        sandbox.analyse(b"greedy", "http://a.test/", {}, "body", 1000)
+    assert sandbox.analyse(PAGE, "http://a.test/", {}, "body", 1000).parsed.title == "t"

@@ -322,7 +322,12 @@ def test_indexer_feed_jsonl_and_stream(fast, rclient):
         assert web.url(0, "/noidx") not in indexable
         assert len({web.url(0, "/dup"), web.url(0, "/dup2")} & indexable) == 1
         home = next(f for f in feed if f["url"] == web.url(0, "/"))
-        assert home["text"] and home["outlinks"] and all(len(o) == 2 for o in home["outlinks"])
+        assert home["text"] and home["outlinks"] and all(set(o) == {"url", "text", "rel"} for o in home["outlinks"])
+        import jsonschema
+
+        schema = json.loads((Path(__file__).parent.parent / "crawler_tasks" / "output" / "feed.schema.json").read_text())
+        for record in feed:   # the real output of a crawl, against the documented schema
+            jsonschema.validate(record, schema)
         # an indexer reads the same records from the stream with a consumer group
         stream = f"{fast.KEY_PREFIX}:{{g}}:feed"
         rclient.xgroup_create(stream, "indexer", id="0")

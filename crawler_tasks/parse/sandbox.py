@@ -19,7 +19,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from crawler_tasks.parse.html import ParsedPage, parse_html
+from crawler_tasks.parse.page import Analysis, analyse
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +35,11 @@ class ParseSandbox:
         self._proc: BaseProcess | None = None
         self._conn: Connection | None = None
 
-    def parse(self, body: bytes, url: str, **kwargs: Any) -> ParsedPage:
-        """``parse_html(body, url, **kwargs)`` in the child; ParseFailed if it had to be stopped."""
+    def analyse(self, body: bytes, url: str, *args: Any) -> Analysis:
+        """``parse.page.analyse(body, url, *args)`` in the child; ParseFailed if it had to be stopped."""
         conn = self._connection()
         try:
-            conn.send_bytes(pickle.dumps((body, url, kwargs), protocol=pickle.HIGHEST_PROTOCOL))
+            conn.send_bytes(pickle.dumps((body, url, args), protocol=pickle.HIGHEST_PROTOCOL))
             if not conn.poll(self.timeout_s):
                 self._kill()
                 raise ParseFailed(f"parse stopped after its {self.timeout_s:g} s deadline")
@@ -47,7 +47,7 @@ class ParseSandbox:
         except (EOFError, OSError, pickle.UnpicklingError) as exc:
             self._kill()
             raise ParseFailed(f"parse process died ({type(exc).__name__}; memory cap {self.memory_mb} MB)") from None
-        if not isinstance(page, ParsedPage):
+        if not isinstance(page, Analysis):
             raise ParseFailed("parse process answered nonsense")
         return page
 
@@ -89,11 +89,11 @@ def _serve(conn: Connection, memory_mb: int) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     while True:
         try:
-            body, url, kwargs = pickle.loads(conn.recv_bytes())
+            body, url, args = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):
             os._exit(0)
         try:
-            page = parse_html(body, url, **kwargs)
+            page = analyse(body, url, *args)
         except MemoryError:
             os._exit(3)
         conn.send_bytes(pickle.dumps(page, protocol=pickle.HIGHEST_PROTOCOL))

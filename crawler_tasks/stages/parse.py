@@ -12,15 +12,15 @@ from typing import Any
 from crawler_tasks.dedup.fingerprint import fingerprint_collapsed
 from crawler_tasks.dedup.simhash import simhash64_with_count, to_hex
 from crawler_tasks.output.spool import read_spool, remove_spool
-from crawler_tasks.parse.html import parse_html
+from crawler_tasks.output.feed import feed_record
+from crawler_tasks.parse.page import analyse
 from crawler_tasks.parse.sandbox import ParseFailed
+from crawler_tasks.parse.text import PageText
 from crawler_tasks.parse.sitemaps import parse_sitemap
 from crawler_tasks.records import EntryKind, ErrorKind, FetchedPage, PageRecord, SitemapUrl
 from crawler_tasks.stages.worker import Counters, Worker, bump, log_once
 
-FEED_FIELDS = ("url", "title", "lang", "fingerprint", "simhash", "fetched_at", "canonical", "content_type")
-
-Anchors = list[list[str]]
+Anchors = list[tuple[str, str, list[str]]]   # outlink, anchor text, rel tokens
 
 
 def parse_stage(w: Worker, pages: list[FetchedPage], batch_id: str) -> list[PageRecord]:
@@ -32,7 +32,7 @@ def parse_stage(w: Worker, pages: list[FetchedPage], batch_id: str) -> list[Page
         except OSError as exc:  # a redelivered task whose spool is gone: record, go on
             log_once("parse/spool", "spool file of batch %s unreadable: %s", batch_id, exc)
     records: list[PageRecord] = []
-    texts: dict[str, tuple[str, Anchors]] = {}
+    texts: dict[str, tuple[PageText, Anchors]] = {}
     for page in pages:
         rec = PageRecord.from_page(page)
         ref, rec.body = rec.body, None
@@ -60,21 +60,21 @@ def parse_stage(w: Worker, pages: list[FetchedPage], batch_id: str) -> list[Page
     for rec in records:
         rec.indexable = _indexable(rec)
         warc_id, rec.warc_id = rec.warc_id, None
-        text, anchors = texts.get(rec.url, ("", []))
+        if rec.url not in texts:
+            continue
+        text, anchors = texts[rec.url]
         if w.settings.WARC_METADATA and anchors:
-            w.warc.write_metadata(rec.url, warc_id, [u for u, _ in anchors], rec.fetched_at)
-        if rec.indexable and rec.url in texts:
-            feed.append(_feed_record(rec, text, anchors))
+            w.warc.write_metadata(rec.url, warc_id, [a[0] for a in anchors], rec.fetched_at)
+        if rec.indexable:
+            feed.append(feed_record(text, url=rec.url, fetched_at=rec.fetched_at, fingerprint=rec.fingerprint,
+                                    simhash=rec.simhash, canonical=rec.canonical, content_type=rec.content_type,
+                                    outlinks=anchors))
     w.warc.flush()
     if feed:
         w.feed.emit(feed)
         bump(counters, "feed/records", len(feed))
     w.count(counters)
     return records
-
-
-def _feed_record(rec: PageRecord, text: str, anchors: Anchors) -> dict[str, Any]:
-    return {name: getattr(rec, name) for name in FEED_FIELDS} | {"text": text, "outlinks": anchors}
 
 
 def _indexable(rec: PageRecord) -> bool:
@@ -100,35 +100,42 @@ def _parse_sitemap_into(rec: PageRecord, body: bytes) -> None:
     rec.n_links = len(sitemap.entries)
 
 
-def _parse_into(w: Worker, rec: PageRecord, body: bytes) -> tuple[str, Anchors]:
-    """Fill the record from the HTML; returns (text, outlinks with anchor text) for the
-    indexer feed, which must not travel through the broker."""
+def _parse_into(w: Worker, rec: PageRecord, body: bytes) -> tuple[PageText, Anchors]:
+    """Fill the record from the HTML; returns the page's text and outlinks (with anchor
+    text and rel) for the indexer feed, which must not travel through the broker."""
     s = w.settings
     options: dict[str, Any] = dict(content_type=rec.content_type, headers=rec.headers, agent=s.robots_agent,
                                    max_text_chars=s.MAX_TEXT_CHARS, drop_params=w.gate.drop,
                                    max_elements=s.PARSE_MAX_ELEMENTS, max_depth=s.PARSE_MAX_DEPTH,
                                    max_attrs=s.PARSE_MAX_ATTRS)
+    args = (options, s.TEXT_MODE, s.MAX_TEXT_CHARS)
     if w.sandbox is None:
-        parsed = parse_html(body, rec.url, **options)
+        result = analyse(body, rec.url, *args)
     else:
         try:
-            parsed = w.sandbox.parse(body, rec.url, **options)
+            result = w.sandbox.analyse(body, rec.url, *args)
         except ParseFailed as exc:
             rec.error_kind, rec.error = ErrorKind.PARSE_LIMIT, str(exc)
             w.count({"parse/stopped": 1})
-            return "", []
+            return PageText(url=rec.url), []
+    parsed = result.parsed
+    text = result.text or PageText(url=rec.url, title=parsed.title, text=parsed.text, lang_declared=parsed.lang,
+                                   word_count=len(parsed.text.split()))
+    if text.error:
+        w.count({"parse/text_error": 1})
     if parsed.limited and not rec.error_kind:
         rec.error_kind, rec.error = ErrorKind.PARSE_LIMIT, f"parse budget cut the page: {parsed.limited}"
-    rec.title = parsed.title
-    rec.fingerprint = fingerprint_collapsed(parsed.text)
+    rec.title = parsed.title or text.title
+    flat = text.collapsed_text()
+    rec.fingerprint = fingerprint_collapsed(flat)
     if s.NEAR_DUPLICATES:
-        sim, n_words = simhash64_with_count(parsed.text[: s.SIMHASH_MAX_CHARS])
+        sim, n_words = simhash64_with_count(flat[: s.SIMHASH_MAX_CHARS])
         if n_words >= s.SIMHASH_MIN_WORDS:
             rec.simhash = to_hex(sim)
-    rec.text_chars = len(parsed.text)
+    rec.text_chars = len(text.text)
     rec.canonical = parsed.canonical
     rec.noindex = parsed.noindex
-    rec.lang = parsed.lang or None
+    rec.lang = text.lang or text.lang_declared or parsed.lang or None
     if parsed.meta_refresh and parsed.meta_refresh != rec.url:
         rec.redirect_to = parsed.meta_refresh
     links: list[str] = []
@@ -142,7 +149,7 @@ def _parse_into(w: Worker, rec: PageRecord, body: bytes) -> tuple[str, Anchors]:
                 continue
             seen.add(link.url)
             links.append(link.url)
-            anchors.append([link.url, link.text])
+            anchors.append((link.url, link.text, ["nofollow"] if link.nofollow else []))
     rec.links = links
     rec.n_links = len(links)
-    return parsed.text, anchors
+    return text, anchors

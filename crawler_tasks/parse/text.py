@@ -1,0 +1,382 @@
+"""Main text and page metadata for the indexer feed.
+
+The whole ``<body>`` text that :func:`crawler_tasks.parse.html.parse_html`
+returns carries navigation, sidebars, tables of contents and footers: on
+documentation pages a quarter of its words are boilerplate.  This module
+returns the main content instead, measured against a slow reference
+extractor by ``bench/text_quality.py``:
+
+1. lexbor (selectolax) parses the page once; metadata come from that tree
+   (title, description, dates from meta tags, microdata and JSON-LD,
+   declared language, headings);
+2. link-dense lists and tables (menus, tables of contents, "Prev / Next"
+   bars, index pages) are removed from it; resiliparse's main-content
+   heuristics do not catch those;
+3. resiliparse extracts the main content of what is left, keeping block
+   breaks (one line per block, a blank line between paragraphs);
+4. resiliparse's n-gram profiles guess the language of the main text.
+
+Error policy: :func:`extract_text` never raises.  Input is cut at
+``MAX_INPUT_BYTES``; on a failure the returned :class:`PageText` is empty
+and its ``error`` says why, so the caller can record it for that URL.
+Pure logic: no network, no I/O, no Redis.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+from resiliparse.extract.html2text import extract_plain_text
+from resiliparse.parse.lang import detect_fast
+from selectolax.lexbor import LexborHTMLParser
+
+from crawler_tasks.parse.budget import MAX_ATTRS, MAX_DEPTH, MAX_ELEMENTS, apply_budget, needs_budget
+from crawler_tasks.parse.encoding import decode_html
+
+__all__ = ["MAX_INPUT_BYTES", "PageText", "extract_text"]
+
+# Bodies are capped by the fetcher (MAX_BODY_BYTES, 1 MiB by default); this
+# is the parser's own bound, so a caller that forgets the cap cannot make one
+# page cost seconds or hundreds of megabytes.
+MAX_INPUT_BYTES = 2 * 1024 * 1024
+
+_MAX_TITLE_CHARS = 1000
+_MAX_DESCRIPTION_CHARS = 2000
+_MAX_HEADINGS = 64
+_MAX_HEADING_CHARS = 300
+_MAX_LANG_TAG_CHARS = 35  # BCP 47 tags longer than this exist only in theory
+# JSON-LD is untrusted and sometimes huge (whole product catalogues): only the
+# first few blocks, each bounded, and a bounded walk through each.
+_MAX_JSONLD_BLOCKS = 8
+_MAX_JSONLD_CHARS = 200_000
+_MAX_JSONLD_NODES = 2_000
+_MAX_JSONLD_DEPTH = 8
+# detect_fast reads this much text; more costs time and changes nothing.
+_LANG_SAMPLE_CHARS = 4000
+# detect_fast's out-of-place rank at or above which it is guessing (its
+# documented cutoff); confidence falls linearly from 1 at rank 0 to 0 there.
+_LANG_RANK_CUTOFF = 1200
+_LANG_MIN_LETTERS = 20  # below this any guess is noise
+
+# A list or table whose visible text is mostly link text is navigation: a
+# menu, a table of contents, a "Prev / Next" bar, an index of pages.  0.7 and
+# the minimum of two links were chosen on bench/text_quality.py.
+_LINK_DENSITY_MAX = 0.7
+_LINK_DENSE_MIN_LINKS = 2
+_LINK_BLOCK_SELECTOR = "ul, ol, dl, table"
+_HIDDEN_SELECTOR = "script, style, noscript, template, iframe, noembed, noframes, svg, math"
+_META_SELECTOR = "title, meta, script[type], [itemprop]"
+
+_PUBLISHED_META = frozenset({"article:published_time", "datepublished", "dc.date.issued", "dcterms.created"})
+_MODIFIED_META = frozenset({"article:modified_time", "og:updated_time", "datemodified", "dcterms.modified"})
+_DESCRIPTION_META = ("description", "og:description", "twitter:description")
+# Permalink anchors that documentation generators append to headings (Sphinx,
+# MkDocs: "¶"; others "#", "§", "🔗"); the main text does not keep them.
+_PERMALINK_MARKS = " ¶#§🔗\uf0c1"
+_BLANK_LINES_RE = re.compile(r"\n{3,}")
+_LANG_TAG_RE = re.compile(r"[A-Za-z]{1,8}(?:-[A-Za-z0-9]{1,8})*")
+
+
+@dataclass(slots=True)
+class PageText:
+    """What the indexer feed needs from one HTML page.
+
+    ``text`` is the main content (or the whole text when the caller asked for
+    no main-content extraction): one line per block, a blank line between
+    paragraphs, headings on their own lines.  ``full_text`` is the whole
+    visible text, only when asked for, else None.  ``lang`` is the language
+    detected from ``text`` (ISO 639-1, None when the text is too short or
+    unknown) with ``lang_confidence`` in [0, 1]; ``lang_declared`` is what the
+    page claims (``<html lang>``, else ``Content-Language``), lower-cased.
+    Dates are ISO 8601 strings as the page states them (UTC when it gave an
+    offset), None when absent or unreadable.  ``error`` is set when
+    extraction failed; the other fields are then empty.
+    """
+
+    url: str
+    title: str = ""
+    text: str = ""
+    full_text: str | None = None
+    description: str = ""
+    headings: list[str] = field(default_factory=list)
+    lang: str | None = None
+    lang_confidence: float = 0.0
+    lang_declared: str | None = None
+    published: str | None = None
+    modified: str | None = None
+    word_count: int = 0
+    truncated: bool = False
+    error: str | None = None
+
+    def collapsed_text(self) -> str:
+        """``text`` with all whitespace runs as one space: the input of the
+        content fingerprint and simhash (``fingerprint_collapsed`` expects
+        collapsed text)."""
+        return " ".join(self.text.split())
+
+
+def extract_text(
+    html: bytes | str,
+    url: str,
+    *,
+    main_content: bool = True,
+    full_text: bool = False,
+    max_chars: int = 100_000,
+    content_type: str | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> PageText:
+    """Main text, title, description, headings, language and dates of one page.
+
+    ``main_content=False`` makes ``text`` the whole visible text (cheaper);
+    ``full_text=True`` adds the whole text beside the main one (the operator's
+    ``TEXT_MODE=full``).  ``max_chars`` caps each text.  ``content_type`` and
+    ``headers`` give the charset and ``Content-Language``.  Never raises.
+    """
+    page_url = url if isinstance(url, str) else ""
+    try:
+        return _extract(html, page_url, main_content, full_text, max(0, int(max_chars)), content_type, headers)
+    except Exception as exc:  # noqa: BLE001 - never raises; the caller records the error
+        return PageText(url=page_url, error=f"{type(exc).__name__}: {exc}"[:500])
+
+
+def _extract(
+    html: bytes | str,
+    url: str,
+    main_content: bool,
+    want_full: bool,
+    max_chars: int,
+    content_type: str | None,
+    headers: Mapping[str, str] | None,
+) -> PageText:
+    truncated = False
+    doc: str
+    if isinstance(html, str):
+        doc = html
+        if len(doc) > MAX_INPUT_BYTES:
+            doc, truncated = doc[:MAX_INPUT_BYTES], True
+    elif isinstance(html, (bytes, bytearray, memoryview)):
+        data = bytes(html)
+        if len(data) > MAX_INPUT_BYTES:
+            data, truncated = data[:MAX_INPUT_BYTES], True
+        doc = decode_html(data, content_type)[0]
+    else:
+        return PageText(url=url, error=f"TypeError: HTML must be bytes or str, not {type(html).__name__}")
+    if needs_budget(doc):
+        doc = str(apply_budget(doc, MAX_ELEMENTS, MAX_DEPTH, MAX_ATTRS)[0])
+    tree = LexborHTMLParser(doc)
+    page = PageText(url=url, truncated=truncated)
+    _read_metadata(tree, page)
+    if not page.lang_declared:
+        page.lang_declared = _lang_tag(_header(headers, "content-language"))
+
+    for node in tree.css(_HIDDEN_SELECTOR):
+        node.decompose()
+    headings = [
+        _collapse(h.text()).rstrip(_PERMALINK_MARKS)[:_MAX_HEADING_CHARS] for h in tree.css("h1, h2, h3")[: 4 * _MAX_HEADINGS]
+    ]
+    if not page.title:
+        page.title = next((h for h in headings if h), "")[:_MAX_TITLE_CHARS]
+
+    whole = ""
+    if want_full or not main_content:
+        whole = _tidy(extract_plain_text(tree.html or "", preserve_formatting=True, list_bullets=False), max_chars)
+        if want_full:
+            page.full_text = whole
+    if main_content:
+        _drop_link_dense(tree)
+        page.text = _tidy(
+            extract_plain_text(
+                tree.html or "", preserve_formatting=True, main_content=True, list_bullets=False, comments=False,
+                alt_texts=False,
+            ),
+            max_chars,
+        )
+    else:
+        page.text = whole
+    # Headings the main text lost were in menus or sidebars.
+    page.headings = [h for h in dict.fromkeys(headings) if h and h in page.text][:_MAX_HEADINGS]
+    page.word_count = len(page.text.split())
+    page.lang, page.lang_confidence = _detect_lang(page.text)
+    return page
+
+
+def _tidy(text: str, max_chars: int) -> str:
+    """Strip each line, at most one blank line in a row, cap the length; no-break
+    spaces become spaces (indexers and the headings test expect plain ones)."""
+    text = "\n".join(line.strip() for line in text[: 2 * max_chars].replace("\xa0", " ").splitlines())
+    return _BLANK_LINES_RE.sub("\n\n", text).strip()[:max_chars].rstrip()
+
+
+def _drop_link_dense(tree: LexborHTMLParser) -> None:
+    """Remove outermost lists and tables whose text is mostly link text.
+
+    Only outermost candidates are measured, so each character is counted
+    once and a 14,000-link table of contents costs one pass, not a square.
+    """
+    body = tree.body
+    if body is None:
+        return
+    seen: set[int] = set()
+    for block in body.css(_LINK_BLOCK_SELECTOR):
+        parent = block.parent
+        inside = False
+        while parent is not None:
+            if parent.mem_id in seen:
+                inside = True
+                break
+            parent = parent.parent
+        if inside:
+            continue
+        seen.add(block.mem_id)
+        links = block.css("a[href]")
+        if len(links) < _LINK_DENSE_MIN_LINKS:
+            continue
+        chars = _visible_chars(block.text())
+        if chars and sum(_visible_chars(a.text()) for a in links) > _LINK_DENSITY_MAX * chars:
+            block.decompose()
+
+
+def _visible_chars(text: str) -> int:
+    return len(text) - text.count(" ") - text.count("\n") - text.count("\t") - text.count("\r")
+
+
+# ---------------------------------------------------------------------------
+# Metadata
+# ---------------------------------------------------------------------------
+
+
+def _read_metadata(tree: LexborHTMLParser, page: PageText) -> None:
+    root = tree.root
+    if root is not None and root.tag == "html":
+        page.lang_declared = _lang_tag(root.attributes.get("lang") or root.attributes.get("xml:lang"))
+    metas: dict[str, str] = {}
+    jsonld: list[str] = []
+    title = ""
+    for node in tree.css(_META_SELECTOR):
+        tag = node.tag
+        attrs = node.attributes
+        if tag == "title":
+            if not title:
+                title = _collapse(node.text())
+            continue
+        if tag == "script":
+            if (attrs.get("type") or "").strip().lower() == "application/ld+json" and len(jsonld) < _MAX_JSONLD_BLOCKS:
+                jsonld.append(node.text()[:_MAX_JSONLD_CHARS])
+            continue
+        if tag == "meta":
+            key = attrs.get("property") or attrs.get("name") or attrs.get("itemprop") or attrs.get("http-equiv")
+            value = attrs.get("content")
+        else:  # microdata: <time itemprop=datePublished datetime=...>, <span itemprop=...>text</span>
+            key = attrs.get("itemprop")
+            value = attrs.get("datetime") or attrs.get("content") or node.text()[:100]
+        if key and value:
+            metas.setdefault(key.strip().lower(), value.strip())
+    page.title = title[:_MAX_TITLE_CHARS]
+    page.description = next(
+        (_collapse(metas[k])[:_MAX_DESCRIPTION_CHARS] for k in _DESCRIPTION_META if metas.get(k)), ""
+    )
+    if not page.lang_declared:
+        page.lang_declared = _lang_tag(metas.get("content-language"))
+    ld_published, ld_modified = _jsonld_dates(jsonld)
+    page.published = _first_date([metas.get(k) for k in _PUBLISHED_META] + [ld_published])
+    page.modified = _first_date([metas.get(k) for k in _MODIFIED_META] + [ld_modified])
+
+
+def _jsonld_dates(blocks: list[str]) -> tuple[str | None, str | None]:
+    """datePublished / dateModified of the first JSON-LD object that has them."""
+    published = modified = None
+    for raw in blocks:
+        try:
+            data = json.loads(raw)
+        except (ValueError, RecursionError):
+            continue
+        for obj in _walk(data):
+            p, m = obj.get("datePublished"), obj.get("dateModified")
+            if published is None and isinstance(p, str):
+                published = p
+            if modified is None and isinstance(m, str):
+                modified = m
+            if published is not None and modified is not None:
+                return published, modified
+    return published, modified
+
+
+def _walk(data: Any) -> Iterator[dict[str, Any]]:
+    """Dicts of a parsed JSON value, breadth first, bounded in count and depth."""
+    queue: list[tuple[Any, int]] = [(data, 0)]
+    for n, (value, depth) in enumerate(queue):
+        if n >= _MAX_JSONLD_NODES:
+            return
+        if isinstance(value, dict):
+            yield value
+            children: Any = value.values()
+        elif isinstance(value, list):
+            children = value
+        else:
+            continue
+        if depth < _MAX_JSONLD_DEPTH:
+            queue.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+
+
+def _first_date(candidates: list[str | None]) -> str | None:
+    for raw in candidates:
+        if raw:
+            parsed = _parse_date(raw)
+            if parsed is not None:
+                return parsed
+    return None
+
+
+def _parse_date(raw: str) -> str | None:
+    """ISO 8601 (what the standards ask for) or RFC 2822 (what some CMSs write)."""
+    raw = raw.strip()[:64]
+    when: datetime | None = None
+    try:
+        when = datetime.fromisoformat(raw)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(raw)
+        except (TypeError, ValueError, IndexError):
+            return None
+    if when.tzinfo is not None:
+        when = when.astimezone(timezone.utc)
+        return when.isoformat().replace("+00:00", "Z")
+    return when.isoformat()
+
+
+def _lang_tag(raw: str | None) -> str | None:
+    """A declared language as a lower-case BCP 47 tag, or None if it is not one."""
+    if not raw:
+        return None
+    tag = raw.split(",", 1)[0].strip().replace("_", "-").lower()
+    if len(tag) > _MAX_LANG_TAG_CHARS or not _LANG_TAG_RE.fullmatch(tag):
+        return None
+    return tag
+
+
+def _header(headers: Mapping[str, str] | None, name: str) -> str | None:
+    if headers:
+        for key, value in headers.items():
+            if isinstance(key, str) and isinstance(value, str) and key.strip().lower() == name:
+                return value
+    return None
+
+
+def _detect_lang(text: str) -> tuple[str | None, float]:
+    sample = text[:_LANG_SAMPLE_CHARS]
+    if sum(c.isalpha() for c in sample[:400]) < _LANG_MIN_LETTERS:
+        return None, 0.0
+    lang, rank = detect_fast(sample, cutoff=_LANG_RANK_CUTOFF)
+    if lang == "unknown":
+        return None, 0.0
+    return lang, round(max(0.0, 1.0 - rank / _LANG_RANK_CUTOFF), 3)
+
+
+def _collapse(text: str) -> str:
+    return " ".join(text.split())

@@ -1,0 +1,151 @@
+"""Main text and metadata extraction (crawler_tasks.parse.text) on real and odd pages."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings as hsettings, strategies as st
+
+from crawler_tasks.exceptions import ConfigError
+from crawler_tasks.parse.text import MAX_INPUT_BYTES, PageText, extract_text
+from crawler_tasks.settings import Settings
+
+DATA = Path(__file__).parent / "data" / "text"
+
+
+def page(name: str, **kw: object) -> PageText:
+    return extract_text((DATA / name).read_bytes(), "https://docs.test/" + name, **kw)  # type: ignore[arg-type]
+
+
+def test_handbook_page_main_text_drops_navigation() -> None:
+    p = page("handbook-en-syslog.html", full_text=True)
+    assert p.error is None
+    assert p.title == "9.5. syslog System Events"
+    assert "The rsyslogd daemon is responsible for collecting service messages" in p.text
+    assert p.full_text is not None and "Download the ebook" in p.full_text
+    assert "Download the ebook" not in p.text
+    assert "\n\n" in p.text  # paragraph breaks kept
+    assert "9.5.1. Principle and Mechanism" in p.headings
+    assert p.lang == "en" and p.lang_confidence > 0.5
+    assert p.lang_declared is None  # the page declares nothing
+    assert p.word_count == len(p.text.split()) > 300
+
+
+def test_sphinx_sidebar_and_its_headings_are_boilerplate() -> None:
+    p = page("python-atexit.html")
+    assert "atexit — Exit handlers" in p.headings
+    assert "register()" in p.text
+    assert "Previous topic" not in p.text and "Previous topic" not in p.headings
+    assert "Report a Bug" not in p.text
+    assert p.lang_declared == "en"
+    whole = page("python-atexit.html", main_content=False)
+    assert "Previous topic" in whole.text and whole.full_text is None
+
+
+def test_language_detected_from_text_not_declaration() -> None:
+    p = page("handbook-de-syslog.html")
+    assert p.lang == "de" and p.lang_confidence > 0.5
+    html = (
+        b'<html lang="fr"><body><p>This page says that it is French, but every sentence on it is written in '
+        b"plain English, which the detector should notice from the words and letters it reads, whatever "
+        b"the markup claims about the language of the document.</p>"
+    )
+    q = extract_text(html, "https://x.test/")
+    assert (q.lang, q.lang_declared) == ("en", "fr")
+    assert extract_text(b"<p>ok</p>", "u", headers={"Content-Language": "pt-BR, en"}).lang_declared == "pt-br"
+    assert extract_text(b"<p>Hi</p>", "u").lang is None  # too short to guess
+
+
+def test_link_dense_lists_go_prose_lists_stay() -> None:
+    menu = "".join(f'<li><a href="/p{i}">Section number {i}</a></li>' for i in range(12))
+    prose = "".join(
+        f"<li>Step {i}: run the command and read the <a href='/m{i}'>manual</a> before going on.</li>"
+        for i in range(5)
+    )
+    html = (
+        f"<html><body><div class='x'><ul>{menu}</ul></div><div><h1>Guide</h1>"
+        f"<p>{'A long paragraph of real content about configuring the service. ' * 8}</p>"
+        f"<ol>{prose}</ol></div></body></html>"
+    )
+    p = extract_text(html, "https://x.test/")
+    assert "Section number 3" not in p.text
+    assert "Step 2: run the command" in p.text
+    assert p.headings == ["Guide"]
+
+
+META = """<html><head><title> A  title </title>
+<meta name="description" content="  Short   summary. ">
+<meta property="article:published_time" content="2024-03-01T10:00:00+02:00">
+<script type="application/ld+json">{not json</script>
+<script type="application/ld+json">{"@graph": [{"@type": "WebPage"},
+  {"@type": "Article", "datePublished": "1999-01-01", "dateModified": "2024-03-05T08:00:00Z"}]}</script>
+</head><body><p>Body text.</p></body></html>"""
+
+
+def test_metadata_dates_and_description() -> None:
+    p = extract_text(META, "https://x.test/")
+    assert p.title == "A title"
+    assert p.description == "Short summary."
+    assert p.published == "2024-03-01T08:00:00Z"  # meta wins over JSON-LD, offset made UTC
+    assert p.modified == "2024-03-05T08:00:00Z"  # from the JSON-LD @graph
+    micro = '<article><time itemprop="datePublished" datetime="2023-12-24">Dec 24</time>' \
+            '<meta itemprop="dateModified" content="Tue, 02 Jan 2024 10:00:00 GMT"><p>x</p></article>'
+    q = extract_text(micro, "u")
+    assert (q.published, q.modified) == ("2023-12-24T00:00:00", "2024-01-02T10:00:00Z")
+    assert extract_text('<meta property="og:description" content="OG">', "u").description == "OG"
+    bad = extract_text('<meta property="article:published_time" content="last tuesday">', "u")
+    assert bad.published is None and bad.error is None
+
+
+def test_jsonld_is_bounded() -> None:
+    deep = "[" * 100_000 + "]" * 100_000  # json.loads recursion limit
+    wide = '{"a": [' + ",".join('{"b": 1}' for _ in range(15_000)) + '], "datePublished": "2020-01-01"}'
+    huge = '{"a": "' + "x" * 300_000 + '", "datePublished": "2020-01-01"}'  # past the per-block cap
+    found = {}
+    for name, blob in (("deep", deep), ("wide", wide), ("huge", huge)):
+        p = extract_text(f'<script type="application/ld+json">{blob}</script><p>x</p>', "u")
+        assert p.error is None
+        found[name] = p.published
+    assert found == {"deep": None, "wide": "2020-01-01T00:00:00", "huge": None}
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [b"", b"\x00\xff\xfe" * 1000, "<div>" * 200_000, "<" * 10_000, b"<html><body>\xe9\xe8</body>", "\ud800 lone surrogate"],
+)
+def test_bad_input_never_raises(bad: bytes | str) -> None:
+    p = extract_text(bad, "https://x.test/")
+    assert isinstance(p, PageText)
+
+
+def test_wrong_type_is_an_error_not_an_exception() -> None:
+    p = extract_text(12345, "u")  # type: ignore[arg-type]
+    assert p.error is not None and "TypeError" in p.error and p.text == ""
+
+
+@hsettings(max_examples=60, deadline=None)
+@given(st.binary(max_size=3000) | st.text(max_size=3000))
+def test_arbitrary_input_gives_a_page(data: bytes | str) -> None:
+    p = extract_text(data, "https://x.test/")
+    assert p.word_count == len(p.text.split())
+    assert 0.0 <= p.lang_confidence <= 1.0
+
+
+def test_caps_on_input_and_output() -> None:
+    big = b"<p>" + b"word " * (MAX_INPUT_BYTES // 5 + 1000) + b"</p>"
+    p = extract_text(big, "u", max_chars=1000)
+    assert p.truncated and len(p.text) <= 1000
+    assert extract_text(b"<p>" + b"word " * 500 + b"</p>", "u", max_chars=50, full_text=True).full_text is not None
+
+
+def test_collapsed_text_is_the_hash_input() -> None:
+    p = page("handbook-en-syslog.html")
+    assert "\n" in p.text and "\n" not in p.collapsed_text()
+    assert p.collapsed_text().split() == p.text.split()
+
+
+def test_text_mode_setting() -> None:
+    assert Settings().TEXT_MODE == "main"
+    assert Settings.from_env({"CRAWLER_TEXT_MODE": "full"}).TEXT_MODE == "full"
+    with pytest.raises(ConfigError):
+        Settings.from_env({"CRAWLER_TEXT_MODE": "everything"})
