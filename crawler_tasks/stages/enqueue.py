@@ -65,7 +65,7 @@ def _discoveries(w: Worker, rec: PageRecord, counters: Counters) -> tuple[list[D
     out: list[Discovered | None] = []
     depth = rec.depth
     if not rec.duplicate_of and not rec.soft_404:
-        out += [gate.admit(url, depth + 1, counters) for url in rec.links]
+        out += [gate.admit(url, depth + 1, counters, normalized=True) for url in rec.links]
     # sitemap entries are not forced: a sitemap usually lists pages the links reach too,
     # and only the Bloom filter knows those (an exact test would fetch each of them twice)
     out += [gate.admit(e.url, 0, counters, check_depth=False,

@@ -31,9 +31,13 @@ class UrlGate:
 
     def admit(self, raw: str | None, depth: int, counters: Counters, *, base: str | None = None,
               hops: int = 0, check_depth: bool = True, priority: int | None = None,
-              kind: EntryKind = EntryKind.PAGE, force: bool = False) -> Discovered | None:
-        """A URL ready for the URL-seen test, or None (counted by reason)."""
-        url = normalize_url(raw, base, drop_params=self.drop) if raw else None
+              kind: EntryKind = EntryKind.PAGE, force: bool = False,
+              normalized: bool = False) -> Discovered | None:
+        """A URL ready for the URL-seen test, or None (counted by reason). ``normalized``:
+        the URL comes from this crawler's own parser, which normalized it with the same
+        rules (links of a record; the task boundary checked they are printable http(s)),
+        so it is not normalized twice."""
+        url = raw if normalized else (normalize_url(raw, base, drop_params=self.drop) if raw else None)
         if not url:
             if raw:
                 _bump(counters, "filter/malformed")
@@ -43,7 +47,9 @@ class UrlGate:
             _bump(counters, f"filter/{reason}")
             return None
         level = min(depth, self.settings.PRIORITY_LEVELS - 1) if priority is None else priority
-        return Discovered(url=url, host=host_key(url), depth=depth, priority=level, hops=hops, kind=kind, force=force)
+        # a normalized URL is scheme://authority/path...: its authority is its politeness key
+        host = url.split("/", 3)[2] if normalized else host_key(url)
+        return Discovered(url=url, host=host, depth=depth, priority=level, hops=hops, kind=kind, force=force)
 
     def normalize(self, href: str, base: str | None = None) -> str | None:
         return normalize_url(href, base, drop_params=self.drop)
