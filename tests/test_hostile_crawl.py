@@ -74,3 +74,27 @@ def test_hostile_server_costs_only_its_own_urls(hostile, tmp_path):
         # ~12 hostile URLs one after another on one host, four of them using their whole
         # 3 s deadline: the crawl is down well before the 120 s limit
         assert elapsed < 100, elapsed
+
+
+def test_an_over_long_link_is_recorded_once_with_its_reason(settings):
+    """A page linking a 100 KB URL: the link is not followed, and one record says why."""
+    from crawler_tasks.records import page_from_message, to_message
+    from crawler_tasks.stages.parse import parse_stage
+    from crawler_tasks.stages.worker import Worker
+
+    long_url = "http://127.0.0.9/" + "a" * 100_000
+    body = (f'<html><body><a href="{long_url}">long</a><a href="{long_url}">again</a>'
+            '<a href="/ok">ok</a></body></html>').encode()
+    from crawler_tasks.output.spool import new_batch_id, write_spool
+    from crawler_tasks.records import FetchedPage
+
+    worker = Worker.create(settings)
+    batch = new_batch_id()
+    page = FetchedPage(url="http://127.0.0.9/page", status=200, content_type="text/html", fetched_at="x")
+    page.body = write_spool(settings, batch, [body])[0]
+    records = parse_stage(worker, [page_from_message(to_message(page))], batch)
+    long = [r for r in records if r.error_kind == "url_too_long"]
+    assert len(long) == 1 and "100017 characters" in (long[0].error or "")
+    assert long[0].url.startswith("http://127.0.0.9/aaaa") and len(long[0].url) <= 1024
+    main = next(r for r in records if r.url == "http://127.0.0.9/page")
+    assert main.links == ["http://127.0.0.9/ok"]

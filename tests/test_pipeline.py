@@ -224,15 +224,24 @@ def test_soft404_probe_marks_catch_all_pages(fast):
         assert old and old[0]["soft_404"] and not old[0]["indexable"]
 
 
-def test_canonical_and_noindex_are_not_indexable(fast):
-    routes = {"/": (200, HTML, b'<html><body><a href="/a">a</a><a href="/b">b</a><a href="/c">c</a></body></html>'),
+def test_canonical_is_a_hint_and_noindex_a_verdict(fast):
+    same = b'<html><head><link rel="canonical" href="/c"></head><body>the canonical page</body></html>'
+    routes = {"/": (200, HTML, b'<html><body><a href="/c">c</a><a href="/a">a</a><a href="/b">b</a>'
+                               b'<a href="/d">d</a><a href="/e">e</a></body></html>'),
               "/a": (200, HTML, b'<html><head><link rel="canonical" href="/c"></head><body>variant a</body></html>'),
               "/b": (200, HTML, b'<html><head><meta name="robots" content="noindex"></head><body>b</body></html>'),
-              "/c": (200, HTML, b'<html><body>the canonical page</body></html>')}
+              "/c": (200, HTML, b'<html><body>the canonical page</body></html>'),
+              "/d": (200, HTML, same),
+              "/e": (200, HTML, b'<html><head><link rel="canonical" href="https://elsewhere.example/e">'
+                               b'</head><body>an off-site canonical</body></html>')}
     spec = HostSpec(pages=0, extra_routes=routes, link_extra_routes=False)
     with TestWeb(n_hosts=1, pages_per_host=1, host_specs={0: spec}) as web:
         recs = {r["url"].rsplit("/", 1)[1]: r for r in crawl_inline(fast, web.seeds())}
-        assert recs["a"]["canonical"] == web.url(0, "/c") and not recs["a"]["indexable"]
+        # other content than its canonical, or a canonical never fetched: still in the feed
+        assert recs["a"]["canonical"] == web.url(0, "/c") and recs["a"]["indexable"]
+        assert recs["e"]["canonical"] == "https://elsewhere.example/e" and recs["e"]["indexable"]
+        # the canonical target fetched with the same content: the variant is its duplicate
+        assert recs["d"]["duplicate_of"] == web.url(0, "/c") and not recs["d"]["indexable"]
         assert recs["b"]["noindex"] and not recs["b"]["indexable"]
         assert recs["c"]["indexable"]
         assert paths(web, 0).count("/c") == 1

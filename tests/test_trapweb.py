@@ -91,7 +91,8 @@ def test_trap_web(settings):
         print(f"trap host: {len(trap)} requests, {len(paths)} distinct paths, calendar {len(calendar)}, "
               f"facets {len(facets)}, variants of /a.html and /b.html fetched {paths['/a.html'] + paths['/b.html']}")
         by_url = {r["url"]: r for r in recs}
-        assert not by_url[base + "/c1.html"]["indexable"]
+        # a canonical is a hint: the variant has other content, so it stays, keyed by it
+        assert by_url[base + "/c1.html"]["canonical"] == base + "/c.html" and by_url[base + "/c1.html"]["indexable"]
         for name in ("/a.html", "/b.html"):  # one copy of each mirrored page is the duplicate
             pair = [by_url[web.url(0, name)], by_url[web.url(1, name)]]
             dups = [r for r in pair if r.get("duplicate_of")]

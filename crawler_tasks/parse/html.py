@@ -30,6 +30,7 @@ from crawler_tasks.parse.directives import (
 )
 from crawler_tasks.parse.encoding import decode, decode_html, is_html, sniff
 from crawler_tasks.urls import Resolver
+from crawler_tasks.urls.normalize import MAX_LINK_CHARS
 
 __all__ = ["Link", "ParsedPage", "decode_html", "is_html", "parse_html"]
 
@@ -63,6 +64,7 @@ class ParsedPage:
     lang: str | None
     charset: str
     limited: str | None = None
+    too_long: str | None = None   # the first href skipped for its length (recorded once)
 
 
 _MAX_LINK_TEXT = 200
@@ -223,11 +225,15 @@ def _extract(
 
     links: list[Link] = []
     seen: set[str] = set()
+    too_long: str | None = None
     resolve = resolver.link
     for node in tree.css(_LINK_SELECTOR):
         attrs = node.attributes
-        target = resolve(attrs.get("href") or "")
+        href = attrs.get("href") or ""
+        target = resolve(href)
         if target is None or target in seen:
+            if target is None and too_long is None and len(href) > MAX_LINK_CHARS:
+                too_long = href
             continue
         seen.add(target)
         rel = attrs.get("rel")
@@ -270,4 +276,5 @@ def _extract(
         meta_refresh=resolver.link(refresh) if refresh else None,
         lang=lang,
         charset="",
+        too_long=too_long,
     )

@@ -11,16 +11,18 @@ from typing import Any
 
 from crawler_tasks.dedup.fingerprint import fingerprint_collapsed
 from crawler_tasks.dedup.simhash import simhash64_with_count, to_hex
-from crawler_tasks.output.spool import read_spool, remove_spool
 from crawler_tasks.output.feed import feed_record
+from crawler_tasks.output.spool import read_spool, remove_spool
 from crawler_tasks.parse.page import analyse
 from crawler_tasks.parse.sandbox import ParseFailed
-from crawler_tasks.parse.text import PageText
 from crawler_tasks.parse.sitemaps import parse_sitemap
+from crawler_tasks.parse.text import PageText
 from crawler_tasks.records import EntryKind, ErrorKind, FetchedPage, PageRecord, SitemapUrl
 from crawler_tasks.stages.worker import Counters, Worker, bump, log_once
+from crawler_tasks.urls.normalize import MAX_LINK_CHARS
 
 Anchors = list[tuple[str, str, list[str]]]   # outlink, anchor text, rel tokens
+MAX_SHOWN_URL_CHARS = 1024
 
 
 def parse_stage(w: Worker, pages: list[FetchedPage], batch_id: str) -> list[PageRecord]:
@@ -32,6 +34,7 @@ def parse_stage(w: Worker, pages: list[FetchedPage], batch_id: str) -> list[Page
         except OSError as exc:  # a redelivered task whose spool is gone: record, go on
             log_once("parse/spool", "spool file of batch %s unreadable: %s", batch_id, exc)
     records: list[PageRecord] = []
+    extra: list[PageRecord] = []   # over-long links: one record each, so an operator sees why
     texts: dict[str, tuple[PageText, Anchors]] = {}
     for page in pages:
         rec = PageRecord.from_page(page)
@@ -44,7 +47,7 @@ def parse_stage(w: Worker, pages: list[FetchedPage], batch_id: str) -> list[Page
                 if rec.kind == EntryKind.SITEMAP:
                     _parse_sitemap_into(rec, body)
                 else:
-                    texts[rec.url] = _parse_into(w, rec, body)
+                    texts[rec.url] = _parse_into(w, rec, body, extra)
             except Exception as exc:
                 log_once(f"parse/{type(exc).__name__}", "cannot parse %s", rec.url)
                 rec.error_kind, rec.error = ErrorKind.PARSE, f"{type(exc).__name__}: {exc}"
@@ -54,6 +57,7 @@ def parse_stage(w: Worker, pages: list[FetchedPage], batch_id: str) -> list[Page
             rec.location = None
         records.append(rec)
     remove_spool(w.settings, batch_id)
+    records += extra
     counters: Counters = {}
     w.content.mark(records, counters)
     feed = []
@@ -79,11 +83,15 @@ def parse_stage(w: Worker, pages: list[FetchedPage], batch_id: str) -> list[Page
 
 def _indexable(rec: PageRecord) -> bool:
     """Whether an indexer should take this page: a 200 HTML page that is not noindex,
-    not a duplicate, not a soft 404, and is its own canonical."""
+    not a duplicate or near-duplicate of a page already taken, not a soft 404.
+
+    ``rel=canonical`` is a hint, not a verdict: a page whose canonical is elsewhere (off
+    site, out of scope, never fetched, or with other content) stays in the feed with
+    ``canonical`` set for the indexer to key on; it drops out only when it duplicates
+    content already taken, which is what a canonical target with the same text means."""
     return bool(rec.status == 200 and rec.fingerprint and not rec.noindex
                 and not rec.duplicate_of and not rec.near_duplicate_of
-                and not rec.soft_404 and rec.kind == EntryKind.PAGE
-                and rec.canonical in (None, rec.url))
+                and not rec.soft_404 and rec.kind == EntryKind.PAGE)
 
 
 def _parse_sitemap_into(rec: PageRecord, body: bytes) -> None:
@@ -100,7 +108,7 @@ def _parse_sitemap_into(rec: PageRecord, body: bytes) -> None:
     rec.n_links = len(sitemap.entries)
 
 
-def _parse_into(w: Worker, rec: PageRecord, body: bytes) -> tuple[PageText, Anchors]:
+def _parse_into(w: Worker, rec: PageRecord, body: bytes, extra: list[PageRecord]) -> tuple[PageText, Anchors]:
     """Fill the record from the HTML; returns the page's text and outlinks (with anchor
     text and rel) for the indexer feed, which must not travel through the broker."""
     s = w.settings
@@ -123,6 +131,13 @@ def _parse_into(w: Worker, rec: PageRecord, body: bytes) -> tuple[PageText, Anch
                                    word_count=len(parsed.text.split()))
     if text.error:
         w.count({"parse/text_error": 1})
+    if parsed.too_long:
+        shown = parsed.too_long[:MAX_SHOWN_URL_CHARS]
+        extra.append(PageRecord(
+            url=shown if shown.startswith(("http://", "https://")) and shown.isprintable() else rec.url + "#long-link",
+            depth=rec.depth + 1, fetched_at=rec.fetched_at, error_kind=ErrorKind.URL_TOO_LONG,
+            error=f"a link of {len(parsed.too_long)} characters on {rec.url} was not followed (the limit is "
+                  f"{MAX_LINK_CHARS}; url shows its first {MAX_SHOWN_URL_CHARS})"))
     if parsed.limited and not rec.error_kind:
         rec.error_kind, rec.error = ErrorKind.PARSE_LIMIT, f"parse budget cut the page: {parsed.limited}"
     rec.title = parsed.title or text.title
