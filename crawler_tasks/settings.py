@@ -258,7 +258,7 @@ class Settings:
     # Beat: how often the wake task runs, seconds.
     WAKE_INTERVAL_S: float = 0.25
     # Beat: how often maintenance logs stats, expires leases and decides stop, seconds.
-    MAINTENANCE_INTERVAL_S: float = 2.0
+    MAINTENANCE_INTERVAL_S: float = 1.0
     # Each maintenance run appends a progress sample (pages, queued, hosts, errors) to a
     # capped Redis list read by ``manage.py report``; 0 = off. 20,000 samples are 11 h at
     # 2 s and ~2 MB of Redis.

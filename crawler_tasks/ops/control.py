@@ -86,6 +86,11 @@ class Control:
             pipe.hincrby(self.keys.stats, name, n)
         pipe.execute()
 
+    def count_page(self) -> int:
+        """One more page fetched, now (the page budget must not trail the fetches);
+        returns the new total."""
+        return int(self.client.hincrby(self.keys.stats, "fetch/pages", 1))
+
     def stats(self) -> dict[str, int]:
         return {k: int(v) for k, v in self.client.hgetall(self.keys.stats).items()}
 

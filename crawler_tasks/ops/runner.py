@@ -287,7 +287,7 @@ class CrawlRunner:
         last_pages, last_at = 0, time.time()
         rate = 0.0
         while True:
-            time.sleep(1.0)
+            time.sleep(0.5)
             if self.redis is not None and not self.redis.alive():
                 self._recover_redis()
                 continue

@@ -50,7 +50,7 @@ PROBE_MARK = "soft404-probe"
 _NO_REQUEST = frozenset({ErrorKind.REFUSED, ErrorKind.BAD_URL, ErrorKind.URL_TOO_LONG})
 _TICK_S = 0.1             # the session's loop: results, groups, control checks
 _CONTROL_EVERY_S = 0.25   # crawl state, page budget, room for more hosts
-_IDLE_END_S = 1.0         # a session with no host and nothing ready for this long ends
+_IDLE_END_S = 0.5         # a session with no host and nothing ready for this long ends
 
 Emit = Callable[[list[FetchedPage], str], None]
 
@@ -91,8 +91,8 @@ class FetchSession:
         self.results: queue.Queue[tuple[FetchedPage, bytes] | None] = queue.Queue()
         self.counters: Counters = {}
         self.threads = 0
-        self.uncounted = 0                   # pages fetched, not yet in the crawl's counters
         self.budget_ok = True
+        self.leased = 0                      # hosts leased over the crawl, as last read
         self.renew_every = max(1.0, s.LEASE_S / 4)
 
     # -- the session loop -------------------------------------------------------------
@@ -116,7 +116,6 @@ class FetchSession:
                 group.pages.append(page)
                 if body:
                     group.bodies.append((page, body))
-                self.uncounted += 1
             now = time.monotonic()
             if group.pages and (len(group.pages) >= s.PARSE_GROUP_PAGES or now - group.since >= s.PARSE_GROUP_S
                                 or not self.threads):
@@ -151,7 +150,7 @@ class FetchSession:
         room = s.FETCH_BATCH - self.threads
         if s.MAX_PAGES and room > 0:
             view = self.w.control.view()
-            room = min(room, s.MAX_PAGES - view.pages - self.uncounted - self.w.frontier.leased_hosts())
+            room = min(room, s.MAX_PAGES - view.pages - self.w.frontier.leased_hosts())
         return max(0, room)
 
     def _check_control(self) -> None:
@@ -163,7 +162,8 @@ class FetchSession:
         if view.inflight > s.MAX_INFLIGHT_BATCHES:  # parse is behind: give hosts back
             self.budget_ok = False
         elif s.MAX_PAGES:
-            self.budget_ok = view.pages + self.uncounted + self.w.frontier.leased_hosts() <= s.MAX_PAGES
+            self.leased = self.w.frontier.leased_hosts()
+            self.budget_ok = view.pages + self.leased <= s.MAX_PAGES
         else:
             self.budget_ok = True
 
@@ -208,10 +208,9 @@ class FetchSession:
         with self.lock:
             counters, self.counters = self.counters, {}
         for page in group.pages:
-            _count_page(page, counters)
+            _count_page(page, counters, pages_counted=bool(w.settings.MAX_PAGES))
         w.control.begin_batches([group_id], time.time() + w.settings.batch_timeout_s)
         w.count(counters)
-        self.uncounted -= len(group.pages)
         self.emit(group.pages, group_id)
         return len(group.pages)
 
@@ -237,7 +236,11 @@ class FetchSession:
                     turn = Turn(time.time() + w.settings.MIN_DELAY_S, Action.KEEP, last=True)
                 if turn.state is not None:
                     state = turn.state
-                hold = 0.0 if turn.last else self._hold_until(turn.te)
+                last = turn.last
+                if w.settings.MAX_PAGES and turn.page is not None and _requested(turn.page):
+                    # counted at once, so that no session holds a host past the budget
+                    last = last or w.control.count_page() + self.leased > w.settings.MAX_PAGES
+                hold = 0.0 if last else self._hold_until(turn.te)
                 with self.lock:
                     lease = self.leases.get(host)
                     if lease is None:
@@ -398,9 +401,16 @@ def first_contact(w: Worker, lease: Lease, scheme: str, sitemaps: list[str]) -> 
         w.frontier.add_head(lease.shard, lease.host, probe)
 
 
-def _count_page(page: FetchedPage, counters: Counters) -> None:
-    if page.status is not None or page.error_kind in NETWORK_ERRORS:
-        bump(counters, "fetch/pages")  # a request went out
+def _requested(page: FetchedPage) -> bool:
+    """Whether a request for the page went out (else it was refused or skipped before)."""
+    return page.status is not None or page.error_kind in NETWORK_ERRORS
+
+
+def _count_page(page: FetchedPage, counters: Counters, *, pages_counted: bool = False) -> None:
+    """A group's counters; ``fetch/pages`` was counted per page already with a page budget."""
+    if _requested(page):
+        if not pages_counted:
+            bump(counters, "fetch/pages")
     else:
         bump(counters, "fetch/skipped")
     if page.status is not None:
