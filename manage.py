@@ -26,8 +26,8 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import redis
 
@@ -121,8 +121,8 @@ def cmd_crawl(args: argparse.Namespace) -> int:
 
 
 def cmd_seed(args: argparse.Namespace) -> int:
-    from crawler_tasks.stages.enqueue import seed_urls
     from crawler_tasks.ops.runner import read_seeds_file
+    from crawler_tasks.stages.enqueue import seed_urls
 
     urls = list(args.urls) + (read_seeds_file(args.seeds_file) if args.seeds_file else [])
     with _attach(args) as settings:

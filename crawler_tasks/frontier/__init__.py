@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, TypeVar
+from typing import TypeVar
 
 import redis
 

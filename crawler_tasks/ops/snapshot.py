@@ -66,8 +66,8 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 
 from crawler_tasks.connection import bytes_client, main_url, shard_url
-from crawler_tasks.frontier.bloom import BloomSpec
 from crawler_tasks.exceptions import CrawlerError
+from crawler_tasks.frontier.bloom import BloomSpec
 from crawler_tasks.keys import GlobalKeys, ShardKeys
 from crawler_tasks.settings import Settings
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from crawler_tasks.frontier import ENQUEUED, SEEN, VERDICT_NAMES, Discovered, Frontier
 from crawler_tasks.ops.control import Control
@@ -100,7 +100,7 @@ def _sitemap_level(s: Settings, priority: float | None, lastmod: str | None = No
         try:
             when = datetime.fromisoformat(lastmod.replace("Z", "+00:00"))
             if when.tzinfo is None:
-                when = when.replace(tzinfo=timezone.utc)
+                when = when.replace(tzinfo=UTC)
             if time.time() - when.timestamp() < RECENT_LASTMOD_S:
                 level -= 1
         except ValueError:

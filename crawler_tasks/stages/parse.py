@@ -11,12 +11,12 @@ from typing import Any
 
 from crawler_tasks.dedup.fingerprint import fingerprint_collapsed
 from crawler_tasks.dedup.simhash import simhash64_with_count, to_hex
-from crawler_tasks.output.spool import read_spool, remove_spool
 from crawler_tasks.output.feed import feed_record
+from crawler_tasks.output.spool import read_spool, remove_spool
 from crawler_tasks.parse.page import analyse
 from crawler_tasks.parse.sandbox import ParseFailed
-from crawler_tasks.parse.text import PageText
 from crawler_tasks.parse.sitemaps import parse_sitemap
+from crawler_tasks.parse.text import PageText
 from crawler_tasks.records import EntryKind, ErrorKind, FetchedPage, PageRecord, SitemapUrl
 from crawler_tasks.stages.worker import Counters, Worker, bump, log_once
 
