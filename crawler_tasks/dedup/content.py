@@ -86,7 +86,7 @@ class ContentIndex:
             if not pages:
                 continue
             known = client.hmget(key, [host_key(r.url) for r in pages])
-            for rec, fp in zip(pages, known):
+            for rec, fp in zip(pages, known, strict=True):
                 if fp and fp == rec.fingerprint:
                     rec.soft_404 = True
                     _bump(counters, "dedup/soft_404")
@@ -99,7 +99,7 @@ class ContentIndex:
         if not candidates:
             return
         matches = self.near.check_and_add([(r.url, from_hex(r.simhash or "")) for r in candidates])
-        for rec, match in zip(candidates, matches):
+        for rec, match in zip(candidates, matches, strict=True):
             if match:
                 rec.near_duplicate_of = match
                 _bump(counters, "dedup/near_duplicate")

@@ -45,7 +45,7 @@ def _shingle_hashes(ids: list[int], k: int) -> Iterator[int]:
     """Hash of every k-word window (repeats included); one shingle for short texts."""
     if len(ids) <= k:
         return iter((hash(tuple(ids)),))
-    return map(hash, zip(*(ids[i:] for i in range(k))))
+    return map(hash, zip(*(ids[i:] for i in range(k)), strict=False))
 
 
 def shingles(text: str, k: int = K) -> set[int]:

@@ -192,7 +192,7 @@ class Frontier:
                     args += ["1" if item.force else "0", min(max(item.priority, 0), top), entry, segment + 1,
                              h1, h2, item.host, qkey]
                 verdicts = self._run(shard, "add", keys, args)
-                for i, verdict in zip(indexes, verdicts):  # type: ignore[call-overload]
+                for i, verdict in zip(indexes, verdicts, strict=True):  # type: ignore[call-overload]
                     result[i] = int(verdict)
         return result
 
@@ -227,7 +227,7 @@ class Frontier:
             for i in indexes:
                 args += [leases[i].host, leases[i].token]
             tokens = self._run(shard, "renew", [self.keys(shard).lease], args)
-            for i, token in zip(indexes, tokens):  # type: ignore[call-overload]
+            for i, token in zip(indexes, tokens, strict=True):  # type: ignore[call-overload]
                 if token:
                     out[i] = Lease(shard, leases[i].host, leases[i].raw, token)
         return out
@@ -320,7 +320,7 @@ class Frontier:
             pipe = self.client(shard).pipeline(transaction=False)
             for lease in group:
                 pipe.hgetall(self.keys(shard).host_state(lease.host))
-            for lease, raw in zip(group, pipe.execute()):
+            for lease, raw in zip(group, pipe.execute(), strict=True):
                 out[lease.host] = raw
         return out
 

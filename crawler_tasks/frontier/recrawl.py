@@ -111,7 +111,7 @@ class Recrawler:
             client = shard_client(self.settings, shard)
             old = client.hmget(k.history, [r.url for r in group])
             pipe = client.pipeline(transaction=False)
-            for rec, raw in zip(group, old):
+            for rec, raw in zip(group, old, strict=True):
                 hist, changed = next_visit(self.settings, History.decode(raw), rec.status, rec.fingerprint,
                                            rec.headers.get("etag"), rec.headers.get("last-modified"))
                 counters["recrawl/changed" if changed else "recrawl/unchanged"] += 1

@@ -344,7 +344,7 @@ def _dump_keys(client: redis.Redis, w: _Writer, keys: list[bytes]) -> None:
                 p.zrange(key, 0, -1, withscores=True)
             else:
                 p.hgetall(key)
-        for (key, type_, ttl_ms), value in zip(small, p.execute(raise_on_error=False)):
+        for (key, type_, ttl_ms), value in zip(small, p.execute(raise_on_error=False), strict=True):
             if isinstance(value, redis.ResponseError):  # type changed under us: read it again
                 _dump_keys(client, w, [key])
             elif value is None or (type_ != "string" and not value):
@@ -353,7 +353,7 @@ def _dump_keys(client: redis.Redis, w: _Writer, keys: list[bytes]) -> None:
                 _emit_small(w, key, type_, value, ttl_ms)
         small, budget = [], 0
 
-    for (key, type_, ttl_ms), size in zip(typed, sizes):
+    for (key, type_, ttl_ms), size in zip(typed, sizes, strict=True):
         size = int(size)
         if (type_ == "string" and size > STRING_CHUNK) or (type_ != "string" and size > CHUNK):
             _emit_large(client, w, key, type_, ttl_ms)
@@ -603,7 +603,7 @@ class _Loader:
                     pipe.execute_command("SADD", key, *values)
                 elif type_ == "zset":
                     flat: list[Any] = []
-                    for member, score in zip(values, scores or ()):
+                    for member, score in zip(values, scores or (), strict=False):
                         flat += [score, member]
                     pipe.execute_command("ZADD", key, *flat)
                 else:
