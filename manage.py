@@ -28,6 +28,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -37,7 +38,7 @@ from crawler_tasks.settings import Settings, reset_settings
 
 
 def _settings_from(args: argparse.Namespace, **extra: object) -> Settings:
-    overrides = {
+    overrides: dict[str, Any] = {
         "OUT_DIR": getattr(args, "out", None),
         "REDIS_URL": getattr(args, "redis_url", None),
         "MAX_PAGES": getattr(args, "max_pages", None),

@@ -40,10 +40,11 @@ def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
                 enqueued += 1
                 continue
             bump(counters, f"frontier/dropped/{VERDICT_NAMES.get(verdict, verdict)}")
-            rec = redirects.get(i)
-            if rec is not None and verdict == SEEN and rec.hops > 0:
+            redirected = redirects.get(i)
+            if redirected is not None and verdict == SEEN and redirected.hops > 0:
                 # a chain that comes back to a URL already seen: a loop, say so
-                rec.error_kind, rec.error = ErrorKind.REDIRECTS, f"redirect loop: {rec.redirect_to} already seen"
+                redirected.error_kind, redirected.error = (ErrorKind.REDIRECTS,
+                                                           f"redirect loop: {redirected.redirect_to} already seen")
         bump(counters, "frontier/enqueued", enqueued)
     for rec in records:
         if rec.error_kind:

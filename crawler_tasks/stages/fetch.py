@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import EllipsisType
 from urllib.parse import urlsplit
 
 from crawler_tasks.fetch.http import FetchResult
@@ -102,6 +103,7 @@ class FetchSession:
         group, handed = _Group(), 0
         next_control = next_renew = time.monotonic()
         idle_since = time.monotonic() if not self.threads else None
+        item: tuple[FetchedPage, bytes] | None | EllipsisType  # ... : nothing arrived this tick
         while True:
             try:
                 item = self.results.get(timeout=_TICK_S)
