@@ -79,9 +79,10 @@ class ContentIndex:
         for shard, group in groups.items():
             key = self._shard_keys(shard).soft404
             client = shard_client(self.settings, shard)
-            probes = {host_key(r.url): r.fingerprint for r in group if r.kind == EntryKind.PROBE}
+            probes = {host_key(r.url): r.fingerprint for r in group
+                      if r.kind == EntryKind.PROBE and r.fingerprint}
             if probes:
-                client.hset(key, mapping=probes)
+                client.hset(key, mapping=probes)  # type: ignore[arg-type]  # redis-py's Mapping key is invariant
             pages = [r for r in group if r.kind != EntryKind.PROBE]
             if not pages:
                 continue

@@ -338,7 +338,7 @@ class Frontier:
         key = self.keys(shard).robots(host)
         pipe = self.client(shard).pipeline(transaction=False)
         pipe.delete(key)
-        pipe.hset(key, mapping=fields)
+        pipe.hset(key, mapping=fields)  # type: ignore[arg-type]  # redis-py's Mapping key is invariant
         pipe.execute()
 
     def host_info(self, host: str) -> HostInfo:
@@ -365,7 +365,8 @@ class Frontier:
             client, key = self.client(shard), self.keys(shard).host_counts
             if client.hlen(key) > max_scan:
                 return []
-            counts.update({h: int(v) for h, v in client.hgetall(key).items()})
+            raw: dict[str, str] = client.hgetall(key)  # type: ignore[assignment]
+            counts.update({h: int(v) for h, v in raw.items()})
         return sorted(counts.items(), key=lambda kv: -kv[1])[:n]
 
     def leased_hosts(self) -> int:
@@ -381,7 +382,8 @@ class Frontier:
         pipe.execute()
 
     def host_queue(self, shard: int, host: str) -> list[Entry]:
-        return [Entry.decode(raw) for raw in self.client(shard).lrange(self.keys(shard).queue(host), 0, -1)]
+        raws: list[str] = self.client(shard).lrange(self.keys(shard).queue(host), 0, -1)  # type: ignore[assignment]
+        return [Entry.decode(raw) for raw in raws]
 
     def allocate_bloom(self) -> None:
         """Create every Bloom segment at its full size before the crawl fills it: Redis
@@ -411,5 +413,6 @@ class Frontier:
     def next_ready_in(self, shard: int, now: float | None = None) -> float | None:
         """Seconds until the shard's earliest host becomes ready (None if none waits)."""
         now = time.time() if now is None else now
-        first = self.client(shard).zrange(self.keys(shard).ready, 0, 0, withscores=True)
+        first: list[tuple[str, float]] = self.client(shard).zrange(  # type: ignore[assignment]
+            self.keys(shard).ready, 0, 0, withscores=True)
         return max(0.0, first[0][1] - now) if first else None
