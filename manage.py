@@ -26,8 +26,9 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
+from typing import Any
 
 import redis
 
@@ -37,7 +38,7 @@ from crawler_tasks.settings import Settings, reset_settings
 
 
 def _settings_from(args: argparse.Namespace, **extra: object) -> Settings:
-    overrides = {
+    overrides: dict[str, Any] = {
         "OUT_DIR": getattr(args, "out", None),
         "REDIS_URL": getattr(args, "redis_url", None),
         "MAX_PAGES": getattr(args, "max_pages", None),
@@ -121,8 +122,8 @@ def cmd_crawl(args: argparse.Namespace) -> int:
 
 
 def cmd_seed(args: argparse.Namespace) -> int:
-    from crawler_tasks.stages.enqueue import seed_urls
     from crawler_tasks.ops.runner import read_seeds_file
+    from crawler_tasks.stages.enqueue import seed_urls
 
     urls = list(args.urls) + (read_seeds_file(args.seeds_file) if args.seeds_file else [])
     with _attach(args) as settings:

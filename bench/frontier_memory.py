@@ -23,9 +23,9 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from crawler_tasks.ops.embedded import EmbeddedRedis  # noqa: E402
 from crawler_tasks.frontier import ENQUEUED, Discovered, Frontier  # noqa: E402
 from crawler_tasks.keys import ShardKeys  # noqa: E402
+from crawler_tasks.ops.embedded import EmbeddedRedis  # noqa: E402
 from crawler_tasks.settings import Settings  # noqa: E402
 
 BATCH = 5_000

@@ -26,7 +26,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from crawler_tasks.parse.html import parse_html  # noqa: E402
 from crawler_tasks.urls import normalize_url  # noqa: E402
 
-
 CAPS: dict[str, int] = {}
 
 

@@ -14,6 +14,7 @@ from crawler_tasks.queues import CONTROL_QUEUE, DEDUP_QUEUE
 from crawler_tasks.schedule import build_schedule
 from crawler_tasks.settings import get_settings
 
+
 def make_app() -> Celery:
     settings = get_settings()
     app = Celery("crawler_tasks", include=["crawler_tasks.tasks"])

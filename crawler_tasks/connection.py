@@ -55,6 +55,7 @@ def is_cluster(client: object) -> bool:
 
 def ping_once(url: str, timeout_s: float = 5.0) -> None:
     """One quick attempt, no retries: a wrong URL or password is said at once (RedisError)."""
+    client: redis.Redis | RedisCluster
     if is_cluster_url(url):
         client = RedisCluster.from_url(url.replace("+cluster", "", 1), socket_timeout=timeout_s,
                                        socket_connect_timeout=timeout_s)

@@ -259,9 +259,10 @@ def _text(value: Any) -> str:
     """Free text of a record (titles, errors): bounded, no line breaks or controls."""
     if not isinstance(value, str):
         raise TypeError("expected a string")
-    if not value.isprintable():
-        value = "".join(ch if ch.isprintable() else " " for ch in value)
-    return value[:MAX_TEXT_FIELD_CHARS]
+    text = value
+    if not text.isprintable():
+        text = "".join(ch if ch.isprintable() else " " for ch in text)
+    return text[:MAX_TEXT_FIELD_CHARS]
 
 
 def _bool(value: Any) -> bool:

@@ -20,7 +20,6 @@ from crawler_tasks.queues import CONTROL_QUEUE
 from crawler_tasks.settings import Settings
 
 
-
 def build_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
     schedule = {
         "wake": {

@@ -13,8 +13,9 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 from crawler_tasks.exceptions import ConfigError
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from crawler_tasks.frontier.bloom import MAX_SEGMENT_BITS, BloomSpec
 from crawler_tasks.frontier import Discovered, Frontier
+from crawler_tasks.frontier.bloom import MAX_SEGMENT_BITS, BloomSpec
 
 
 def test_sizing_billion_urls_at_one_percent_is_about_1_2_gb():

@@ -15,9 +15,9 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler_tasks.fetch.http import Fetcher, decode_body
-from crawler_tasks.settings import Settings
 from crawler_tasks.output.jsonl import append_jsonl
 from crawler_tasks.output.warc import WarcStore
+from crawler_tasks.settings import Settings
 
 BIG = b"x" * (300 * 1024)
 PAGE = b"<html><head><title>t</title></head><body>" + b"hello " * 2000 + b"</body></html>"

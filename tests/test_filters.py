@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 
-from crawler_tasks.urls.filters import UrlFilter
 from crawler_tasks.settings import Settings
+from crawler_tasks.urls.filters import UrlFilter
 
 
 @pytest.mark.parametrize("url, depth, reason", [

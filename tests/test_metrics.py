@@ -8,9 +8,9 @@ import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
-from crawler_tasks.ops import metrics
 from crawler_tasks.frontier import Discovered, Frontier
 from crawler_tasks.keys import GlobalKeys
+from crawler_tasks.ops import metrics
 from crawler_tasks.ops.metrics import (
     record_latencies,
     record_latency,

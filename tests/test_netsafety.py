@@ -22,7 +22,6 @@ from crawler_tasks.fetch.netsafety import (
     classify_address,
     parse_resolve_overrides,
 )
-
 from crawler_tasks.settings import Settings
 
 # --- classification ----------------------------------------------------------------

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import math
 import random
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given, settings
@@ -31,7 +31,7 @@ def fail(duration: float = 0.05, status: int | None = 503, retry_after: str | No
 
 
 def http_date(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%a, %d %b %Y %H:%M:%S GMT")
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%a, %d %b %Y %H:%M:%S GMT")
 
 
 # --- which term wins ------------------------------------------------------------
@@ -262,12 +262,12 @@ def test_parse_retry_after_invalid(value: str | None) -> None:
 
 
 def test_rfc850_two_digit_year_window() -> None:
-    now_2030 = datetime(2030, 6, 1, tzinfo=timezone.utc).timestamp()
+    now_2030 = datetime(2030, 6, 1, tzinfo=UTC).timestamp()
     # "85" would be 2085, more than 50 years ahead of 2030: it is 1985, the past
     assert parse_retry_after("Tuesday, 01-Jan-85 00:00:00 GMT", now_2030) == 0.0
     # "31" is 2031, next year
     ahead = parse_retry_after("Wednesday, 01-Jan-31 00:00:00 GMT", now_2030)
-    expected = datetime(2031, 1, 1, tzinfo=timezone.utc).timestamp() - now_2030
+    expected = datetime(2031, 1, 1, tzinfo=UTC).timestamp() - now_2030
     assert ahead == pytest.approx(expected)
 
 

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+from datetime import UTC
 from pathlib import Path
 
 import pytest
@@ -22,9 +23,9 @@ UA = ["--user-agent", "testbot/1.0 (+http://127.0.0.1/bot)"]
 
 
 def stamp(t: float) -> str:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.fromtimestamp(t, timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.fromtimestamp(t, UTC).isoformat().replace("+00:00", "Z")
 
 
 def synthetic_records() -> list[dict]:

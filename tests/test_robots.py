@@ -6,7 +6,6 @@ parser (robotstxt) specify; each row is (robots.txt, agent, url, allowed).
 
 from __future__ import annotations
 
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -11,12 +11,12 @@ import time
 import pytest
 import redis
 
-from crawler_tasks.ops import snapshot as snap
 from crawler_tasks.connection import shard_url
-from crawler_tasks.ops.embedded import EmbeddedRedis
 from crawler_tasks.exceptions import CrawlerError
 from crawler_tasks.frontier import Discovered, Frontier
 from crawler_tasks.keys import GlobalKeys, ShardKeys
+from crawler_tasks.ops import snapshot as snap
+from crawler_tasks.ops.embedded import EmbeddedRedis
 from crawler_tasks.ops.snapshot import (
     SnapshotError,
     latest_snapshot,

@@ -80,7 +80,7 @@ class RawClient:
         self.sock.settimeout(timeout)
         try:
             return self.sock.recv(1) == b""
-        except socket.timeout:
+        except TimeoutError:
             return False
         except ConnectionResetError:
             return True

@@ -4,7 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from crawler_tasks.exceptions import ConfigError
 from crawler_tasks.parse.text import MAX_INPUT_BYTES, PageText, extract_text

@@ -152,7 +152,7 @@ class TestWeb:
         self._require_started()
         return {
             f"http://{hp}{node_path(k)}"
-            for hp, n in zip(self.hosts, self._pages.pages)
+            for hp, n in zip(self.hosts, self._pages.pages, strict=True)
             for k in range(n + 1)
         }
 

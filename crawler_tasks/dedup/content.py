@@ -79,14 +79,15 @@ class ContentIndex:
         for shard, group in groups.items():
             key = self._shard_keys(shard).soft404
             client = shard_client(self.settings, shard)
-            probes = {host_key(r.url): r.fingerprint for r in group if r.kind == EntryKind.PROBE}
+            probes = {host_key(r.url): r.fingerprint for r in group
+                      if r.kind == EntryKind.PROBE and r.fingerprint}
             if probes:
-                client.hset(key, mapping=probes)
+                client.hset(key, mapping=probes)  # type: ignore[arg-type]  # redis-py's Mapping key is invariant
             pages = [r for r in group if r.kind != EntryKind.PROBE]
             if not pages:
                 continue
             known = client.hmget(key, [host_key(r.url) for r in pages])
-            for rec, fp in zip(pages, known):
+            for rec, fp in zip(pages, known, strict=True):
                 if fp and fp == rec.fingerprint:
                     rec.soft_404 = True
                     _bump(counters, "dedup/soft_404")
@@ -99,7 +100,7 @@ class ContentIndex:
         if not candidates:
             return
         matches = self.near.check_and_add([(r.url, from_hex(r.simhash or "")) for r in candidates])
-        for rec, match in zip(candidates, matches):
+        for rec, match in zip(candidates, matches, strict=True):
             if match:
                 rec.near_duplicate_of = match
                 _bump(counters, "dedup/near_duplicate")

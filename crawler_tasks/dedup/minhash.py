@@ -45,7 +45,7 @@ def _shingle_hashes(ids: list[int], k: int) -> Iterator[int]:
     """Hash of every k-word window (repeats included); one shingle for short texts."""
     if len(ids) <= k:
         return iter((hash(tuple(ids)),))
-    return map(hash, zip(*(ids[i:] for i in range(k))))
+    return map(hash, zip(*(ids[i:] for i in range(k)), strict=False))
 
 
 def shingles(text: str, k: int = K) -> set[int]:
@@ -125,7 +125,8 @@ def jaccard_estimate(a: Sequence[int], b: Sequence[int]) -> float:
     """Fraction of equal sketch values; 0.0 if either text had no words."""
     if not a or not b or len(a) != len(b):
         return 0.0
-    return sum(map(eq, a, b)) / len(a)
+    equal: int = sum(map(eq, a, b))
+    return equal / len(a)
 
 
 def lsh_params(threshold: float, num_perm: int = NUM_PERM) -> tuple[int, int]:

@@ -106,8 +106,8 @@ class NearDupIndex:
                 self._call(part, plan[part], pipe)
             replies = pipe.execute()
         best: list[tuple[str, int] | None] = [None] * len(items)
-        for part, reply in zip(parts, replies):
-            for i, raw in zip(plan[part][2], reply):
+        for part, reply in zip(parts, replies, strict=True):
+            for i, raw in zip(plan[part][2], reply, strict=True):
                 if raw:
                     d, url = _text(raw).split(" ", 1)
                     current = best[i]

@@ -40,7 +40,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from urllib.parse import quote, urlsplit
 
-import brotli  # type: ignore[import-untyped]
+import brotli
 import certifi
 import idna
 
@@ -445,7 +445,7 @@ class Fetcher:
         buf = conn.buf
         scanned = lines = 0
         while True:
-            while buf[:1] in (b"\r", b"\n"):  # stray line ends before a status line
+            while buf.startswith((b"\r", b"\n")):  # stray line ends before a status line
                 del buf[:1]
             if buf and not b"HTTP/".startswith(bytes(buf[:5]).upper()):
                 raise _Fail(ErrorKind.HTTP09, f"no status line: the answer starts {bytes(buf[:40])!r} "

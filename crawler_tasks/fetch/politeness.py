@@ -13,7 +13,7 @@ import random
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 __all__ = [
     "FetchOutcome",
@@ -271,7 +271,7 @@ def _parse_http_date(text: str, now: float) -> float | None:
         try:
             moment = datetime(
                 year, month, int(match["d"]), int(match["H"]), int(match["M"]), second,
-                tzinfo=timezone.utc,
+                tzinfo=UTC,
             )
         except ValueError:  # 31 Feb, hour 25, ...
             return None
@@ -282,7 +282,7 @@ def _parse_http_date(text: str, now: float) -> float | None:
 def _expand_two_digit_year(yy: int, now: float) -> int:
     """RFC 9110 5.6.7: a two-digit year more than 50 years ahead is in the past century."""
     try:
-        current = datetime.fromtimestamp(now, tz=timezone.utc).year
+        current = datetime.fromtimestamp(now, tz=UTC).year
     except (OverflowError, OSError, ValueError):
         current = 2000
     year = current - current % 100 + yy

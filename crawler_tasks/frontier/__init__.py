@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, TypeVar
+from typing import TypeVar
 
 import redis
 
@@ -191,7 +192,7 @@ class Frontier:
                     args += ["1" if item.force else "0", min(max(item.priority, 0), top), entry, segment + 1,
                              h1, h2, item.host, qkey]
                 verdicts = self._run(shard, "add", keys, args)
-                for i, verdict in zip(indexes, verdicts):  # type: ignore[call-overload]
+                for i, verdict in zip(indexes, verdicts, strict=True):  # type: ignore[call-overload]
                     result[i] = int(verdict)
         return result
 
@@ -226,7 +227,7 @@ class Frontier:
             for i in indexes:
                 args += [leases[i].host, leases[i].token]
             tokens = self._run(shard, "renew", [self.keys(shard).lease], args)
-            for i, token in zip(indexes, tokens):  # type: ignore[call-overload]
+            for i, token in zip(indexes, tokens, strict=True):  # type: ignore[call-overload]
                 if token:
                     out[i] = Lease(shard, leases[i].host, leases[i].raw, token)
         return out
@@ -319,7 +320,7 @@ class Frontier:
             pipe = self.client(shard).pipeline(transaction=False)
             for lease in group:
                 pipe.hgetall(self.keys(shard).host_state(lease.host))
-            for lease, raw in zip(group, pipe.execute()):
+            for lease, raw in zip(group, pipe.execute(), strict=True):
                 out[lease.host] = raw
         return out
 
@@ -337,7 +338,7 @@ class Frontier:
         key = self.keys(shard).robots(host)
         pipe = self.client(shard).pipeline(transaction=False)
         pipe.delete(key)
-        pipe.hset(key, mapping=fields)
+        pipe.hset(key, mapping=fields)  # type: ignore[arg-type]  # redis-py's Mapping key is invariant
         pipe.execute()
 
     def host_info(self, host: str) -> HostInfo:
@@ -364,7 +365,8 @@ class Frontier:
             client, key = self.client(shard), self.keys(shard).host_counts
             if client.hlen(key) > max_scan:
                 return []
-            counts.update({h: int(v) for h, v in client.hgetall(key).items()})
+            raw: dict[str, str] = client.hgetall(key)  # type: ignore[assignment]
+            counts.update({h: int(v) for h, v in raw.items()})
         return sorted(counts.items(), key=lambda kv: -kv[1])[:n]
 
     def leased_hosts(self) -> int:
@@ -380,7 +382,8 @@ class Frontier:
         pipe.execute()
 
     def host_queue(self, shard: int, host: str) -> list[Entry]:
-        return [Entry.decode(raw) for raw in self.client(shard).lrange(self.keys(shard).queue(host), 0, -1)]
+        raws: list[str] = self.client(shard).lrange(self.keys(shard).queue(host), 0, -1)  # type: ignore[assignment]
+        return [Entry.decode(raw) for raw in raws]
 
     def allocate_bloom(self) -> None:
         """Create every Bloom segment at its full size before the crawl fills it: Redis
@@ -410,5 +413,6 @@ class Frontier:
     def next_ready_in(self, shard: int, now: float | None = None) -> float | None:
         """Seconds until the shard's earliest host becomes ready (None if none waits)."""
         now = time.time() if now is None else now
-        first = self.client(shard).zrange(self.keys(shard).ready, 0, 0, withscores=True)
+        first: list[tuple[str, float]] = self.client(shard).zrange(  # type: ignore[assignment]
+            self.keys(shard).ready, 0, 0, withscores=True)
         return max(0.0, first[0][1] - now) if first else None

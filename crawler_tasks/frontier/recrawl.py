@@ -87,7 +87,8 @@ class Recrawler:
         """If-None-Match / If-Modified-Since for URLs we hold validators for."""
         if not urls:
             return []
-        raw = shard_client(self.settings, shard).hmget(self.frontier.keys(shard).history, urls)
+        raw: list[str | None] = shard_client(self.settings, shard).hmget(  # type: ignore[assignment]
+            self.frontier.keys(shard).history, urls)
         out = []
         for value in raw:
             h = History.decode(value)
@@ -109,9 +110,9 @@ class Recrawler:
         for shard, group in by_shard.items():
             k = self.frontier.keys(shard)
             client = shard_client(self.settings, shard)
-            old = client.hmget(k.history, [r.url for r in group])
+            old: list[str | None] = client.hmget(k.history, [r.url for r in group])  # type: ignore[assignment]
             pipe = client.pipeline(transaction=False)
-            for rec, raw in zip(group, old):
+            for rec, raw in zip(group, old, strict=True):
                 hist, changed = next_visit(self.settings, History.decode(raw), rec.status, rec.fingerprint,
                                            rec.headers.get("etag"), rec.headers.get("last-modified"))
                 counters["recrawl/changed" if changed else "recrawl/unchanged"] += 1
@@ -129,5 +130,5 @@ class Recrawler:
         for shard in range(self.settings.SHARDS):
             k = self.frontier.keys(shard)
             moved += int(self.frontier.run_script(shard, "recrawl", [k.due, k.queued] + k.fronts(self.frontier.levels),
-                                                  [now, limit]))
+                                                  [now, limit]))  # type: ignore[call-overload]
         return moved

@@ -56,14 +56,14 @@ class Control:
         fields: dict[str, str | float] = {"state": CrawlState.RUNNING, "reason": ""}
         if started_at is not None:
             fields["started_at"] = started_at
-        self.client.hset(self.keys.control, mapping=fields)
+        self.client.hset(self.keys.control, mapping=fields)  # type: ignore[arg-type]  # redis-py's Mapping key is invariant
 
     def set_state(self, state: CrawlState, reason: str) -> None:
         self.client.hset(self.keys.control, mapping={"state": state, "reason": reason, "state_at": time.time()})
 
     def state(self) -> tuple[CrawlState, str, float | None]:
         """(state, reason, when it was entered); a crawl with no state yet is running."""
-        raw = self.client.hgetall(self.keys.control)
+        raw: dict[str, str] = self.client.hgetall(self.keys.control)  # type: ignore[assignment]
         at = raw.get("state_at")
         return _state(raw.get("state")), raw.get("reason", ""), float(at) if at else None
 
@@ -92,7 +92,8 @@ class Control:
         return int(self.client.hincrby(self.keys.stats, "fetch/pages", 1))
 
     def stats(self) -> dict[str, int]:
-        return {k: int(v) for k, v in self.client.hgetall(self.keys.stats).items()}
+        raw: dict[str, str] = self.client.hgetall(self.keys.stats)  # type: ignore[assignment]
+        return {k: int(v) for k, v in raw.items()}
 
     # -- batches in flight ------------------------------------------------------------
     def begin_batches(self, batch_ids: Iterable[str], deadline: float) -> None:
@@ -135,7 +136,8 @@ class Control:
 
     def sessions_by_shard(self) -> dict[int, int]:
         out: dict[int, int] = {}
-        for member in self.client.zrange(self.keys.sessions, 0, -1):
+        members: list[str] = self.client.zrange(self.keys.sessions, 0, -1)  # type: ignore[assignment]
+        for member in members:
             shard = member.split("/", 1)[0]
             if shard.isdigit():
                 out[int(shard)] = out.get(int(shard), 0) + 1

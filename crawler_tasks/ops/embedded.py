@@ -123,7 +123,7 @@ class EmbeddedRedis:
             f"logfile {_quote(str(self.data_dir / LOG_FILE))}",
         ]
         pairs = self.save.split()
-        lines += [f"save {a} {b}" for a, b in zip(pairs[::2], pairs[1::2])] or ['save ""']
+        lines += [f"save {a} {b}" for a, b in zip(pairs[::2], pairs[1::2], strict=False)] or ['save ""']
         lines += [f'rename-command {name} ""' for name in DISABLED_COMMANDS]
         return "\n".join(lines) + "\n"
 

@@ -55,8 +55,8 @@ from prometheus_client.utils import floatToGoString
 from crawler_tasks.connection import global_client
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.keys import GlobalKeys
-from crawler_tasks.ops.maintenance import read_progress
 from crawler_tasks.ops.control import CrawlState
+from crawler_tasks.ops.maintenance import read_progress
 from crawler_tasks.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -174,8 +174,8 @@ class CrawlCollector:
         inflight = GaugeMetricFamily("crawler_batches_inflight", "Fetch batches dispatched and not through dedup")
         inflight.add_metric([], progress.inflight)
         state = GaugeMetricFamily("crawler_crawl_state", "1 for the crawl's current state", labels=["state"])
-        for name in (CrawlState.RUNNING, CrawlState.STOPPING, CrawlState.FINISHED):
-            state.add_metric([name], 1.0 if progress.state == name else 0.0)
+        for crawl_state in (CrawlState.RUNNING, CrawlState.STOPPING, CrawlState.FINISHED):
+            state.add_metric([crawl_state], 1.0 if progress.state == crawl_state else 0.0)
         out += [inflight, state]
         if progress.next_ready_s is not None:
             wait = GaugeMetricFamily("crawler_next_ready_seconds", "Seconds until the earliest waiting host is ready")
@@ -262,7 +262,7 @@ class CrawlCollector:
 def make_registry(settings: Settings) -> CollectorRegistry:
     """A registry holding only this crawl's collector (no process metrics of the caller)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(CrawlCollector(settings))  # type: ignore[arg-type]
+    registry.register(CrawlCollector(settings))
     return registry
 
 

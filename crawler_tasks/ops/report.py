@@ -24,6 +24,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -141,7 +142,7 @@ def summarize(records: Iterable[dict[str, Any]], bad_lines: int = 0) -> Summary:
             n[1] += bool(rec.get("duplicate_of") or rec.get("near_duplicate_of"))
     for host, fetches in by_host.items():
         fetches.sort()
-        s.hosts[host].wait_s = sum(max(0.0, b[0] - a[0] - a[1]) for a, b in zip(fetches, fetches[1:]))
+        s.hosts[host].wait_s = sum(max(0.0, b[0] - a[0] - a[1]) for a, b in pairwise(fetches))
     s.host_dups = {h: (n[0], n[1]) for h, n in dups.items()}
     if s.fetch_times:
         s.fetch_times.sort()
@@ -158,7 +159,7 @@ def trap_hosts(summary: Summary, min_pages: int, ratio: float) -> list[tuple[str
 def rate_series(samples: Sequence[dict[str, Any]]) -> list[tuple[float, float]]:
     """pages/s between consecutive samples, at the later sample's time (s since the first)."""
     out = []
-    for a, b in zip(samples, samples[1:]):
+    for a, b in pairwise(samples):
         dt = float(b["t"]) - float(a["t"])
         if dt > 0:
             out.append((float(b["t"]) - float(samples[0]["t"]), (int(b.get("pages", 0)) - int(a.get("pages", 0))) / dt))

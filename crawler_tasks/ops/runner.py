@@ -31,20 +31,20 @@ from typing import TextIO
 
 import redis
 
-from crawler_tasks.queues import CONTROL_QUEUE, DEDUP_QUEUE, fetch_queue, parse_queue
 from crawler_tasks.connection import global_client, ping_once, redact
-from crawler_tasks.ops.embedded import EmbeddedRedis, die_with_parent, log_tail, private_dir, write_private
 from crawler_tasks.exceptions import ConfigError, CrawlerError
 from crawler_tasks.frontier import Frontier
+from crawler_tasks.ops.control import Control, CrawlState
+from crawler_tasks.ops.embedded import EmbeddedRedis, die_with_parent, log_tail, private_dir, write_private
 from crawler_tasks.ops.maintenance import Progress, read_progress
 from crawler_tasks.ops.metrics import serve_metrics
 from crawler_tasks.ops.metrics import stop as stop_metrics
 from crawler_tasks.ops.progress import StatusLine, eta_s, progress_line
-from crawler_tasks.ops.waiting import WaitingHost, WaitReason, describe, waiting_hosts
-from crawler_tasks.stages.enqueue import seed_urls
-from crawler_tasks.ops.control import Control, CrawlState
-from crawler_tasks.settings import Settings
 from crawler_tasks.ops.snapshot import latest_snapshot, restore
+from crawler_tasks.ops.waiting import WaitingHost, WaitReason, describe, waiting_hosts
+from crawler_tasks.queues import CONTROL_QUEUE, DEDUP_QUEUE, fetch_queue, parse_queue
+from crawler_tasks.settings import Settings
+from crawler_tasks.stages.enqueue import seed_urls
 
 log = logging.getLogger(__name__)
 

@@ -66,8 +66,8 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 
 from crawler_tasks.connection import bytes_client, main_url, shard_url
-from crawler_tasks.frontier.bloom import BloomSpec
 from crawler_tasks.exceptions import CrawlerError
+from crawler_tasks.frontier.bloom import BloomSpec
 from crawler_tasks.keys import GlobalKeys, ShardKeys
 from crawler_tasks.settings import Settings
 
@@ -260,7 +260,8 @@ def _emit_large(client: redis.Redis, w: _Writer, key: bytes, type_: str, ttl_ms:
     if type_ == "string":
         size = int(client.strlen(key))
         for offset in range(0, max(size, 1), STRING_CHUNK):
-            w.emit(key, type_, part, [client.getrange(key, offset, offset + STRING_CHUNK - 1)], ttl_ms=ttl_ms)
+            chunk: bytes = client.getrange(key, offset, offset + STRING_CHUNK - 1)  # type: ignore[assignment]
+            w.emit(key, type_, part, [chunk], ttl_ms=ttl_ms)
             part += 1
         return
     if type_ == "list":
@@ -268,7 +269,7 @@ def _emit_large(client: redis.Redis, w: _Writer, key: bytes, type_: str, ttl_ms:
         # shifting unread entries into the part already read
         offset = 0
         while True:
-            items = client.lrange(key, -(offset + CHUNK), -(offset + 1))
+            items: list[bytes] = client.lrange(key, -(offset + CHUNK), -(offset + 1))  # type: ignore[assignment]
             if not items:
                 break
             w.emit(key, type_, part, items, ttl_ms=ttl_ms, at_head=part > 0)
@@ -282,15 +283,19 @@ def _emit_large(client: redis.Redis, w: _Writer, key: bytes, type_: str, ttl_ms:
     cursor = 0
     while True:
         if type_ == "set":
-            cursor, found = client.sscan(key, cursor, count=CHUNK)
+            members: tuple[int, list[bytes]] = client.sscan(key, cursor, count=CHUNK)  # type: ignore[assignment]
+            cursor, found = members
             buf += found
         elif type_ == "zset":
-            cursor, pairs = client.zscan(key, cursor, count=CHUNK)
+            scored: tuple[int, list[tuple[bytes, float]]] = client.zscan(  # type: ignore[assignment]
+                key, cursor, count=CHUNK)
+            cursor, pairs = scored
             for member, score in pairs:
                 buf.append(member)
                 scores.append(score)
         else:
-            cursor, mapping = client.hscan(key, cursor, count=CHUNK)
+            fields: tuple[int, dict[bytes, bytes]] = client.hscan(key, cursor, count=CHUNK)  # type: ignore[assignment]
+            cursor, mapping = fields
             for k, v in mapping.items():
                 buf += [k, v]
         per = 2 if type_ == "hash" else 1
@@ -344,7 +349,7 @@ def _dump_keys(client: redis.Redis, w: _Writer, keys: list[bytes]) -> None:
                 p.zrange(key, 0, -1, withscores=True)
             else:
                 p.hgetall(key)
-        for (key, type_, ttl_ms), value in zip(small, p.execute(raise_on_error=False)):
+        for (key, type_, ttl_ms), value in zip(small, p.execute(raise_on_error=False), strict=True):
             if isinstance(value, redis.ResponseError):  # type changed under us: read it again
                 _dump_keys(client, w, [key])
             elif value is None or (type_ != "string" and not value):
@@ -353,7 +358,7 @@ def _dump_keys(client: redis.Redis, w: _Writer, keys: list[bytes]) -> None:
                 _emit_small(w, key, type_, value, ttl_ms)
         small, budget = [], 0
 
-    for (key, type_, ttl_ms), size in zip(typed, sizes):
+    for (key, type_, ttl_ms), size in zip(typed, sizes, strict=True):
         size = int(size)
         if (type_ == "string" and size > STRING_CHUNK) or (type_ != "string" and size > CHUNK):
             _emit_large(client, w, key, type_, ttl_ms)
@@ -368,7 +373,8 @@ def _dump_keys(client: redis.Redis, w: _Writer, keys: list[bytes]) -> None:
 def _dump_scan(client: redis.Redis, w: _Writer, pattern: str, skip: set[bytes]) -> None:
     cursor = 0
     while True:
-        cursor, keys = client.scan(cursor, match=pattern, count=SCAN_COUNT)
+        found: tuple[int, list[bytes]] = client.scan(cursor, match=pattern, count=SCAN_COUNT)  # type: ignore[assignment]
+        cursor, keys = found
         _dump_keys(client, w, [k for k in keys if k not in skip])
         if cursor == 0:
             break
@@ -603,7 +609,7 @@ class _Loader:
                     pipe.execute_command("SADD", key, *values)
                 elif type_ == "zset":
                     flat: list[Any] = []
-                    for member, score in zip(values, scores or ()):
+                    for member, score in zip(values, scores or (), strict=False):
                         flat += [score, member]
                     pipe.execute_command("ZADD", key, *flat)
                 else:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.robots.cache import UNREACHABLE

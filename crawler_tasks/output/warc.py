@@ -21,7 +21,7 @@ import os
 import socket
 import threading
 import zlib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from warcio.statusandheaders import StatusAndHeaders
@@ -41,7 +41,7 @@ def payload_digest(body: bytes) -> str:
 
 
 def warc_date(ts: float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class WarcStore:
@@ -66,7 +66,7 @@ class WarcStore:
             return self._writer
         self.close()
         self.dir.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%d%H%M%S")
+        stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S")
         self._serial += 1
         name = f"{self.prefix}-{stamp}-{socket.gethostname()}-{os.getpid()}-{self._serial:05d}.warc.gz"
         self.path = self.dir / name

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from urllib.parse import urlsplit
 
-from lxml import etree  # type: ignore[import-untyped]
+from lxml import etree
 
 __all__ = ["MAX_SITEMAP_BYTES", "MAX_SITEMAP_URLS", "Sitemap", "SitemapEntry", "parse_sitemap"]
 

@@ -28,7 +28,7 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -345,7 +345,7 @@ def _parse_date(raw: str) -> str | None:
         except (TypeError, ValueError, IndexError):
             return None
     if when.tzinfo is not None:
-        when = when.astimezone(timezone.utc)
+        when = when.astimezone(UTC)
         return when.isoformat().replace("+00:00", "Z")
     return when.isoformat()
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Callable, Protocol
+from typing import Protocol
 from urllib.parse import urljoin, urlsplit
 
 from crawler_tasks.fetch.http import Fetcher, FetchResult

@@ -59,6 +59,7 @@ import math
 import re
 from dataclasses import dataclass
 from operator import itemgetter
+from typing import cast
 
 __all__ = [
     "MAX_ROBOTS_BYTES",
@@ -107,6 +108,11 @@ _sort_key = itemgetter(0)
 
 # Compiled-pattern modes.
 _PREFIX, _EXACT, _GLOB = 0, 1, 2
+
+# Matcher entry: (sort key, mode, data, is_allow, pattern, line, raw); data is the
+# literal for prefix/exact rules, (pieces, anchored, longest piece) for globs.
+_GlobData = tuple[tuple[str, ...], bool, str]
+_Entry = tuple[tuple[int, int, int], int, str | _GlobData, bool, str, int, bytes]
 
 # Bound on the per-agent caches (agents are few; this only stops abuse).
 _CACHE_MAX = 512
@@ -253,7 +259,7 @@ class _Group:
         self.delays: list[float] = []
 
 
-def _compile(line: int, is_allow: bool, pattern: str, raw: bytes) -> tuple:
+def _compile(line: int, is_allow: bool, pattern: str, raw: bytes) -> _Entry:
     """(sort key, mode, data, is_allow, pattern, line, raw) for the matcher.
 
     The sort key orders by priority: longest pattern first, allow before
@@ -261,7 +267,7 @@ def _compile(line: int, is_allow: bool, pattern: str, raw: bytes) -> tuple:
     """
     anchored = pattern.endswith("$")
     body = pattern[:-1] if anchored else pattern
-    data: str | tuple[tuple[str, ...], bool, str]
+    data: str | _GlobData
     if "*" not in body:
         mode, data = (_EXACT if anchored else _PREFIX), body
     else:
@@ -287,18 +293,18 @@ class _Resolved:
 
     def __init__(self, rules: list[tuple[int, bool, str, bytes]], agents: tuple[str, ...],
                  agent_lines: tuple[int, ...], delay: float | None) -> None:
-        self.prefixes: dict[str, tuple] = {}
-        self.exact: dict[str, tuple] = {}
-        self.globs: dict[str, list[tuple]] = {}
+        self.prefixes: dict[str, _Entry] = {}
+        self.exact: dict[str, _Entry] = {}
+        self.globs: dict[str, list[_Entry]] = {}
         entries = [_compile(*rule) for rule in rules]
         entries.sort(key=_sort_key)
         for entry in entries:
-            mode = entry[1]
-            if mode == _GLOB:
-                self.globs.setdefault(entry[2][0][0], []).append(entry)
+            data = entry[2]
+            if not isinstance(data, str):  # a glob (mode _GLOB)
+                self.globs.setdefault(data[0][0], []).append(entry)
             else:
                 # Same pattern twice: the first in sort order (allow) wins.
-                (self.prefixes if mode == _PREFIX else self.exact).setdefault(entry[2], entry)
+                (self.prefixes if entry[1] == _PREFIX else self.exact).setdefault(data, entry)
         self.lengths = tuple(sorted({len(p) for p in self.prefixes}, reverse=True))
         self.glob_lengths = tuple(sorted({len(p) for p in self.globs}, reverse=True))
         self.agents = agents
@@ -327,7 +333,7 @@ def _glob_match(pieces: tuple[str, ...], anchored: bool, path: str) -> bool:
     return path.find(last, pos) != -1
 
 
-def _first_match(resolved: _Resolved, path: str) -> tuple | None:
+def _first_match(resolved: _Resolved, path: str) -> _Entry | None:
     """The deciding rule entry for ``path``: the matching one with the best sort key.
 
     Plain prefixes and exact (``$``) patterns are dictionary look-ups (one per
@@ -348,7 +354,7 @@ def _first_match(resolved: _Resolved, path: str) -> tuple | None:
         best = exact
     if not resolved.glob_lengths:
         return best
-    candidates: list[tuple] = []
+    candidates: list[_Entry] = []
     globs = resolved.globs
     for length in resolved.glob_lengths:
         if length <= size:
@@ -360,13 +366,13 @@ def _first_match(resolved: _Resolved, path: str) -> tuple | None:
     for entry in candidates:
         if best is not None and entry[0] > best[0]:
             break
-        pieces, anchored, needle = entry[2]
+        pieces, anchored, needle = cast(_GlobData, entry[2])  # only globs are indexed here
         if needle in path and _glob_match(pieces, anchored, path):
             return entry
     return best
 
 
-def _rule_of(entry: tuple | None) -> Rule | None:
+def _rule_of(entry: _Entry | None) -> Rule | None:
     if entry is None:
         return None
     return Rule("allow" if entry[3] else "disallow", entry[4], entry[5],

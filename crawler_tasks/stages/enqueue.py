@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from crawler_tasks.frontier import ENQUEUED, SEEN, VERDICT_NAMES, Discovered, Frontier
 from crawler_tasks.ops.control import Control
@@ -40,10 +40,11 @@ def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
                 enqueued += 1
                 continue
             bump(counters, f"frontier/dropped/{VERDICT_NAMES.get(verdict, verdict)}")
-            rec = redirects.get(i)
-            if rec is not None and verdict == SEEN and rec.hops > 0:
+            redirected = redirects.get(i)
+            if redirected is not None and verdict == SEEN and redirected.hops > 0:
                 # a chain that comes back to a URL already seen: a loop, say so
-                rec.error_kind, rec.error = ErrorKind.REDIRECTS, f"redirect loop: {rec.redirect_to} already seen"
+                redirected.error_kind, redirected.error = (ErrorKind.REDIRECTS,
+                                                           f"redirect loop: {redirected.redirect_to} already seen")
         bump(counters, "frontier/enqueued", enqueued)
     for rec in records:
         if rec.error_kind:
@@ -100,7 +101,7 @@ def _sitemap_level(s: Settings, priority: float | None, lastmod: str | None = No
         try:
             when = datetime.fromisoformat(lastmod.replace("Z", "+00:00"))
             if when.tzinfo is None:
-                when = when.replace(tzinfo=timezone.utc)
+                when = when.replace(tzinfo=UTC)
             if time.time() - when.timestamp() < RECENT_LASTMOD_S:
                 level -= 1
         except ValueError:

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import EllipsisType
 from urllib.parse import urlsplit
 
 from crawler_tasks.fetch.http import FetchResult
@@ -102,6 +103,7 @@ class FetchSession:
         group, handed = _Group(), 0
         next_control = next_renew = time.monotonic()
         idle_since = time.monotonic() if not self.threads else None
+        item: tuple[FetchedPage, bytes] | None | EllipsisType  # ... : nothing arrived this tick
         while True:
             try:
                 item = self.results.get(timeout=_TICK_S)
@@ -188,7 +190,7 @@ class FetchSession:
             held = list(self.leases.values())
             if not held:
                 return
-            for lease, new in zip(held, self.w.frontier.renew(held)):
+            for lease, new in zip(held, self.w.frontier.renew(held), strict=True):
                 if new is None:
                     self.leases.pop(lease.host, None)
                 else:
@@ -199,7 +201,7 @@ class FetchSession:
         group_id = new_batch_id()
         if group.bodies:
             refs = write_spool(w.settings, group_id, [body for _, body in group.bodies])
-            for (page, _), ref in zip(group.bodies, refs):
+            for (page, _), ref in zip(group.bodies, refs, strict=True):
                 page.body = ref
         w.warc.flush()
         latencies = [p.fetch_ms / 1000 for p in group.pages if p.fetch_ms is not None]
@@ -230,7 +232,7 @@ class FetchSession:
                     return
                 try:
                     turn = self._turn(lease, state)
-                except Exception as exc:  # a bug must not cost the session or the URL
+                except Exception as exc:  # noqa: BLE001 - a bug must not cost the session or the URL
                     log_once(f"fetch/{type(exc).__name__}", "unexpected error fetching %s", lease.entry.url)
                     self._bump(f"error/{type(exc).__name__}")
                     turn = Turn(time.time() + w.settings.MIN_DELAY_S, Action.KEEP, last=True)

@@ -48,7 +48,7 @@ def parse_stage(w: Worker, pages: list[FetchedPage], batch_id: str) -> list[Page
                     _parse_sitemap_into(rec, body)
                 else:
                     texts[rec.url] = _parse_into(w, rec, body, extra)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - bad input is a per-URL error, never a dead worker
                 log_once(f"parse/{type(exc).__name__}", "cannot parse %s", rec.url)
                 rec.error_kind, rec.error = ErrorKind.PARSE, f"{type(exc).__name__}: {exc}"
                 w.count({f"error/{type(exc).__name__}": 1})

@@ -571,9 +571,10 @@ def _normalize_host(host: str) -> str | None:
             return None
         host = decoded
     if not host.isascii():
-        host = _idna_host(host)
-        if host is None:
+        encoded = _idna_host(host)
+        if encoded is None:
             return None
+        host = encoded
     else:
         host = host.lower()
     if _BAD_HOST_RE.search(host):
