@@ -244,7 +244,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
-    from crawler_tasks.ops.snapshot import info_dict, restore
+    from crawler_tasks.ops.restore import restore
+    from crawler_tasks.ops.snapshot import info_dict
 
     with _attach(args) as settings:
         info = restore(settings, args.file, replace=args.replace)

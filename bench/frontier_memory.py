@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"fill {bits / (spec.bits * settings.SHARDS):.3f}, est. false-positive rate {fp:.4f}")
             print(f"rate: {n / elapsed:,.0f} URLs/s ({elapsed:.1f} s for {n:,} URLs)")
             if args.snapshot:
-                from crawler_tasks.ops.snapshot import restore, snapshot
+                from crawler_tasks.ops.restore import restore
+                from crawler_tasks.ops.snapshot import snapshot
 
                 path = Path(tmp) / "snapshot.jsonl.gz"
                 info = snapshot(settings, path)

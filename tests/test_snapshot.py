@@ -17,10 +17,10 @@ from crawler_tasks.frontier import Discovered, Frontier
 from crawler_tasks.keys import GlobalKeys, ShardKeys
 from crawler_tasks.ops import snapshot as snap
 from crawler_tasks.ops.embedded import EmbeddedRedis
+from crawler_tasks.ops.restore import restore
 from crawler_tasks.ops.snapshot import (
     SnapshotError,
     latest_snapshot,
-    restore,
     rotate,
     snapshot,
 )

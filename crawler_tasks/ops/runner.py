@@ -40,7 +40,8 @@ from crawler_tasks.ops.maintenance import Progress, read_progress
 from crawler_tasks.ops.metrics import serve_metrics
 from crawler_tasks.ops.metrics import stop as stop_metrics
 from crawler_tasks.ops.progress import StatusLine, eta_s, progress_line
-from crawler_tasks.ops.snapshot import latest_snapshot, restore
+from crawler_tasks.ops.restore import restore
+from crawler_tasks.ops.snapshot import latest_snapshot
 from crawler_tasks.ops.waiting import WaitingHost, WaitReason, describe, waiting_hosts
 from crawler_tasks.queues import CONTROL_QUEUE, DEDUP_QUEUE, fetch_queue, parse_queue
 from crawler_tasks.settings import Settings
