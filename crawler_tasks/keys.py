@@ -26,7 +26,8 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 ``qvariants``             hash    URL without query -> distinct queries enqueued (facet traps)
 ``seedhosts``             set     hosts of seed URLs (larger budget)
 ``soft404``               hash    host -> content fingerprint of its answer to a random path
-``queued``                string  URLs in the shard's front and back queues and spill files
+``queued``                string  URLs in the shard's front and back queues, spill files and hand-off
+``handoff``               zset    fetched entries whose page is on its way to parse -> deadline
 ``spilled``               string  of which in spill files on disk (spill.py)
 ``spilling:<level>``      list    a front-queue tail on its way to a spill file
 ``overflow``              list    URLs of hosts whose back queue is at HOST_QUEUE_CAP, going to disk
@@ -153,6 +154,10 @@ class ShardKeys:
     @property
     def queued(self) -> str:
         return f"{self.base}:queued"
+
+    @property
+    def handoff(self) -> str:
+        return f"{self.base}:handoff"
 
     @property
     def soft404(self) -> str:

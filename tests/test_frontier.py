@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import time
 from collections import Counter
 
 import pytest
@@ -193,3 +194,27 @@ def test_budgets_hold_across_chunk_boundaries(settings, monkeypatch):
     shard = frontier.shard_of("a.test")
     front = frontier.client(shard).lrange(frontier.keys(shard).front(0), 0, -1)
     assert [Entry.decode(raw).url for raw in front] == urls[:5]
+
+
+def test_a_fetched_url_stays_parked_until_its_page_is_handed_on(settings):
+    """finish(handoff_until) keeps a done URL counted and parked; ack drops it; a parked
+    URL whose worker died comes back at the head of its host's queue."""
+    from crawler_tasks.records import Action
+
+    s = dataclasses.replace(settings, SHARDS=1)
+    f = Frontier(s)
+    f.put_discovered([Discovered(url=f"http://h.test/{i}", host="h.test") for i in range(3)])
+    lease = f.get_urls(0, 1)[0]
+    now = time.time()
+    done = f.finish(lease, te=now, action=Action.DONE, hold_until=now + 60, handoff_until=now + 30)
+    assert done.ok and done.held is not None and done.held.entry.url == "http://h.test/1"
+    assert f.sizes(0)["back"] == 3              # the fetched one still counts as queued
+    assert f.ack(0, [lease.raw]) == 1 and f.ack(0, [lease.raw]) == 0
+    assert f.sizes(0)["back"] == 2
+    # the next one is parked, and its worker dies before handing the page on
+    second = done.held
+    f.finish(second, te=now, action=Action.DONE, handoff_until=now + 1)
+    assert f.return_handoffs(0, now=now) == 0      # not yet due
+    assert f.return_handoffs(0, now=now + 2) == 1
+    assert [e.url for e in f.host_queue(0, "h.test")] == ["http://h.test/1", "http://h.test/2"]
+    assert f.sizes(0)["back"] == 2

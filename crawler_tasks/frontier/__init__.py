@@ -37,7 +37,7 @@ def _script(name: str) -> str:
 
 
 _SCRIPTS = {name: _script(name) for name in ("add", "lease", "complete", "renew", "expire", "ipclaim",
-                                             "recrawl", "spill", "hostload")}
+                                             "recrawl", "spill", "hostload", "ack", "handoff")}
 
 # Most front-queue URLs moved into back queues by one wake, per shard.
 MAX_REFILL_MOVES = 2000
@@ -241,18 +241,22 @@ class Frontier:
         return self.finish(lease, te, action, host_state).ok
 
     def finish(self, lease: Lease, te: float, action: Action = Action.DONE,
-               host_state: dict[str, str] | None = None, hold_until: float = 0.0) -> Completion:
+               host_state: dict[str, str] | None = None, hold_until: float = 0.0,
+               handoff_until: float = 0.0) -> Completion:
         """``complete``, and with ``hold_until`` > 0 keep the host leased to the caller
         (until then) when it has URLs left: ``Completion.held`` is the lease of its next
-        head URL, to be fetched at ``te`` by the caller itself."""
+        head URL, to be fetched at ``te`` by the caller itself. With ``handoff_until`` > 0
+        a ``done`` URL stays parked (still queued) until ``ack``ed: its page is not yet
+        handed on, and it is fetched again if that never happens (``return_handoffs``)."""
         action = Action(action)
         k = self.keys(lease.shard)
         retry_raw = ""
         if action == Action.RETRY:
             e = lease.entry
             retry_raw = Entry(e.url, e.depth, e.tries + 1, e.hops, e.kind).encode()
-        keys = [k.active, k.ready, k.lease, k.te, k.queue(lease.host), k.queued]
-        args: list[object] = [lease.host, lease.token, action.value, te, lease.raw, retry_raw, hold_until]
+        keys = [k.active, k.ready, k.lease, k.te, k.queue(lease.host), k.queued, k.handoff]
+        args: list[object] = [lease.host, lease.token, action.value, te, lease.raw, retry_raw, hold_until,
+                              handoff_until]
         if host_state:   # saved by the same script (one slot: cluster-safe, one round trip)
             keys.append(k.host_state(lease.host))
             for name, value in host_state.items():
@@ -261,6 +265,21 @@ class Frontier:
         if int(out[0]) == 2:
             return Completion(True, Lease(lease.shard, lease.host, out[1], out[2]))
         return Completion(int(out[0]) == 1, None)
+
+    def ack(self, shard: int, entries: list[str]) -> int:
+        """Fetched entries whose pages were handed on: they leave the frontier for good."""
+        if not entries:
+            return 0
+        k = self.keys(shard)
+        return int(self._run(shard, "ack", [k.handoff, k.queued], list(entries)))  # type: ignore[call-overload]
+
+    def return_handoffs(self, shard: int, now: float | None = None, limit: int = 10_000) -> int:
+        """Parked entries past their deadline (their worker died before handing the page
+        on) go back to the head of their host's queue. Returns how many."""
+        now = time.time() if now is None else now
+        k = self.keys(shard)
+        return int(self._run(shard, "handoff", [k.handoff, k.active, k.ready, k.te],  # type: ignore[call-overload]
+                             [now, k.queue_prefix, limit]))
 
     def claim_ip(self, ip: str, now: float | None = None) -> float:
         """Per-IP politeness: 0.0 if the address may be contacted now (it is then claimed

@@ -1,12 +1,17 @@
 -- complete.lua: a leased host's turn is over; consume or keep its head URL and set te.
 -- KEYS[1] active set, KEYS[2] ready zset, KEYS[3] lease zset, KEYS[4] te hash,
--- KEYS[5] the host's back queue, KEYS[6] the shard's queued-URL counter, KEYS[7] (optional)
--- the host's politeness hash, set from the field/value pairs ARGV[8..] whatever happens.
+-- KEYS[5] the host's back queue, KEYS[6] the shard's queued-URL counter, KEYS[7] the
+-- shard's hand-off zset, KEYS[8] (optional) the host's politeness hash, set from the
+-- field/value pairs ARGV[9..] whatever happens.
 -- ARGV[1] host, ARGV[2] lease token (deadline given by lease.lua), ARGV[3] action:
 --   'done'  the head URL is finished (fetched, refused, or failed for good): pop it;
 --   'retry' pop the head and append ARGV[6] (the same URL with tries + 1) at the tail;
 --   'keep'  leave the head in place (robots.txt was fetched first, host parked...);
 -- ARGV[4] te (next earliest contact, epoch s), ARGV[5] the head entry the worker fetched,
+-- ARGV[8] hand-off deadline (0: none). With one, a 'done' head URL is not dropped but
+-- parked in the hand-off zset until then (still counted as queued): its page is on its
+-- way to parse, and ack.lua drops it once handed on; if the worker dies first,
+-- handoff.lua puts it back at the head of its host's queue, so no fetched URL is lost.
 -- ARGV[7] hold deadline (0: give the host back). With a hold deadline and URLs left, the
 -- host stays leased to the caller until that deadline (a fetch session paces it at te
 -- itself; should the session die, expire.lua returns the host after the deadline, which
@@ -19,8 +24,9 @@ local active, ready, lease, te_hash, queue, queued = KEYS[1], KEYS[2], KEYS[3], 
 local host, token, action = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local te = tonumber(ARGV[4])
 local hold = tonumber(ARGV[7] or '0')
-if KEYS[7] and #ARGV >= 9 then
-  redis.call('HSET', KEYS[7], unpack(ARGV, 8, #ARGV))
+local handoff = tonumber(ARGV[8] or '0')
+if KEYS[8] and #ARGV >= 10 then
+  redis.call('HSET', KEYS[8], unpack(ARGV, 9, #ARGV))
 end
 local score = redis.call('ZSCORE', lease, host)
 if not score or math.abs(tonumber(score) - token) > 0.001 then
@@ -30,6 +36,8 @@ if action ~= 'keep' and redis.call('LINDEX', queue, 0) == ARGV[5] then
   redis.call('LPOP', queue)
   if action == 'retry' then
     redis.call('RPUSH', queue, ARGV[6])
+  elseif handoff > 0 then
+    redis.call('ZADD', KEYS[7], handoff, ARGV[5])
   else
     redis.call('DECR', queued)
   end

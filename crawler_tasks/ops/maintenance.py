@@ -146,6 +146,10 @@ def run_maintenance(settings: Settings, frontier: Frontier | None = None, now: f
     now = time.time() if now is None else now
     control = Control(settings)
     expired = sum(len(frontier.expire(s, now=now)) for s in range(settings.SHARDS))
+    returned = sum(frontier.return_handoffs(s, now=now) for s in range(settings.SHARDS))
+    if returned:
+        control.count({"frontier/handoff_returned": returned})
+        log.warning("%d fetched URLs never reached parse (a fetch worker died); queued again", returned)
     stale = control.drop_stale_batches(now)
     if stale:
         log.warning("%d batches did not finish within %.0f s; their hosts return when leases expire",

@@ -19,6 +19,7 @@ from typing import Any
 import redis
 
 from crawler_tasks.connection import bytes_client, main_url, shard_url
+from crawler_tasks.frontier import Frontier
 from crawler_tasks.keys import GlobalKeys, ShardKeys
 from crawler_tasks.ops.snapshot import (
     _MUST_MATCH,
@@ -313,6 +314,12 @@ def restore(settings: Settings, path: str | os.PathLike, *, replace: bool = Fals
         if not keep_inflight:
             loader.client(main_url(settings)).delete(g.inflight, g.sessions)
         info.repaired = _reconcile(settings, loader, time.time())
+        if not keep_inflight:   # no worker of the old processes will hand their pages on
+            frontier = Frontier(settings)
+            returned = sum(frontier.return_handoffs(shard, now=time.time() + 10 * settings.LEASE_S)
+                           for shard in range(settings.SHARDS))
+            if returned:
+                info.repaired["handoffs_returned"] = returned
     finally:
         loader.close()
     info.seconds = time.time() - started

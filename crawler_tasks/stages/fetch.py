@@ -72,6 +72,7 @@ class Turn:
 class _Group:
     pages: list[FetchedPage] = field(default_factory=list)
     bodies: list[tuple[FetchedPage, bytes]] = field(default_factory=list)
+    parked: list[str] = field(default_factory=list)   # their frontier entries, acked once handed on
     since: float = 0.0
 
 
@@ -89,7 +90,7 @@ class FetchSession:
         self.stop = threading.Event()       # no more holds; sleeping hosts give up now
         self.lock = threading.Lock()         # leases and counters
         self.leases: dict[str, Lease] = {}   # the current token of every held host
-        self.results: queue.Queue[tuple[FetchedPage, bytes] | None] = queue.Queue()
+        self.results: queue.Queue[tuple[FetchedPage, bytes, str | None] | None] = queue.Queue()
         self.counters: Counters = {}
         self.threads = 0
         self.budget_ok = True
@@ -103,7 +104,7 @@ class FetchSession:
         group, handed = _Group(), 0
         next_control = next_renew = time.monotonic()
         idle_since = time.monotonic() if not self.threads else None
-        item: tuple[FetchedPage, bytes] | None | EllipsisType  # ... : nothing arrived this tick
+        item: tuple[FetchedPage, bytes, str | None] | None | EllipsisType  # ... : nothing arrived this tick
         while True:
             try:
                 item = self.results.get(timeout=_TICK_S)
@@ -112,12 +113,14 @@ class FetchSession:
             if item is None:
                 self.threads -= 1
             elif item is not ...:
-                page, body = item
+                page, body, parked = item
                 if not group.pages:
                     group.since = time.monotonic()
                 group.pages.append(page)
                 if body:
                     group.bodies.append((page, body))
+                if parked is not None:
+                    group.parked.append(parked)
             now = time.monotonic()
             if group.pages and (len(group.pages) >= s.PARSE_GROUP_PAGES or now - group.since >= s.PARSE_GROUP_S
                                 or not self.threads):
@@ -214,6 +217,7 @@ class FetchSession:
         w.control.begin_batches([group_id], time.time() + w.settings.batch_timeout_s)
         w.count(counters)
         self.emit(group.pages, group_id)
+        w.frontier.ack(self.shard, group.parked)   # handed on: the fetched URLs leave the frontier
         return len(group.pages)
 
     def _bump(self, name: str, n: int = 1) -> None:
@@ -243,12 +247,16 @@ class FetchSession:
                     # counted at once, so that no session holds a host past the budget
                     last = last or w.control.count_page() + self.leased > w.settings.MAX_PAGES
                 hold = 0.0 if last else self._hold_until(turn.te)
+                # a fetched URL stays parked in the frontier until its page is handed on
+                park = turn.action == Action.DONE and turn.page is not None
                 with self.lock:
                     lease = self.leases.get(host)
                     if lease is None:
                         return
                     done = w.frontier.finish(lease, turn.te, turn.action,
-                                             turn.state.to_fields() if turn.state is not None else None, hold)
+                                             turn.state.to_fields() if turn.state is not None else None, hold,
+                                             time.time() + w.settings.LEASE_S if park else 0.0)
+                    parked = lease.raw if park and done.ok else None
                     if done.held is not None:
                         self.leases[host] = done.held
                     else:
@@ -256,7 +264,7 @@ class FetchSession:
                 if not done.ok:
                     self._bump("frontier/lease_lost")
                 if turn.page is not None:
-                    self.results.put((turn.page, turn.body))
+                    self.results.put((turn.page, turn.body, parked))
                 if done.held is None:
                     return
                 if self.stop.wait(max(0.0, turn.te - time.time())):
