@@ -7,6 +7,7 @@ shared state, which is enough to keep one app-shell site from eating the browser
 """
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import logging
 import os
@@ -38,6 +39,7 @@ class RenderPolicy:
         self._hosts = tuple(h.lower().strip(".") for h in settings.RENDER_HOSTS)
         self._counts: OrderedDict[str, int] = OrderedDict()
         self._lock = threading.Lock()
+        self._pool: RenderPool | None = None
 
     def reason(self, host: str, content_type: str, html: bytes | str,
                text_chars: int | None = None, n_links: int | None = None) -> str | None:
@@ -57,14 +59,19 @@ class RenderPolicy:
         return why
 
     def pool(self) -> RenderPool | None:
-        """The process's renderers (None when rendering is off); close it at exit."""
+        """The process's renderers, started on first use and closed at exit (None when
+        rendering is off)."""
         if self.executable is None:
             return None
-        from crawler_tasks.render.browser import Renderer, RenderPool
+        with self._lock:
+            if self._pool is None:
+                from crawler_tasks.render.browser import Renderer, RenderPool
 
-        path, settings = self.executable, self.settings
-        return RenderPool(lambda: Renderer.from_settings(settings, path), size=settings.RENDER_BROWSERS,
-                          queue_wait_s=settings.RENDER_TIMEOUT_S)
+                path, settings = self.executable, self.settings
+                self._pool = RenderPool(lambda: Renderer.from_settings(settings, path),
+                                        size=settings.RENDER_BROWSERS, queue_wait_s=settings.RENDER_TIMEOUT_S)
+                atexit.register(self._pool.close)
+            return self._pool
 
     def _charge(self, host: str) -> bool:
         cap = self.settings.RENDER_MAX_PER_HOST
