@@ -117,6 +117,7 @@ class FetchedPage:
     truncated: bool | str = False
     headers: dict[str, str] = field(default_factory=dict)
     location: str | None = None     # raw Location header; parse normalizes it into redirect_to
+    rendered: str | None = None     # why the page was rendered in a browser (its body is the DOM)
     warc_id: str | None = None      # the response record, for the metadata record parse writes
     body: BodyRef | None = None
 
@@ -165,7 +166,7 @@ class PageRecord(FetchedPage):
         return out
 
 
-_OUTPUT_OPTIONAL = ("final_url", "content_type", "bytes", "fetch_ms", "ip", "truncated", "headers", "title",
+_OUTPUT_OPTIONAL = ("final_url", "content_type", "bytes", "fetch_ms", "ip", "truncated", "headers", "rendered", "title",
                     "lang", "fingerprint", "simhash", "text_chars", "n_links", "canonical", "redirect_to",
                     "noindex", "nofollow", "sitemap", "duplicate_of", "near_duplicate_of", "soft_404", "revisit_s")
 
@@ -321,7 +322,8 @@ _CHECKS: dict[str, Any] = {
     "url": _url, "depth": _count, "hops": _count, "kind": _kind, "status": _opt(_int),
     "error_kind": _opt(_text), "error": _opt(_text), "fetched_at": _text, "final_url": _opt(_url),
     "content_type": _opt(_text), "bytes": _opt(_count), "fetch_ms": _opt(_float), "ip": _opt(_text),
-    "truncated": _truncated, "headers": _headers, "location": _opt(_text), "warc_id": _opt(_text),
+    "truncated": _truncated, "headers": _headers, "location": _opt(_text), "rendered": _opt(_text),
+    "warc_id": _opt(_text),
     "body": _opt(_body), "title": _opt(_text), "lang": _opt(_text), "fingerprint": _opt(_text),
     "simhash": _opt(_text), "text_chars": _opt(_count), "n_links": _opt(_count), "canonical": _opt(_url),
     "redirect_to": _opt(_url), "noindex": _bool, "nofollow": _bool, "sitemap": _opt(_text),

@@ -181,6 +181,30 @@ class Settings:
     # Redirect hops followed for one URL (each hop is enqueued as its own URL).
     MAX_REDIRECTS: int = 5
 
+    # --- Rendering (headless Chromium, crawler_tasks/render) ------------------------------
+    # "auto": render pages that look like app shells (render/detect.py) and RENDER_HOSTS;
+    # "always": every HTML page; "never": off. Off (one log line) without a Chromium.
+    RENDER: str = "auto"
+    # Hosts whose HTML pages are always rendered (and their subdomains).
+    RENDER_HOSTS: tuple[str, ...] = ()
+    # Deadline of one render, load to settled DOM, seconds (subresource fetches included).
+    RENDER_TIMEOUT_S: float = 15.0
+    # Most pages rendered per host by one worker process (0 = no cap).
+    RENDER_MAX_PER_HOST: int = 100
+    # Most subresource requests one render may fetch (the rest are aborted).
+    RENDER_MAX_REQUESTS: int = 50
+    # Resource types never fetched for a render (they change no text or link).
+    RENDER_BLOCK_TYPES: tuple[str, ...] = ("image", "media", "font", "stylesheet", "texttrack", "eventsource",
+                                           "websocket", "manifest", "other")
+    # Browsers per fetch worker process (each ~150 MB; renders queue for them).
+    RENDER_BROWSERS: int = 1
+    # A browser context (cookies, storage) serves one host for at most this many pages;
+    # the browser is relaunched after RENDER_PAGES_PER_BROWSER renders.
+    RENDER_PAGES_PER_CONTEXT: int = 20
+    RENDER_PAGES_PER_BROWSER: int = 200
+    # Chromium binary; empty = "chromium" on PATH, else /usr/bin/chromium.
+    CHROMIUM_PATH: str = ""
+
     # --- Dedup ---------------------------------------------------------------------------
     # Near-duplicate detection: 64-bit simhash, pages within 3 bits are near-duplicates.
     NEAR_DUPLICATES: bool = True
@@ -325,6 +349,12 @@ class Settings:
             (all(_is_ip(a) for a in self.ALLOW_METADATA_ADDRESSES),
              f"ALLOW_METADATA_ADDRESSES must list IP addresses, got {self.ALLOW_METADATA_ADDRESSES!r}"),
             (self.TEXT_MODE in ("main", "full", "body"), "TEXT_MODE must be main, full or body"),
+            (self.RENDER in ("auto", "always", "never"), "RENDER must be auto, always or never"),
+            (self.RENDER_TIMEOUT_S > 0, "RENDER_TIMEOUT_S must be > 0"),
+            (min(self.RENDER_MAX_PER_HOST, self.RENDER_MAX_REQUESTS) >= 0,
+             "RENDER_MAX_PER_HOST and RENDER_MAX_REQUESTS must be >= 0"),
+            (min(self.RENDER_BROWSERS, self.RENDER_PAGES_PER_CONTEXT, self.RENDER_PAGES_PER_BROWSER) >= 1,
+             "RENDER_BROWSERS, RENDER_PAGES_PER_CONTEXT and RENDER_PAGES_PER_BROWSER must be >= 1"),
         ]
         for ok, message in checks:
             if not ok:

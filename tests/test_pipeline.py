@@ -435,3 +435,51 @@ def test_warc_revisits_for_identical_payloads_and_outlink_metadata(fast):
         check = subprocess.run([sys.executable, "-m", "warcio.cli", "check", *map(str, warcs)],
                                capture_output=True, text=True)
         assert check.returncode == 0, check.stdout + check.stderr
+
+
+APP_JS = b"""
+fetch('/data.json').then(r => r.json()).then(d => {
+  const root = document.getElementById('root');
+  root.innerHTML = '<h1>' + d.title + '</h1><p>' + d.text + '</p>' +
+    d.pages.map(i => '<a href="/page/' + i + '.html">page ' + i + '</a>').join(' ');
+});
+"""
+
+
+def test_app_shell_is_rendered_within_the_hosts_politeness(fast):
+    """An app shell whose text and 10 links come from its script (with an XHR of the same
+    host) is rendered; a robots-disallowed script is never fetched; the static host is
+    never rendered; every request of the browser is one of the host's own, one at a time."""
+    pytest.importorskip("playwright")
+    from crawler_tasks.render.policy import RenderPolicy
+
+    s = dataclasses.replace(fast, RENDER="auto", MIN_DELAY_S=0.05, SOFT404_PROBE=False, PROBE_SITEMAP_XML=False)
+    if RenderPolicy(s).executable is None:
+        pytest.skip("no Chromium on this machine")
+    shell = (b'<!doctype html><html><head><title>app</title><script src="/app.js"></script>'
+             b'<script src="/blocked.js"></script></head><body><div id="root"></div>'
+             b'<noscript>You need to enable JavaScript to run this app.</noscript></body></html>')
+    data = json.dumps({"title": "Rendered heading", "text": "words written by the script " * 20,
+                       "pages": list(range(10))}).encode()
+    routes = {"/": (200, HTML, shell),
+              "/app.js": (200, {"Content-Type": "application/javascript"}, APP_JS),
+              "/blocked.js": (200, {"Content-Type": "application/javascript"}, b"document.title='bad'"),
+              "/data.json": (200, {"Content-Type": "application/json"}, data)}
+    for i in range(10):
+        routes[f"/page/{i}.html"] = (200, HTML, f"<html><body><p>static page {i} of the app</p></body></html>".encode())
+    specs = {0: HostSpec(pages=0, extra_routes=routes, link_extra_routes=False,
+                         robots_txt="User-agent: *\nDisallow: /blocked.js\n")}
+    with TestWeb(n_hosts=2, pages_per_host=4, host_specs=specs) as web:
+        recs = crawl_inline(s, web.seeds(), seconds=60)
+        by_url = {r["url"]: r for r in recs}
+        app = paths(web, 0)
+        assert "/blocked.js" not in app and "/app.js" in app and "/data.json" in app
+        assert all(web.url(0, f"/page/{i}.html") in by_url for i in range(10))
+        assert by_url[web.url(0, "/")].get("rendered")
+        assert not any(r.get("rendered") for r in recs if r["url"].startswith(web.url(1, "/")))
+        feed = [json.loads(line) for line in (Path(s.OUT_DIR) / "feed.jsonl").read_text().splitlines()]
+        home = next(f for f in feed if f["url"] == web.url(0, "/"))
+        assert "words written by the script" in home["text"]
+        for host in web.hosts:   # the browser's requests too: one at a time per host
+            reqs = sorted((r for r in web.requests if r.host == host), key=lambda r: r.start)
+            assert all(b.start >= a.end for a, b in zip(reqs, reqs[1:], strict=False))

@@ -144,6 +144,20 @@ class WarcStore:
                                                warc_headers_dict=headers)
             self._write(record)
 
+    def write_conversion(self, url: str, refers_to: str | None, html: bytes, date: str) -> str | None:
+        """A ``conversion`` record: the page's DOM after its scripts ran (rendered), linked
+        to the response it came from. Returns its record id."""
+        with self._lock:
+            writer = self._open()
+            headers = {"WARC-Date": date}
+            if refers_to:
+                headers["WARC-Refers-To"] = refers_to
+            record = writer.create_warc_record(url, "conversion", payload=io.BytesIO(html), length=len(html),
+                                               warc_content_type="text/html; charset=utf-8",
+                                               warc_headers_dict=headers)
+            self._write(record)
+            return str(record.rec_headers.get_header("WARC-Record-ID"))
+
     def flush(self) -> None:
         with self._lock:
             if self._file is not None:

@@ -359,7 +359,58 @@ class FetchSession:
         ok = res.status is not None and 200 <= res.status < 300
         if ok and (entry.kind == EntryKind.SITEMAP or is_html(res.content_type, res.content[:512])):
             turn.body = res.content
+            if entry.kind == EntryKind.PAGE:
+                self._maybe_render(lease, state, res, turn)
         return turn
+
+    def _maybe_render(self, lease: Lease, state: HostState, res: FetchResult, turn: Turn) -> None:
+        """An app shell (or a host the operator named) is rendered in the browser, within
+        this host's turn: the browser's every request is one of this host's requests."""
+        w = self.w
+        why = w.render.reason(lease.host, res.content_type, res.content)
+        pool = w.render.pool() if why else None
+        if pool is None or turn.page is None:
+            return
+        last = [res.ended]
+
+        def fetch(url: str, kind: str) -> FetchResult | None:
+            return self._browser_fetch(lease, state, last, url)
+
+        rendered = pool.render(res.url, fetch=fetch, document=res)
+        self._bump("render/pages")
+        self._bump("render/requests", rendered.fetched)
+        if rendered.error or not rendered.html:
+            self._bump(f"render/error/{(rendered.error or 'empty').split(':')[0]}")
+            return
+        html = rendered.html.encode("utf-8")
+        w.warc.write_conversion(res.url, turn.page.warc_id, html, warc_date(time.time()))
+        turn.body, turn.page.rendered = html, why
+        # the host's next contact follows its last request, the browser's included
+        turn.te = max(turn.te, last[0] + w.policy.min_delay_s)
+
+    def _browser_fetch(self, lease: Lease, state: HostState, last: list[float], url: str) -> FetchResult | None:
+        """A request of the browser: same host only, robots.txt obeyed, the host's delay
+        kept, through the crawler's fetcher (address checks, limits) and into WARC."""
+        w, s = self.w, self.w.settings
+        if urlsplit(url).netloc.lower() != lease.host or self.stop.is_set():
+            return None
+        if s.OBEY_ROBOTS:
+            entry = w.robots.get(w.frontier, lease.host)
+            if entry is None or not entry.rules.is_allowed(url, s.robots_agent):
+                self._bump("render/refused/robots")
+                return None
+        wait = last[0] + w.policy.min_delay_s - time.time()
+        if wait > 0 and self.stop.wait(wait):
+            return None
+        self._renew()
+        res = w.fetcher.fetch(url)
+        last[0] = res.ended or time.time()
+        if res.status is not None:
+            try:
+                w.warc.write_exchange(res, None)
+            except (ValueError, UnicodeError):
+                log_once("warc", "cannot write WARC record for %s", url)
+        return res
 
     def _decide(self, state: HostState, res: FetchResult, action: Action) -> Turn:
         """The host's next contact after this exchange (politeness rules)."""

@@ -18,6 +18,7 @@ from crawler_tasks.ops.control import Control
 from crawler_tasks.output.jsonl import FeedWriter
 from crawler_tasks.output.warc import WarcStore
 from crawler_tasks.parse.sandbox import ParseSandbox
+from crawler_tasks.render.policy import RenderPolicy
 from crawler_tasks.robots.cache import RobotsCache
 from crawler_tasks.settings import Settings
 from crawler_tasks.stages.gate import UrlGate
@@ -41,6 +42,7 @@ class Worker:
     feed: FeedWriter
     recrawler: Recrawler
     sandbox: ParseSandbox | None
+    render: RenderPolicy
 
     @classmethod
     def create(cls, settings: Settings) -> "Worker":
@@ -51,7 +53,8 @@ class Worker:
                              gzip_level=settings.WARC_GZIP_LEVEL),
                    UrlGate(settings), politeness_policy(settings),
                    ContentIndex(settings), FeedWriter(settings), Recrawler(settings, frontier),
-                   ParseSandbox(settings.PARSE_TIMEOUT_S, settings.PARSE_MEMORY_MB) if settings.PARSE_TIMEOUT_S else None)
+                   ParseSandbox(settings.PARSE_TIMEOUT_S, settings.PARSE_MEMORY_MB) if settings.PARSE_TIMEOUT_S else None,
+                   RenderPolicy(settings))
 
     def count(self, counters: Counters) -> None:
         self.control.count(counters)
