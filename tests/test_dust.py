@@ -123,3 +123,16 @@ def test_trap_shapes(settings):
     assert counters["filter/trap_shape"] == 3 and counters["dust/trap_shapes"] == 3
     assert rules.host_rules("h.test")[1] == {"/cal/#/#": "walk", "/shop?&": "facet", "/tag/#": "dup"}
     assert rules.rewrite(f"{H}/article/5", "h.test", counters) == f"{H}/article/5"
+
+
+def test_manage_hosts_prints_rules(settings, capsys):
+    import manage
+
+    rules, counters = UrlRules(settings), {}
+    for i in range(3):
+        rules.observe([page(f"{H}/{i}", f"f{i}"), page(f"{H}/print/{i}", f"f{i}")], counters)
+    rules.observe([page(f"{H}/l", "a"), page(f"{H}/l?page=2", "b")], counters)
+    manage._print_url_rules(settings, "h.test")
+    out = capsys.readouterr().out
+    assert "url rule p:print" in out and "in force  evidence 6 units from 3 pairs" in out
+    assert "url rule q:page" in out and "blocked" in out

@@ -214,13 +214,13 @@ class UrlRules:
             for name in (main, facet):
                 if name is None or ("#" not in name and "?" not in name):
                     continue   # a shape without digits or parameters is one URL
-                n = counted.setdefault(name, [0, 0, 0])
-                n[0] += 1
-                n[1] += dup
-                n[2] += walk
+                tally = counted.setdefault(name, [0, 0, 0])
+                tally[0] += 1
+                tally[1] += dup
+                tally[2] += walk
             if facet is not None:
                 facets.add(facet)
-        out = []
+        out: list[tuple[str, bool]] = []
         for name, (n, d, w) in counted.items():
             pipe.hincrby(key, f"n:{name}", n)
             if d:
