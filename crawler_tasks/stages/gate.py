@@ -3,7 +3,9 @@
 Links, sitemap entries and sitemap indexes, robots.txt ``Sitemap:`` lines, redirect
 targets, canonicals and seeds all pass ``UrlGate.admit``: normalization (which refuses
 control characters and anything that is not http(s)), then the URL filters (scope,
-depth, extensions, length, traps), each refusal counted as ``filter/<reason>``.
+depth, extensions, length, traps), then the host's learned URL rules and trap shapes
+(``dedup.rules``: a variant becomes the spelling already seen), each refusal counted as
+``filter/<reason>``.
 """
 from __future__ import annotations
 
