@@ -196,9 +196,23 @@ def cmd_hosts(args: argparse.Namespace) -> int:
                   f"expires in {float(robots.get('expires', 0)) - now:.0f} s {robots.get('error') or ''}".rstrip())
         if info.politeness:
             print("politeness " + "  ".join(f"{key} {value}" for key, value in sorted(info.politeness.items())))
+        _print_url_rules(settings, info.host)
         for entry in info.queue[: args.show]:
             print(f"  depth {entry.depth} tries {entry.tries} {entry.url}")
     return 0
+
+
+def _print_url_rules(settings: Settings, host: str) -> None:
+    """The host's learned URL rules with their evidence, and its trap shapes (dedup/rules.py)."""
+    from crawler_tasks.dedup.rules import UrlRules
+
+    rules, traps = UrlRules(settings).host_rules(host)
+    for r in rules:
+        state = "in force" if r.active else ("blocked" if r.counter_examples else "learning")
+        print(f"url rule {r.rule:<24} {state:<8}  evidence {r.units} units from {r.pairs} pairs"
+              f"  counter-examples {r.counter_examples}")
+    for shape, reason in sorted(traps.items()):
+        print(f"trap shape {shape}  ({reason})")
 
 
 def cmd_robots(args: argparse.Namespace) -> int:

@@ -33,6 +33,14 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 ``overflow``              list    URLs of hosts whose back queue is at HOST_QUEUE_CAP, going to disk
 ``spilledhosts``          set     hosts with URLs in per-host spill files
 ``dupstats``              hash    ``p:<host>`` pages, ``d:<host>`` (near-)duplicates: the trap signal
+``dust:<host>``           hash    learned URL equivalence evidence: ``e:<rule>`` units, ``n:<rule>``
+                                  pairs, ``x:<rule>`` counter-examples (dedup/rules.py)
+``dustrules:<host>``      set     the host's rules in force (applied before the URL-seen test)
+``dusturls:<host>``       hash    ``u:<url>`` -> "fp simhash" of fetched pages, ``v:<url>`` ->
+                                  "rule fp simhash" of a variant rewriting to it (capped)
+``shapes:<host>``         hash    per URL shape ``n:``/``d:``/``w:`` fetched, (near-)duplicates,
+                                  numeric walk steps (capped)
+``trapshapes:<host>``     hash    shape -> reason (dup, walk, facet): new URLs of it are dropped
 ``hist``                  hash    URL -> change history and validators (continuous mode)
 ``due``                   zset    "<level> <url>" -> next visit (continuous mode)
 ========================  ======  ===================================================
@@ -142,6 +150,21 @@ class ShardKeys:
     @property
     def spilled(self) -> str:
         return f"{self.base}:spilled"
+
+    def dust(self, host: str) -> str:
+        return f"{self.base}:dust:{host}"
+
+    def dust_rules(self, host: str) -> str:
+        return f"{self.base}:dustrules:{host}"
+
+    def dust_urls(self, host: str) -> str:
+        return f"{self.base}:dusturls:{host}"
+
+    def shapes(self, host: str) -> str:
+        return f"{self.base}:shapes:{host}"
+
+    def trap_shapes(self, host: str) -> str:
+        return f"{self.base}:trapshapes:{host}"
 
     @property
     def history(self) -> str:

@@ -217,6 +217,28 @@ class Settings:
     # least DUP_TRAP_MIN_PAGES pages) gets its new URLs at the lowest priority.
     DUP_TRAP_RATIO: float = 0.5
     DUP_TRAP_MIN_PAGES: int = 20
+    # Learned URL equivalence (dedup/rules.py): a rule (drop a parameter, strip a path
+    # prefix, an index file, a path parameter) is applied to a host's new URLs after this
+    # many same-content pairs without a counter-example (near-duplicate pairs count half;
+    # 0 = off).
+    DUST_CONFIRMATIONS: int = 3
+    # Fetched URLs per host remembered for finding pairs (bounds that host's Redis hash).
+    DUST_MAX_URLS_PER_HOST: int = 20_000
+    # How long a worker reuses a host's rules and trap shapes before reading them again, s.
+    DUST_CACHE_S: float = 5.0
+    # Trap shapes (URL path with digits masked + parameter names): after this many fetched
+    # pages of one shape with at least TRAP_SHAPE_DUP_RATIO (near-)duplicates, new URLs of
+    # the shape are dropped as filter/trap_shape (0 = off).
+    TRAP_SHAPE_MIN_PAGES: int = 10
+    TRAP_SHAPE_DUP_RATIO: float = 0.7
+    # Fetched pages of one shape that walk a number (month 5 -> 6) before the shape is a
+    # calendar-like trap (0 = off); pagers longer than this are cut too.
+    TRAP_WALK_PAGES: int = 25
+    # Fetched pages of one path with two or more query parameters (facet combinations)
+    # before the path's combinations are a trap (0 = off).
+    TRAP_FACET_PAGES: int = 30
+    # Shapes per host whose counts are kept (bounds that host's Redis hash).
+    TRAP_MAX_SHAPES_PER_HOST: int = 5_000
     # URL-seen Bloom filter sized for this many URLs at this false-positive rate.
     BLOOM_EXPECTED_URLS: int = 10_000_000
     BLOOM_ERROR_RATE: float = 0.01

@@ -3,10 +3,13 @@
 Links, sitemap entries and sitemap indexes, robots.txt ``Sitemap:`` lines, redirect
 targets, canonicals and seeds all pass ``UrlGate.admit``: normalization (which refuses
 control characters and anything that is not http(s)), then the URL filters (scope,
-depth, extensions, length, traps), each refusal counted as ``filter/<reason>``.
+depth, extensions, length, traps), then the host's learned URL rules and trap shapes
+(``dedup.rules``: a variant becomes the spelling already seen), each refusal counted as
+``filter/<reason>``.
 """
 from __future__ import annotations
 
+from crawler_tasks.dedup.rules import UrlRules
 from crawler_tasks.frontier import Discovered
 from crawler_tasks.records import EntryKind
 from crawler_tasks.settings import Settings
@@ -24,10 +27,11 @@ def drop_params(settings: Settings) -> frozenset[str]:
 class UrlGate:
     """The one way into the frontier: normalize, filter, give a priority."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, rules: UrlRules | None = None) -> None:
         self.settings = settings
         self.filter = UrlFilter(settings)
         self.drop = drop_params(settings)
+        self.rules = rules   # learned per-host URL rules and trap shapes (dedup/rules.py)
 
     def admit(self, raw: str | None, depth: int, counters: Counters, *, base: str | None = None,
               hops: int = 0, check_depth: bool = True, priority: int | None = None,
@@ -49,6 +53,11 @@ class UrlGate:
         level = min(depth, self.settings.PRIORITY_LEVELS - 1) if priority is None else priority
         # a normalized URL is scheme://authority/path...: its authority is its politeness key
         host = url.split("/", 3)[2] if normalized else host_key(url)
+        if self.rules is not None and not force and not hops:   # the host's learned spelling
+            rewritten = self.rules.rewrite(url, host, counters)
+            if rewritten is None:
+                return None
+            url = rewritten
         return Discovered(url=url, host=host, depth=depth, priority=level, hops=hops, kind=kind, force=force)
 
     def normalize(self, href: str, base: str | None = None) -> str | None:

@@ -60,6 +60,7 @@ def parse_stage(w: Worker, pages: list[FetchedPage], batch_id: str) -> list[Page
     records += extra
     counters: Counters = {}
     w.content.mark(records, counters)
+    w.rules.observe(records, counters)   # same-content URL pairs teach the host's URL rules
     feed = []
     for rec in records:
         rec.indexable = _indexable(rec)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from crawler_tasks.dedup.content import ContentIndex
+from crawler_tasks.dedup.rules import UrlRules
 from crawler_tasks.fetch.http import Fetcher
 from crawler_tasks.fetch.politeness import PolitenessPolicy
 from crawler_tasks.frontier import Frontier
@@ -43,18 +44,20 @@ class Worker:
     recrawler: Recrawler
     sandbox: ParseSandbox | None
     render: RenderPolicy
+    rules: UrlRules
 
     @classmethod
     def create(cls, settings: Settings) -> "Worker":
         frontier = Frontier(settings)
+        rules = UrlRules(settings)
         return cls(settings, frontier, Control(settings), Fetcher(settings),
                    RobotsCache(settings.ROBOTS_TTL_S, settings.ROBOTS_ERROR_TTL_S),
                    WarcStore(settings.OUT_DIR, settings.WARC_MAX_BYTES, operator=settings.USER_AGENT,
                              gzip_level=settings.WARC_GZIP_LEVEL),
-                   UrlGate(settings), politeness_policy(settings),
+                   UrlGate(settings, rules), politeness_policy(settings),
                    ContentIndex(settings), FeedWriter(settings), Recrawler(settings, frontier),
                    ParseSandbox(settings.PARSE_TIMEOUT_S, settings.PARSE_MEMORY_MB) if settings.PARSE_TIMEOUT_S else None,
-                   RenderPolicy(settings))
+                   RenderPolicy(settings), rules)
 
     def count(self, counters: Counters) -> None:
         self.control.count(counters)

@@ -1,0 +1,145 @@
+"""Learned URL equivalence rules (dedup.dust, pure) and their per-host store
+(dedup.rules, real Redis): evidence, counter-examples, trap shapes."""
+from __future__ import annotations
+
+import dataclasses
+
+from crawler_tasks.dedup.dust import (
+    applicable,
+    apply_rules,
+    candidate_rules,
+    facet_shape,
+    is_walk_step,
+    same_content,
+    shape,
+)
+from crawler_tasks.dedup.rules import UrlRules
+from crawler_tasks.records import PageRecord
+
+H = "http://h.test"
+
+
+def test_candidate_rules_of_the_family():
+    assert candidate_rules(f"{H}/a.html?ref=nav", f"{H}/a.html") == {"q:ref"}
+    assert candidate_rules(f"{H}/a.html?ref=sidebar&ref=nav", f"{H}/a.html") == {"q:ref"}
+    assert candidate_rules(f"{H}/a.html?ref=nav", f"{H}/a.html?ref=side") == {"q:ref"}
+    assert candidate_rules(f"{H}/print/d/a.html", f"{H}/d/a.html") == {"p:print"}
+    assert candidate_rules(f"{H}/d/", f"{H}/d/index.html") == {"i:index.html"}
+    assert candidate_rules(f"{H}/default.aspx", f"{H}/") == {"i:default.aspx"}
+    assert candidate_rules(f"{H}/a;cid=7/b", f"{H}/a/b") == {"m:cid"}
+    assert candidate_rules(f"{H}/a.html", f"{H}/b.html") == set()
+    assert candidate_rules(f"{H}/a?x=1&y=2", f"{H}/a") == set()      # two parameters: no one rule
+    assert candidate_rules(f"{H}/print/", f"{H}/") == set()          # a prefix needs a rest
+
+
+def test_apply_rules_removes_and_ends():
+    rules = frozenset({"q:ref", "p:print", "p:amp", "i:index.html", "m:cid"})
+    assert apply_rules(f"{H}/amp/print/d/index.html?ref=x&page=2", rules) == f"{H}/d/?page=2"
+    assert apply_rules(f"{H}/a;cid=9?ref=1", rules) == f"{H}/a"
+    assert apply_rules(f"{H}/a?page=2", rules) == f"{H}/a?page=2"
+    assert apply_rules(f"{H}/index.html.bak", rules) == f"{H}/index.html.bak"
+    assert {r for r, _ in applicable(f"{H}/x/index.php?a=1")} == {"q:a", "i:index.php", "p:x"}
+
+
+def test_shapes_and_walks():
+    assert shape(f"{H}/cal/2024/05?view=m&a=1") == "/cal/#/#?a&view"
+    assert facet_shape(f"{H}/shop?color=red&size=m") == facet_shape(f"{H}/shop?size=s&sort=asc") == "/shop?&"
+    assert facet_shape(f"{H}/shop?color=red") is None
+    assert is_walk_step(f"{H}/cal/2024/5", f"{H}/cal/2024/6")
+    assert is_walk_step(f"{H}/cal/2024/12", f"{H}/cal/2025/1")
+    assert is_walk_step(f"{H}/list?page=3", f"{H}/list?page=2")
+    assert not is_walk_step(f"{H}/article/100", f"{H}/article/107")
+    assert not is_walk_step(f"{H}/cal/2024/5", f"{H}/other/2024/6")
+
+
+def test_same_content_units():
+    assert same_content("aa", None, "aa", None) == 2
+    assert same_content("aa", "00000000000000ff", "bb", "00000000000000f0") == 0
+    assert same_content("aa", "00000000000000ff", "bb", "00000000000000fe") == 1
+    assert same_content("aa", None, "bb", "00") == 0
+
+
+def page(url: str, fp: str, **kw) -> PageRecord:
+    return PageRecord(url=url, status=200, fingerprint=fp, **kw)
+
+
+def test_rule_learned_after_k_pairs_then_applied(settings):
+    s = dataclasses.replace(settings, DUST_CONFIRMATIONS=3)
+    rules, counters = UrlRules(s), {}
+    for i in range(2):
+        rules.observe([page(f"{H}/{i}.html", f"f{i}"), page(f"{H}/{i}.html?ref=nav", f"f{i}")], counters)
+    assert rules.rewrite(f"{H}/9.html?ref=nav", "h.test", counters) == f"{H}/9.html?ref=nav"
+    rules.observe([page(f"{H}/2.html?ref=nav", "f2")], counters)    # the variant first this time
+    rules.observe([page(f"{H}/2.html", "f2")], counters)
+    assert counters["dust/rules_learned"] == 1
+    assert rules.rewrite(f"{H}/9.html?ref=nav&x=1", "h.test", counters) == f"{H}/9.html?x=1"
+    assert rules.rewrite(f"{H}/9.html?ref=nav", "other.test", counters) == f"{H}/9.html?ref=nav"  # per host
+    infos, _ = rules.host_rules("h.test")
+    assert [(i.rule, i.pairs, i.active) for i in infos if i.rule == "q:ref"] == [("q:ref", 3, True)]
+
+
+def test_counter_example_withdraws_and_blocks(settings):
+    s = dataclasses.replace(settings, DUST_CONFIRMATIONS=2)
+    rules, counters = UrlRules(s), {}
+    for i in range(2):
+        rules.observe([page(f"{H}/{i}", f"f{i}"), page(f"{H}/{i}?view=1", f"f{i}")], counters)
+    assert rules.rewrite(f"{H}/5?view=1", "h.test", counters) == f"{H}/5"
+    rules.observe([page(f"{H}/list", "l1"), page(f"{H}/list?view=1", "l2")], counters)
+    assert counters["dust/counter_examples"] == 1
+    for i in range(10, 15):   # more agreeing pairs never bring it back
+        rules.observe([page(f"{H}/{i}", f"f{i}"), page(f"{H}/{i}?view=1", f"f{i}")], counters)
+    assert rules.rewrite(f"{H}/5?view=1", "h.test", counters) == f"{H}/5?view=1"
+    infos, _ = rules.host_rules("h.test")
+    assert [(i.counter_examples, i.active) for i in infos if i.rule == "q:view"] == [(1, False)]
+
+
+def test_parameter_that_changes_content_is_never_a_rule(settings):
+    rules, counters = UrlRules(settings), {}
+    for i in range(20):
+        rules.observe([page(f"{H}/list?page={i}", f"p{i}")], counters)
+    rules.observe([page(f"{H}/list", "p-first")], counters)
+    assert "dust/rules_learned" not in counters
+    assert rules.rewrite(f"{H}/list?page=3", "h.test", counters) == f"{H}/list?page=3"
+
+
+def test_near_duplicates_need_twice_the_pairs(settings):
+    s = dataclasses.replace(settings, DUST_CONFIRMATIONS=2)
+    rules, counters = UrlRules(s), {}
+    for i in range(4):
+        if i == 3:
+            assert "dust/rules_learned" not in counters
+        rules.observe([page(f"{H}/{i}", f"a{i}", simhash="00000000000000ff"),
+                       page(f"{H}/amp/{i}", f"b{i}", simhash="00000000000000fe",
+                            near_duplicate_of=f"{H}/{i}")], counters)
+    assert counters["dust/rules_learned"] == 1
+
+
+def test_trap_shapes(settings):
+    s = dataclasses.replace(settings, TRAP_WALK_PAGES=5, TRAP_FACET_PAGES=4, TRAP_SHAPE_MIN_PAGES=3)
+    rules, counters = UrlRules(s), {}
+    for m in range(1, 6):
+        rules.observe([page(f"{H}/cal/2026/{m}", f"c{m}", links=[f"{H}/cal/2026/{m + 1}"])], counters)
+    assert rules.rewrite(f"{H}/cal/2030/7", "h.test", counters) is None
+    for c in range(4):
+        rules.observe([page(f"{H}/shop?color={c}&size=1", f"s{c}")], counters)
+    assert rules.rewrite(f"{H}/shop?size=9&sort=a", "h.test", counters) is None
+    assert rules.rewrite(f"{H}/shop?color=1", "h.test", counters) == f"{H}/shop?color=1"
+    for i in range(3):
+        rules.observe([page(f"{H}/tag/{i}", f"t{i}", duplicate_of=f"{H}/x")], counters)
+    assert rules.rewrite(f"{H}/tag/77", "h.test", counters) is None
+    assert counters["filter/trap_shape"] == 3 and counters["dust/trap_shapes"] == 3
+    assert rules.host_rules("h.test")[1] == {"/cal/#/#": "walk", "/shop?&": "facet", "/tag/#": "dup"}
+    assert rules.rewrite(f"{H}/article/5", "h.test", counters) == f"{H}/article/5"
+
+
+def test_manage_hosts_prints_rules(settings, capsys):
+    import manage
+
+    rules, counters = UrlRules(settings), {}
+    for i in range(3):
+        rules.observe([page(f"{H}/{i}", f"f{i}"), page(f"{H}/print/{i}", f"f{i}")], counters)
+    rules.observe([page(f"{H}/l", "a"), page(f"{H}/l?page=2", "b")], counters)
+    manage._print_url_rules(settings, "h.test")
+    out = capsys.readouterr().out
+    assert "url rule p:print" in out and "in force  evidence 6 units from 3 pairs" in out
+    assert "url rule q:page" in out and "blocked" in out
