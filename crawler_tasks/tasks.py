@@ -168,8 +168,10 @@ def recrawl() -> int:
 @app.task(name="crawler.maintenance", ignore_result=True)
 def maintenance() -> str:
     s = get_settings()
-    progress = run_maintenance(s, get_worker().frontier)
-    if s.SNAPSHOT_INTERVAL_S and progress.state == CrawlState.RUNNING:
+    w = get_worker()
+    progress = run_maintenance(s, w.frontier)
+    # a Redis that lost the crawl (no control hash) must not overwrite good checkpoints
+    if s.SNAPSHOT_INTERVAL_S and progress.state == CrawlState.RUNNING and w.control.exists():
         try:
             maybe_checkpoint(s, s.SNAPSHOT_INTERVAL_S, keep=s.SNAPSHOT_KEEP)
         except OSError as exc:  # a full disk must not stop the crawl; say it each time

@@ -263,12 +263,13 @@ def test_redis_state_lost_without_checkpoint_is_an_error_not_success(tmp_path):
     """No AOF, no RDB save yet, no checkpoint: the crawl must say it cannot go on."""
     out = tmp_path / "out"
     with TestWeb(n_hosts=2, pages_per_host=8, seed=13, mean_page_bytes=3000) as web:
-        proc = start_crawl(out, web.seeds(), 0.5, 2)
+        proc = start_crawl(out, web.seeds(), 0.5, 2, {"CRAWLER_SNAPSHOT_INTERVAL_S": "0"})
         victims = crawl_redis(out)
         assert len(victims) == 1
         victims[0].kill()
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 2 and "lost the crawl state" in err and "frontier exhausted" not in err
+        assert not list((out / "snapshots").glob("snapshot-*"))
     time.sleep(0.5)
     assert no_children_left(out) == []
 
