@@ -134,27 +134,23 @@ class WarcStore:
     def write_metadata(self, url: str, refers_to: str | None, outlinks: list[str], date: str) -> None:
         """A ``metadata`` record with the page's outlinks (Heritrix's ``outlink:`` lines)."""
         body = "".join(f"outlink: {link} L a/@href\r\n" for link in outlinks).encode("utf-8", "replace")
-        with self._lock:
-            writer = self._open()
-            headers = {"WARC-Date": date}
-            if refers_to:
-                headers["WARC-Concurrent-To"] = refers_to
-            record = writer.create_warc_record(url, "metadata", payload=io.BytesIO(body), length=len(body),
-                                               warc_content_type="application/warc-fields",
-                                               warc_headers_dict=headers)
-            self._write(record)
+        self._write_derived(url, "metadata", body, "application/warc-fields", date,
+                            {"WARC-Concurrent-To": refers_to} if refers_to else {})
 
-    def write_conversion(self, url: str, refers_to: str | None, html: bytes, date: str) -> str | None:
+    def write_conversion(self, url: str, refers_to: str | None, html: bytes, date: str) -> str:
         """A ``conversion`` record: the page's DOM after its scripts ran (rendered), linked
         to the response it came from. Returns its record id."""
+        return self._write_derived(url, "conversion", html, "text/html; charset=utf-8", date,
+                                   {"WARC-Refers-To": refers_to} if refers_to else {})
+
+    def _write_derived(self, url: str, kind: str, body: bytes, content_type: str, date: str,
+                       links: dict[str, str]) -> str:
+        """A record derived from a response (``links`` names it); returns its id."""
         with self._lock:
             writer = self._open()
-            headers = {"WARC-Date": date}
-            if refers_to:
-                headers["WARC-Refers-To"] = refers_to
-            record = writer.create_warc_record(url, "conversion", payload=io.BytesIO(html), length=len(html),
-                                               warc_content_type="text/html; charset=utf-8",
-                                               warc_headers_dict=headers)
+            record = writer.create_warc_record(url, kind, payload=io.BytesIO(body), length=len(body),
+                                               warc_content_type=content_type,
+                                               warc_headers_dict={"WARC-Date": date, **links})
             self._write(record)
             return str(record.rec_headers.get_header("WARC-Record-ID"))
 
