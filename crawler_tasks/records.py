@@ -68,6 +68,7 @@ class ErrorKind(StrEnum):
     DECODED_TOO_LARGE = "decoded_too_large"  # truncated="decoded-length"; a bomb
     # policy and content (stages)
     ROBOTS = "robots"                      # disallowed by robots.txt
+    FILTERED = "filtered"                  # queued, then dropped at fetch time (a learned rule, a trap)
     REDIRECTS = "redirects"                # redirect chain over the cap
     PARSE = "parse"
     PARSE_LIMIT = "parse_limit"            # a parse cap cut the page (elements, depth, ...)

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 from crawler_tasks.fetch.http import FetchResult
 from crawler_tasks.fetch.netsafety import AddressRefused, ResolveError
 from crawler_tasks.fetch.politeness import FetchOutcome, HostState, crawl_delay_verdict, next_contact
-from crawler_tasks.frontier import Entry, Lease
+from crawler_tasks.frontier import ENQUEUED, Discovered, Entry, Lease
 from crawler_tasks.ops.control import CrawlState
 from crawler_tasks.ops.metrics import record_latencies
 from crawler_tasks.output.spool import new_batch_id, write_spool
@@ -311,6 +311,9 @@ class FetchSession:
     def _checked_turn(self, lease: Lease, state: HostState, entry: Entry) -> Turn:
         w, s = self.w, self.w.settings
         url = entry.url
+        dropped = self._learned_since_queued(lease, entry)
+        if dropped is not None:
+            return Turn(time.time(), Action.DONE, _page(entry, None, error_kind=ErrorKind.FILTERED, error=dropped))
         if s.OBEY_ROBOTS:
             answer = w.robots.check(w.frontier, w.fetcher, url, s.robots_agent,
                                     before_hop=lambda prev: self._pace_hop(lease.host, state, prev))
@@ -411,6 +414,26 @@ class FetchSession:
             except (ValueError, UnicodeError):
                 log_once("warc", "cannot write WARC record for %s", url)
         return res
+
+    def _learned_since_queued(self, lease: Lease, entry: Entry) -> str | None:
+        """Why a queued URL is no longer worth its request: since it was queued its host's
+        rules learned that it spells a page already seen, or its URL shape became a trap
+        (the gate applies both to new URLs; this catches those queued before). None: fetch."""
+        rules = self.w.rules
+        if rules is None or entry.kind != EntryKind.PAGE or entry.hops or entry.depth == 0:
+            return None
+        counters: Counters = {}
+        spelled = rules.rewrite(entry.url, lease.host, counters)
+        if spelled is None:
+            self._bump("filter/trap_shape/queued")
+            return "its URL shape is a trap on this host (learned after it was queued)"
+        if spelled == entry.url:
+            return None
+        # the rule is confirmed: fetch the host's own spelling instead (if not seen yet)
+        queued = self.w.frontier.put_discovered([Discovered(url=spelled, host=lease.host, depth=entry.depth)])
+        self._bump("dust/dropped_queued")
+        return (f"a variant of {spelled} by this host's learned URL rules"
+                + (" (queued in its place)" if queued[0] == ENQUEUED else ""))
 
     def _decide(self, state: HostState, res: FetchResult, action: Action) -> Turn:
         """The host's next contact after this exchange (politeness rules)."""
