@@ -132,13 +132,16 @@ def _gunzip(data: bytes, max_bytes: int) -> tuple[bytes, bool, str | None]:
     return bytes(out), False, None
 
 
+_C0_AND_SPACE = "".join(chr(i) for i in range(0x21))
+
+
 def _http_url(text: str | None) -> str | None:
     """The stripped text if it is an absolute http(s) URL we can use, else None."""
     if not text:
         return None
-    loc = text.strip()
-    if not loc or len(loc) > _MAX_URL_CHARS:
-        return None
+    loc = text.strip(_C0_AND_SPACE)
+    if not loc or len(loc) > _MAX_URL_CHARS or not loc.isprintable():
+        return None   # control characters inside a URL are never ours to pass on
     if _PLAIN_URL_RE.match(loc) is not None:
         return loc
     try:
