@@ -270,6 +270,9 @@ class Settings:
     PARSE_MAX_ELEMENTS: int = 100_000
     PARSE_MAX_DEPTH: int = 512
     PARSE_MAX_ATTRS: int = 64
+    # Links of one page that are followed (the rest counted as parse/outlinks_dropped; the
+    # feed still lists them); keeps one page's discoveries a bounded message.
+    MAX_OUTLINKS_PER_PAGE: int = 10_000
     # A hard budget per page: HTML is parsed in a child process stopped after this long
     # (0 = parse in the worker itself, no deadline), with this address-space cap.
     PARSE_TIMEOUT_S: float = 5.0
@@ -355,6 +358,7 @@ class Settings:
             (self.HOLD_HORIZON_S >= 0, "HOLD_HORIZON_S must be >= 0"),
             (self.PARSE_GROUP_PAGES >= 1, "PARSE_GROUP_PAGES must be >= 1"),
             (self.PARSE_GROUP_S > 0, "PARSE_GROUP_S must be > 0"),
+            (self.MAX_OUTLINKS_PER_PAGE >= 0, "MAX_OUTLINKS_PER_PAGE must be >= 0"),
             (self.MIN_DELAY_S >= 0, "MIN_DELAY_S must be >= 0"),
             (self.DELAY_FACTOR >= 0, "DELAY_FACTOR must be >= 0"),
             (self.LEASE_S > self.TOTAL_TIMEOUT_S, "LEASE_S must exceed TOTAL_TIMEOUT_S"),

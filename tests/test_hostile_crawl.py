@@ -98,3 +98,30 @@ def test_an_over_long_link_is_recorded_once_with_its_reason(settings):
     assert long[0].url.startswith("http://127.0.0.9/aaaa") and len(long[0].url) <= 1024
     main = next(r for r in records if r.url == "http://127.0.0.9/page")
     assert main.links == ["http://127.0.0.9/ok"]
+
+
+def test_a_page_of_200k_links_follows_its_cap_and_loses_no_record(settings):
+    """200k links: parse caps what is followed (counted), the record and the others survive."""
+    import dataclasses
+
+    from crawler_tasks.output.spool import new_batch_id, write_spool
+    from crawler_tasks.records import FetchedPage, page_from_message, record_from_message, to_message
+    from crawler_tasks.stages.enqueue import enqueue_stage
+    from crawler_tasks.stages.parse import parse_stage
+    from crawler_tasks.stages.worker import Worker
+
+    s = dataclasses.replace(settings, MAX_OUTLINKS_PER_PAGE=50_000, MAX_PAGES_PER_HOST=0, BLOOM_EXPECTED_URLS=5_000_000)
+    body = b"<html><body>" + b"".join(b'<a href="/l%d">x</a>' % i for i in range(200_000)) + b"</body></html>"
+    worker = Worker.create(s)
+    batch = new_batch_id()
+    pages = [FetchedPage(url="http://127.0.0.9/big", status=200, content_type="text/html", fetched_at="x"),
+             FetchedPage(url="http://127.0.0.9/small", status=200, content_type="text/html", fetched_at="x")]
+    refs = write_spool(s, batch, [body, b"<html><body><a href='/ok'>ok</a></body></html>"])
+    pages[0].body, pages[1].body = refs
+    records = parse_stage(worker, [page_from_message(to_message(p)) for p in pages], batch)
+    big = next(r for r in records if r.url.endswith("/big"))
+    assert len(big.links) == 50_000 and big.n_links > 50_000
+    enqueued = enqueue_stage(worker, [record_from_message(to_message(r)) for r in records], batch)
+    assert enqueued == 50_001   # every followed link, in chunks past Redis's argument limit
+    lines = (Path(s.OUT_DIR) / "pages.jsonl").read_text().splitlines()
+    assert {json.loads(line)["url"] for line in lines} >= {"http://127.0.0.9/big", "http://127.0.0.9/small"}

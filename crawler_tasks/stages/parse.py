@@ -166,6 +166,9 @@ def _parse_into(w: Worker, rec: PageRecord, body: bytes, extra: list[PageRecord]
             seen.add(link.url)
             links.append(link.url)
             anchors.append((link.url, link.text, ["nofollow"] if link.nofollow else []))
-    rec.links = links
     rec.n_links = len(links)
+    if len(links) > s.MAX_OUTLINKS_PER_PAGE:   # followed: the first ones; the feed keeps them all
+        w.count({"parse/outlinks_dropped": len(links) - s.MAX_OUTLINKS_PER_PAGE})
+        links = links[: s.MAX_OUTLINKS_PER_PAGE]
+    rec.links = links
     return text, anchors
