@@ -94,6 +94,7 @@ class FetchSession:
         self.counters: Counters = {}
         self.threads = 0
         self.budget_ok = True
+        self.backlogged = threading.Event()   # set while too many page groups wait for parse
         self.leased = 0                      # hosts leased over the crawl, as last read
         self.renew_every = max(1.0, s.LEASE_S / 4)
 
@@ -132,7 +133,7 @@ class FetchSession:
             if now >= next_control:
                 next_control = now + _CONTROL_EVERY_S
                 self._check_control()
-                if not self.stop.is_set() and self.threads < s.FETCH_BATCH:
+                if not self.stop.is_set() and not self.backlogged.is_set() and self.threads < s.FETCH_BATCH:
                     self._start(w.frontier.get_urls(self.shard, self._room()))
                 if self.threads:
                     idle_since = None
@@ -164,9 +165,13 @@ class FetchSession:
         if view.state != CrawlState.RUNNING or time.monotonic() - self.started >= s.SESSION_MAX_S:
             self.stop.set()
             return
-        if view.inflight > s.MAX_INFLIGHT_BATCHES:  # parse is behind: give hosts back
-            self.budget_ok = False
-        elif s.MAX_PAGES:
+        # parse is behind: hosts wait (leases kept) and no new host is taken, so fetched
+        # pages never pile up in spool files faster than parse can take them
+        if view.inflight > s.MAX_INFLIGHT_BATCHES:
+            self.backlogged.set()
+        else:
+            self.backlogged.clear()
+        if s.MAX_PAGES:
             self.leased = self.w.frontier.leased_hosts()
             self.budget_ok = view.pages + self.leased <= s.MAX_PAGES
         else:
@@ -267,11 +272,19 @@ class FetchSession:
                     self.results.put((turn.page, turn.body, parked))
                 if done.held is None:
                     return
-                if self.stop.wait(max(0.0, turn.te - time.time())):
+                if self.stop.wait(max(0.0, turn.te - time.time())) or not self._wait_for_parse():
                     self._give_back(host, turn.te)
                     return
         finally:
             self.results.put(None)
+
+    def _wait_for_parse(self) -> bool:
+        """While parse is behind, a held host waits (its lease is renewed meanwhile);
+        False when the session stops first."""
+        while self.backlogged.is_set():
+            if self.stop.wait(_TICK_S):
+                return False
+        return True
 
     def _hold_until(self, te: float) -> float:
         s = self.w.settings
