@@ -46,6 +46,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from crawler_tasks.ops.embedded import die_with_parent  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from crawl_bench import sample_tree  # noqa: E402
+
 BENCH = ROOT / "bench"
 SPIDER = BENCH / "scrapy_spider.py"
 VENV = BENCH / ".venv-scrapy"
@@ -188,21 +191,6 @@ class TestWebProcess:
                 self.proc.wait()
 
 
-def tree_rss(pid: int) -> int:
-    try:
-        root = psutil.Process(pid)
-        procs = [root] + root.children(recursive=True)
-    except psutil.NoSuchProcess:
-        return 0
-    total = 0
-    for p in procs:
-        try:
-            total += p.memory_info().rss
-        except psutil.NoSuchProcess:
-            pass
-    return total
-
-
 class LineCounter:
     """Lines in a growing file, read incrementally."""
 
@@ -245,7 +233,7 @@ def measured(cmd: list[str], env: dict[str, str], log: Path, watch: Path) -> Mea
         def sample() -> None:
             nonlocal peak
             while not stop.wait(RSS_SAMPLE_S):
-                peak = max(peak, tree_rss(proc.pid))
+                peak = max(peak, sample_tree(proc.pid, {}))
                 written.append((time.time(), counter.count()))
 
         sampler = threading.Thread(target=sample, daemon=True)

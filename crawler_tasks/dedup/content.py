@@ -11,18 +11,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from crawler_tasks.connection import global_client, shard_client
+from crawler_tasks.counters import Counters, bump
 from crawler_tasks.dedup.nearindex import NearDupIndex
 from crawler_tasks.dedup.simhash import from_hex
 from crawler_tasks.keys import GlobalKeys, ShardKeys, shard_of
 from crawler_tasks.records import EntryKind, PageRecord
 from crawler_tasks.settings import Settings
 from crawler_tasks.urls import host_key
-
-Counters = dict[str, int]
-
-
-def _bump(counters: Counters, name: str, n: int = 1) -> None:
-    counters[name] = counters.get(name, 0) + n
 
 
 def _by_shard(hosts: Iterable[str], shards: int) -> dict[int, list[str]]:
@@ -65,7 +60,7 @@ class ContentIndex:
             first = res[2 * i + 1]
             if not res[2 * i] and first and first != rec.url:
                 rec.duplicate_of = first
-                _bump(counters, "dedup/duplicate_content")
+                bump(counters, "dedup/duplicate_content")
 
     def mark_soft404(self, records: list[PageRecord], counters: Counters) -> None:
         """A probe's answer (a random path) that is 200 fixes the host's soft-404
@@ -90,7 +85,7 @@ class ContentIndex:
             for rec, fp in zip(pages, known, strict=True):
                 if fp and fp == rec.fingerprint:
                     rec.soft_404 = True
-                    _bump(counters, "dedup/soft_404")
+                    bump(counters, "dedup/soft_404")
 
     def mark_near_duplicates(self, records: list[PageRecord], counters: Counters) -> None:
         """simhash within 3 bits of a page seen before: ``near_duplicate_of`` that page.
@@ -103,7 +98,7 @@ class ContentIndex:
         for rec, match in zip(candidates, matches, strict=True):
             if match:
                 rec.near_duplicate_of = match
-                _bump(counters, "dedup/near_duplicate")
+                bump(counters, "dedup/near_duplicate")
 
     def count_host_duplicates(self, records: list[PageRecord]) -> None:
         """Per host: pages parsed and how many duplicated content (the trap signal)."""

@@ -25,6 +25,7 @@ from typing import Any
 from redis.client import Pipeline
 
 from crawler_tasks.connection import shard_client
+from crawler_tasks.counters import Counters, bump
 from crawler_tasks.dedup.dust import (
     EXACT_UNITS,
     NEAR_UNITS,
@@ -40,13 +41,9 @@ from crawler_tasks.keys import ShardKeys, shard_of
 from crawler_tasks.records import EntryKind, PageRecord
 from crawler_tasks.settings import Settings
 
-Counters = dict[str, int]
 MAX_CACHED_HOSTS = 10_000
 MAX_WALK_LINKS = 500   # links of a page looked at for a numeric walk
 
-
-def _bump(counters: Counters, name: str, n: int = 1) -> None:
-    counters[name] = counters.get(name, 0) + n
 
 
 def _origin_host(url: str) -> str:
@@ -102,9 +99,9 @@ class UrlRules:
         rules, traps = self._host(host)
         out = apply_rules(url, rules)
         if out != url:
-            _bump(counters, "dust/rewritten")
+            bump(counters, "dust/rewritten")
         if traps and (shape(out) in traps or facet_shape(out) in traps):
-            _bump(counters, "filter/trap_shape")
+            bump(counters, "filter/trap_shape")
             return None
         return out
 
@@ -181,7 +178,7 @@ class UrlRules:
             writes.hincrby(dust_key, f"x:{rule}", 1)
             writes.srem(rules_key, rule)
         if refuted:
-            _bump(counters, "dust/counter_examples", len(refuted))
+            bump(counters, "dust/counter_examples", len(refuted))
         learned = [r for r in evidence if r not in refuted]
         for rule in learned:
             writes.hincrby(dust_key, f"e:{rule}", evidence[rule])
@@ -204,8 +201,8 @@ class UrlRules:
         for name, reason in traps.items():
             pipe.hsetnx(k.trap_shapes(host), name, reason)
         added = pipe.execute()
-        _bump(counters, "dust/rules_learned", sum(map(int, added[:len(new)])))
-        _bump(counters, "dust/trap_shapes", sum(map(int, added[len(new):])))
+        bump(counters, "dust/rules_learned", sum(map(int, added[:len(new)])))
+        bump(counters, "dust/trap_shapes", sum(map(int, added[len(new):])))
         self._cache.pop(host, None)
 
     def _count_shapes(self, pipe: Pipeline, key: str, recs: list[PageRecord], n_shapes: int) -> list[tuple[str, bool]]:

@@ -343,10 +343,6 @@ class Frontier:
                 out[lease.host] = raw
         return out
 
-    def host_state(self, host: str) -> dict[str, str]:
-        shard = self.shard_of(host)
-        return self.client(shard).hgetall(self.keys(shard).host_state(host))  # type: ignore[return-value]
-
     def load_robots(self, host: str) -> dict[str, str]:
         """The crawl's shared copy of the host's robots.txt (``robots.cache.RobotsStore``)."""
         shard = self.shard_of(host)

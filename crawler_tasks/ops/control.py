@@ -143,13 +143,6 @@ class Control:
                 out[int(shard)] = out.get(int(shard), 0) + 1
         return out
 
-    def snapshot_view(self) -> tuple[CrawlState, int]:
-        pipe = self.client.pipeline(transaction=False)
-        pipe.hget(self.keys.control, "state")
-        pipe.zcard(self.keys.inflight)
-        state, inflight = pipe.execute()
-        return _state(state), int(inflight or 0)
-
 
 def _state(raw: str | None) -> CrawlState:
     try:

@@ -20,7 +20,8 @@ import redis
 
 from crawler_tasks.connection import bytes_client, main_url, shard_url
 from crawler_tasks.frontier import Frontier
-from crawler_tasks.keys import GlobalKeys, ShardKeys
+from crawler_tasks.keys import ShardKeys
+from crawler_tasks.ops.control import Control
 from crawler_tasks.ops.snapshot import (
     _MUST_MATCH,
     _SHARD_TAG,
@@ -310,9 +311,8 @@ def restore(settings: Settings, path: str | os.PathLike, *, replace: bool = Fals
             key, type_, part, values, scores = _parse(rec)
             loader.write(key, type_, part, values, scores, int(rec.get("ttl_ms", 0)), rec.get("at") == "head")
         loader.flush()
-        g = GlobalKeys(settings.KEY_PREFIX)
         if not keep_inflight:
-            loader.client(main_url(settings)).delete(g.inflight, g.sessions)
+            Control(settings).forget_batches()
         info.repaired = _reconcile(settings, loader, time.time())
         if not keep_inflight:   # no worker of the old processes will hand their pages on
             frontier = Frontier(settings)

@@ -8,13 +8,14 @@ import dataclasses
 import time
 from datetime import UTC, datetime
 
+from crawler_tasks.counters import Counters, bump
 from crawler_tasks.frontier import ENQUEUED, SEEN, VERDICT_NAMES, Discovered, Frontier
 from crawler_tasks.ops.control import Control
 from crawler_tasks.output.jsonl import append_jsonl, pages_path
 from crawler_tasks.records import EntryKind, ErrorKind, PageRecord
 from crawler_tasks.settings import Settings
 from crawler_tasks.stages.gate import UrlGate
-from crawler_tasks.stages.worker import Counters, Worker, bump
+from crawler_tasks.stages.worker import Worker
 
 RECENT_LASTMOD_S = 30 * 86_400.0
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from types import EllipsisType
 from urllib.parse import urlsplit
 
+from crawler_tasks.counters import Counters, bump
 from crawler_tasks.fetch.http import FetchResult
 from crawler_tasks.fetch.netsafety import AddressRefused, ResolveError
 from crawler_tasks.fetch.politeness import FetchOutcome, HostState, crawl_delay_verdict, next_contact
@@ -39,7 +40,7 @@ from crawler_tasks.parse.html import is_html
 from crawler_tasks.parse.sitemaps import MAX_SITEMAP_BYTES
 from crawler_tasks.records import NETWORK_ERRORS, RETRYABLE_ERRORS, Action, EntryKind, ErrorKind, FetchedPage
 from crawler_tasks.robots.cache import RULES, UNREACHABLE, Check
-from crawler_tasks.stages.worker import Counters, Worker, bump, log_once
+from crawler_tasks.stages.worker import Worker, log_once
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,7 @@ class FetchSession:
         self.results: queue.Queue[tuple[FetchedPage, bytes, str | None] | None] = queue.Queue()
         self.counters: Counters = {}
         self.threads = 0
-        self.budget_ok = True
+        self.spare: int | None = None         # pages the budget still allows, as last read (None: no budget)
         self.backlogged = threading.Event()   # set while too many page groups wait for parse
         self.leased = 0                      # hosts leased over the crawl, as last read
         self.renew_every = max(1.0, s.LEASE_S / 4)
@@ -152,12 +153,8 @@ class FetchSession:
 
     def _room(self) -> int:
         """How many more hosts to lease now (0 when the page budget is spent)."""
-        s = self.w.settings
-        room = s.FETCH_BATCH - self.threads
-        if s.MAX_PAGES and room > 0:
-            view = self.w.control.view()
-            room = min(room, s.MAX_PAGES - view.pages - self.w.frontier.leased_hosts())
-        return max(0, room)
+        room = self.w.settings.FETCH_BATCH - self.threads
+        return max(0, room if self.spare is None else min(room, self.spare))
 
     def _check_control(self) -> None:
         s = self.w.settings
@@ -173,9 +170,7 @@ class FetchSession:
             self.backlogged.clear()
         if s.MAX_PAGES:
             self.leased = self.w.frontier.leased_hosts()
-            self.budget_ok = view.pages + self.leased <= s.MAX_PAGES
-        else:
-            self.budget_ok = True
+            self.spare = s.MAX_PAGES - view.pages - self.leased
 
     def _start(self, leases: list[Lease]) -> None:
         if not leases:
@@ -288,7 +283,7 @@ class FetchSession:
 
     def _hold_until(self, te: float) -> float:
         s = self.w.settings
-        if self.stop.is_set() or not self.budget_ok or te - time.time() > s.HOLD_HORIZON_S:
+        if self.stop.is_set() or (self.spare is not None and self.spare < 0) or te - time.time() > s.HOLD_HORIZON_S:
             return 0.0
         return te + s.LEASE_S
 
@@ -345,7 +340,7 @@ class FetchSession:
                     turn.te, turn.last = max(turn.te, answer.entry.expires), True
                 else:
                     sitemaps = answer.entry.rules.sitemaps if answer.entry.kind == RULES else []
-                    self._first_contact(lease, urlsplit(url).scheme, sitemaps)
+                    first_contact(self.w, lease, urlsplit(url).scheme, sitemaps)
                 return turn
             if answer.check == Check.UNREACHABLE:
                 # disallow all for now; the URL waits for the next robots.txt attempt
@@ -471,9 +466,6 @@ class FetchSession:
         if not self.w.settings.WARC_DEDUP_REVISITS or res.status != 200 or not res.body or res.truncated:
             return None
         return self.w.content.earlier_capture(res.url, payload_digest(res.body), warc_date(res.started))
-
-    def _first_contact(self, lease: Lease, scheme: str, sitemaps: list[str]) -> None:
-        first_contact(self.w, lease, scheme, sitemaps)
 
 
 def first_contact(w: Worker, lease: Lease, scheme: str, sitemaps: list[str]) -> None:

@@ -9,14 +9,13 @@ depth, extensions, length, traps), then the host's learned URL rules and trap sh
 """
 from __future__ import annotations
 
+from crawler_tasks.counters import Counters, bump
 from crawler_tasks.dedup.rules import UrlRules
 from crawler_tasks.frontier import Discovered
 from crawler_tasks.records import EntryKind
 from crawler_tasks.settings import Settings
 from crawler_tasks.urls import DEFAULT_SESSION_PARAMS, DEFAULT_TRACKING_PARAMS, host_key, normalize_url
 from crawler_tasks.urls.filters import UrlFilter
-
-Counters = dict[str, int]
 
 
 def drop_params(settings: Settings) -> frozenset[str]:
@@ -44,11 +43,11 @@ class UrlGate:
         url = raw if normalized else (normalize_url(raw, base, drop_params=self.drop) if raw else None)
         if not url:
             if raw:
-                _bump(counters, "filter/malformed")
+                bump(counters, "filter/malformed")
             return None
         reason = self.filter.reason(url, depth, check_depth=check_depth, check_extension=kind != EntryKind.SITEMAP)
         if reason is not None:
-            _bump(counters, f"filter/{reason}")
+            bump(counters, f"filter/{reason}")
             return None
         level = min(depth, self.settings.PRIORITY_LEVELS - 1) if priority is None else priority
         # a normalized URL is scheme://authority/path...: its authority is its politeness key
@@ -63,6 +62,3 @@ class UrlGate:
     def normalize(self, href: str, base: str | None = None) -> str | None:
         return normalize_url(href, base, drop_params=self.drop)
 
-
-def _bump(counters: Counters, name: str, n: int = 1) -> None:
-    counters[name] = counters.get(name, 0) + n

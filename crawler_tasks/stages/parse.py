@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from crawler_tasks.counters import Counters, bump
 from crawler_tasks.dedup.fingerprint import fingerprint_collapsed
 from crawler_tasks.dedup.simhash import simhash64_with_count, to_hex
 from crawler_tasks.output.feed import feed_record
@@ -18,7 +19,7 @@ from crawler_tasks.parse.sandbox import ParseFailed
 from crawler_tasks.parse.sitemaps import parse_sitemap
 from crawler_tasks.parse.text import PageText
 from crawler_tasks.records import EntryKind, ErrorKind, FetchedPage, PageRecord, SitemapUrl
-from crawler_tasks.stages.worker import Counters, Worker, bump, log_once
+from crawler_tasks.stages.worker import Worker, log_once
 from crawler_tasks.urls.normalize import MAX_LINK_CHARS
 
 Anchors = list[tuple[str, str, list[str]]]   # outlink, anchor text, rel tokens

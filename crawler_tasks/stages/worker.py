@@ -9,6 +9,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from crawler_tasks.counters import Counters
 from crawler_tasks.dedup.content import ContentIndex
 from crawler_tasks.dedup.rules import UrlRules
 from crawler_tasks.fetch.http import Fetcher
@@ -26,7 +27,6 @@ from crawler_tasks.stages.gate import UrlGate
 
 log = logging.getLogger(__name__)
 
-Counters = dict[str, int]
 
 
 @dataclass(slots=True)
@@ -86,6 +86,3 @@ def log_once(kind: str, message: str, *args: Any) -> None:
         _errors_logged.add(kind)
         log.exception(message, *args)
 
-
-def bump(counters: Counters, name: str, n: int = 1) -> None:
-    counters[name] = counters.get(name, 0) + n
