@@ -9,11 +9,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from crawler_tasks.dedup.fingerprint import fingerprint_collapsed
-from crawler_tasks.dedup.simhash import simhash64_with_count, to_hex
+from crawler_tasks.dedup.simhash import to_hex
 from crawler_tasks.output.feed import SCHEMA_PATH, SCHEMA_VERSION, feed_record
 from crawler_tasks.output.warc import warc_date
-from crawler_tasks.parse.html import parse_html
+from crawler_tasks.parse.page import analyse
 from crawler_tasks.parse.text import extract_text
 
 DATA = Path(__file__).parent / "data" / "text"
@@ -24,14 +23,12 @@ EXTRA = sorted(glob.glob("/usr/share/doc/debian-handbook/html/*/sect.*.html"))[:
 
 
 def build(body: bytes, url: str, *, full: bool = False) -> dict:
-    parsed = parse_html(body, url)
-    page = extract_text(body, url, full_text=full)
-    flat = page.collapsed_text()
-    sim, n_words = simhash64_with_count(flat)
+    result = analyse(body, url, {}, "full" if full else "main", 100_000, 12_000)
+    parsed, page = result.parsed, result.text
     outlinks = [(link.url, link.text, ["nofollow"] if link.nofollow else []) for link in parsed.links]
     return feed_record(
-        page, url=url, fetched_at=warc_date(1_700_000_000.5), fingerprint=fingerprint_collapsed(flat),
-        simhash=to_hex(sim) if n_words >= 50 else None, canonical=parsed.canonical,
+        page, url=url, fetched_at=warc_date(1_700_000_000.5), fingerprint=result.fingerprint,
+        simhash=to_hex(result.simhash) if result.simhash_words >= 50 else None, canonical=parsed.canonical,
         content_type="text/html; charset=utf-8", outlinks=outlinks,
     )
 

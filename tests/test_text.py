@@ -8,7 +8,10 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
+from crawler_tasks.dedup.fingerprint import content_fingerprint, fingerprint_collapsed
+from crawler_tasks.dedup.simhash import simhash64_with_count
 from crawler_tasks.exceptions import ConfigError
+from crawler_tasks.parse.page import analyse
 from crawler_tasks.parse.text import MAX_INPUT_BYTES, PageText, extract_text
 from crawler_tasks.settings import Settings
 
@@ -140,10 +143,14 @@ def test_caps_on_input_and_output() -> None:
     assert extract_text(b"<p>" + b"word " * 500 + b"</p>", "u", max_chars=50, full_text=True).full_text is not None
 
 
-def test_collapsed_text_is_the_hash_input() -> None:
-    p = page("handbook-en-syslog.html")
-    assert "\n" in p.text and "\n" not in p.collapsed_text()
-    assert p.collapsed_text().split() == p.text.split()
+def test_fingerprints_hash_the_collapsed_text() -> None:
+    body = (DATA / "handbook-en-syslog.html").read_bytes()
+    result = analyse(body, "http://h.test/syslog.html", {}, "main", 100_000, 12_000)
+    flat = " ".join(result.text.text.split())
+    assert "\n" in result.text.text and result.text.word_count == len(flat.split())
+    assert result.fingerprint == content_fingerprint(result.text.text) == fingerprint_collapsed(flat)
+    assert (result.simhash, result.simhash_words) == simhash64_with_count(flat[:12_000])
+    assert analyse(body, "http://h.test/syslog.html", {}, "main", 100_000).simhash_words == 0
 
 
 def test_text_mode_setting() -> None:

@@ -32,7 +32,7 @@ from crawler_tasks.parse.encoding import decode, decode_html, is_html, sniff
 from crawler_tasks.urls import Resolver
 from crawler_tasks.urls.normalize import MAX_LINK_CHARS
 
-__all__ = ["Link", "ParsedPage", "decode_html", "is_html", "parse_html"]
+__all__ = ["Document", "Link", "ParsedPage", "decode_html", "is_html", "parse_html", "prepare_document"]
 
 
 @dataclass(slots=True)
@@ -67,6 +67,39 @@ class ParsedPage:
     too_long: str | None = None   # the first href skipped for its length (recorded once)
 
 
+@dataclass(slots=True)
+class Document:
+    """A body decoded as a browser would and within the parse budget: what every
+    reader of the page (links, main text) parses, so decoding and the budget's
+    tokenizer run once per page."""
+
+    data: bytes | str     # UTF-8 bytes when the page is UTF-8 (lexbor reads them as they are)
+    charset: str
+    limited: str | None   # the parse-budget caps that bit, comma-separated
+
+
+def prepare_document(body: bytes, content_type: str | None = None, max_elements: int = MAX_ELEMENTS,
+                     max_depth: int = MAX_DEPTH, max_attrs: int = MAX_ATTRS) -> Document:
+    """Sniff, decode and cap one HTML body. Never raises: undecodable input is read as
+    UTF-8 with replacement characters."""
+    charset = "utf-8"
+    try:
+        if not isinstance(body, bytes):
+            body = bytes(body)
+        charset, start = sniff(body, content_type)
+        data: bytes | str
+        if charset == "utf-8":
+            data = body[start:] if start else body
+        else:
+            data = decode(body, charset, start)
+    except Exception:  # noqa: BLE001 - never raises
+        data = bytes(body).decode("utf-8", "replace") if isinstance(body, (bytes, bytearray, memoryview)) else ""
+    limited = None
+    if needs_budget(data):
+        data, limited = apply_budget(data, max_elements, max_depth, max_attrs)
+    return Document(data, charset, limited)
+
+
 _MAX_LINK_TEXT = 200
 _MAX_TITLE_CHARS = 1000  # an unbounded <title> would let one page bloat every record built from it
 _MAX_LANG_CHARS = 64
@@ -96,7 +129,7 @@ def _in_svg(node: object) -> bool:
 
 
 def parse_html(
-    body: bytes,
+    body: bytes | Document,
     url: str,
     *,
     content_type: str | None = None,
@@ -113,7 +146,8 @@ def parse_html(
     ``agent`` is the crawler's robots token: ``<meta name=agent>`` and
     ``X-Robots-Tag: agent: ...`` apply in addition to the generic forms.
     ``drop_params`` is passed to the URL normalizer (None: its defaults); the
-    ``max_*`` caps are the parse budget (see :mod:`crawler_tasks.parse.budget`).
+    ``max_*`` caps are the parse budget (see :mod:`crawler_tasks.parse.budget`);
+    a :class:`Document` is parsed as it is (it was decoded and capped already).
     Never raises: on total failure it returns an empty page that still
     carries the header-derived signals (robots flags, canonical).
     """
@@ -136,17 +170,10 @@ def parse_html(
     except Exception:  # noqa: BLE001, S110 - a bad header must not cost us the page
         pass
     try:
-        if not isinstance(body, bytes):
-            body = bytes(body)
-        charset, start = sniff(body, content_type)
-        data: bytes | str
-        if charset == "utf-8":
-            data = body[start:] if start else body  # lexbor reads UTF-8 bytes directly
-        else:
-            data = decode(body, charset, start)
-        if needs_budget(data):
-            data, limited = apply_budget(data, max_elements, max_depth, max_attrs)
-        page = _extract(data, resolver, drop_params, agent_l, max_text_chars)
+        doc = body if isinstance(body, Document) else prepare_document(
+            body, content_type, max_elements, max_depth, max_attrs)
+        charset, limited = doc.charset, doc.limited
+        page = _extract(doc.data, resolver, drop_params, agent_l, max_text_chars)
         page.noindex |= noindex
         page.nofollow |= nofollow
         page.canonical = page.canonical or header_canonical

@@ -1,25 +1,47 @@
-"""One document's analysis: links and robots signals (``html``), and the indexer's text
-(``text``: main content, language, metadata). The parse sandbox runs this as a whole,
-so both stay within the page's deadline and memory cap."""
+"""One document's analysis: links and robots signals (``html``), the indexer's text
+(``text``: main content, language, metadata) and the text's fingerprints. The parse
+sandbox runs this as a whole, so all of it stays within the page's deadline and memory
+cap; the body is decoded and capped once for both parsers, and the text split into words
+once for its word count, fingerprint and simhash."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from crawler_tasks.parse.html import ParsedPage, parse_html
+from crawler_tasks.dedup.fingerprint import fingerprint_collapsed
+from crawler_tasks.dedup.simhash import simhash64_with_count
+from crawler_tasks.parse.html import ParsedPage, parse_html, prepare_document
 from crawler_tasks.parse.text import PageText, extract_text
 
 
 @dataclass(slots=True)
 class Analysis:
     parsed: ParsedPage
-    text: PageText | None   # None in TEXT_MODE "body": the feed takes parse_html's body text
+    text: PageText            # in TEXT_MODE "body" built from parse_html's body text
+    fingerprint: str = ""     # of the text, case-folded and whitespace-collapsed
+    simhash: int = 0
+    simhash_words: int = 0    # distinct features behind the simhash (0: not computed)
 
 
-def analyse(body: bytes, url: str, html_options: dict[str, Any], text_mode: str, max_chars: int) -> Analysis:
+def analyse(body: bytes, url: str, html_options: dict[str, Any], text_mode: str, max_chars: int,
+            simhash_max_chars: int = 0) -> Analysis:
+    """``simhash_max_chars`` > 0 also computes the simhash of that much collapsed text."""
+    caps = {name: html_options[name] for name in ("max_elements", "max_depth", "max_attrs") if name in html_options}
+    doc = prepare_document(body, html_options.get("content_type"), **caps)
     if text_mode == "body":
-        return Analysis(parse_html(body, url, **html_options), None)
-    parsed = parse_html(body, url, **{**html_options, "max_text_chars": 0})
-    text = extract_text(body, url, main_content=True, full_text=text_mode == "full", max_chars=max_chars,
-                        content_type=html_options.get("content_type"), headers=html_options.get("headers"))
-    return Analysis(parsed, text)
+        parsed = parse_html(doc, url, **html_options)
+        words = parsed.text.split()
+        text = PageText(url=url, title=parsed.title, text=parsed.text, lang_declared=parsed.lang,
+                        word_count=len(words))
+    else:
+        parsed = parse_html(doc, url, **{**html_options, "max_text_chars": 0})
+        text = extract_text(doc, url, main_content=True, full_text=text_mode == "full", max_chars=max_chars,
+                            content_type=html_options.get("content_type"), headers=html_options.get("headers"),
+                            count_words=False)
+        words = text.text.split()
+        text.word_count = len(words)
+    flat = " ".join(words)
+    result = Analysis(parsed, text, fingerprint_collapsed(flat))
+    if simhash_max_chars > 0:
+        result.simhash, result.simhash_words = simhash64_with_count(flat[:simhash_max_chars])
+    return result

@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from crawler_tasks.counters import Counters, bump
-from crawler_tasks.dedup.fingerprint import fingerprint_collapsed
-from crawler_tasks.dedup.simhash import simhash64_with_count, to_hex
+from crawler_tasks.dedup.simhash import to_hex
 from crawler_tasks.output.feed import feed_record
 from crawler_tasks.output.spool import read_spool, remove_spool
 from crawler_tasks.parse.page import analyse
@@ -118,7 +117,7 @@ def _parse_into(w: Worker, rec: PageRecord, body: bytes, extra: list[PageRecord]
                                    max_text_chars=s.MAX_TEXT_CHARS, drop_params=w.gate.drop,
                                    max_elements=s.PARSE_MAX_ELEMENTS, max_depth=s.PARSE_MAX_DEPTH,
                                    max_attrs=s.PARSE_MAX_ATTRS)
-    args = (options, s.TEXT_MODE, s.MAX_TEXT_CHARS)
+    args = (options, s.TEXT_MODE, s.MAX_TEXT_CHARS, s.SIMHASH_MAX_CHARS if s.NEAR_DUPLICATES else 0)
     if w.sandbox is None:
         result = analyse(body, rec.url, *args)
     else:
@@ -128,9 +127,7 @@ def _parse_into(w: Worker, rec: PageRecord, body: bytes, extra: list[PageRecord]
             rec.error_kind, rec.error = ErrorKind.PARSE_LIMIT, str(exc)
             w.count({"parse/stopped": 1})
             return PageText(url=rec.url), []
-    parsed = result.parsed
-    text = result.text or PageText(url=rec.url, title=parsed.title, text=parsed.text, lang_declared=parsed.lang,
-                                   word_count=len(parsed.text.split()))
+    parsed, text = result.parsed, result.text
     if text.error:
         w.count({"parse/text_error": 1})
     if parsed.too_long:
@@ -143,12 +140,9 @@ def _parse_into(w: Worker, rec: PageRecord, body: bytes, extra: list[PageRecord]
     if parsed.limited and not rec.error_kind:
         rec.error_kind, rec.error = ErrorKind.PARSE_LIMIT, f"parse budget cut the page: {parsed.limited}"
     rec.title = parsed.title or text.title
-    flat = text.collapsed_text()
-    rec.fingerprint = fingerprint_collapsed(flat)
-    if s.NEAR_DUPLICATES:
-        sim, n_words = simhash64_with_count(flat[: s.SIMHASH_MAX_CHARS])
-        if n_words >= s.SIMHASH_MIN_WORDS:
-            rec.simhash = to_hex(sim)
+    rec.fingerprint = result.fingerprint
+    if s.NEAR_DUPLICATES and result.simhash_words >= s.SIMHASH_MIN_WORDS:
+        rec.simhash = to_hex(result.simhash)
     rec.text_chars = len(text.text)
     rec.canonical = parsed.canonical
     rec.noindex = parsed.noindex
