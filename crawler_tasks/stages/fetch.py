@@ -358,10 +358,8 @@ class FetchSession:
         action = Action.RETRY if retryable and entry.tries < s.MAX_RETRIES else Action.DONE
         record_id = None
         if res.status is not None:
-            try:
-                record_id = w.warc.write_exchange(res, self._earlier_capture(res))
-            except (ValueError, UnicodeError):  # warcio on odd headers: record the URL, keep going
-                log_once("warc", "cannot write WARC record for %s", url)
+            digest = payload_digest(res.body)
+            record_id = w.warc.write_exchange(res, self._earlier_capture(res, digest), digest)
         turn = self._decide(state, res, action)
         if action == Action.RETRY:
             return turn
@@ -417,10 +415,7 @@ class FetchSession:
         res = w.fetcher.fetch(url)
         last[0] = res.ended or time.time()
         if res.status is not None:
-            try:
-                w.warc.write_exchange(res, None)
-            except (ValueError, UnicodeError):
-                log_once("warc", "cannot write WARC record for %s", url)
+            w.warc.write_exchange(res, None)
         return res
 
     def _learned_since_queued(self, lease: Lease, entry: Entry) -> str | None:
@@ -462,10 +457,10 @@ class FetchSession:
         self.stop.wait(max(0.0, min(te - time.time(), self.w.settings.HOLD_HORIZON_S)))
         self._renew()
 
-    def _earlier_capture(self, res: FetchResult) -> tuple[str, str] | None:
+    def _earlier_capture(self, res: FetchResult, digest: str) -> tuple[str, str] | None:
         if not self.w.settings.WARC_DEDUP_REVISITS or res.status != 200 or not res.body or res.truncated:
             return None
-        return self.w.content.earlier_capture(res.url, payload_digest(res.body), warc_date(res.started))
+        return self.w.content.earlier_capture(res.url, digest, warc_date(res.started))
 
 
 def first_contact(w: Worker, lease: Lease, scheme: str, sitemaps: list[str]) -> None:
