@@ -19,7 +19,7 @@ every DUST_CACHE_S (at once in the worker that learned them).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis.client import Pipeline
@@ -60,6 +60,22 @@ class RuleInfo:
     pairs: int
     counter_examples: int
     active: bool
+
+
+@dataclass(slots=True)
+class _HostPlan:
+    """One host's share of a batch's pipelines: where its replies start, and what its
+    writes asked to read back."""
+    host: str
+    recs: list[PageRecord]
+    keys: ShardKeys
+    shard: int
+    targets: list[list[tuple[str, str]]]
+    at: int
+    end: int = 0
+    refuted: bool = False
+    learned: list[str] = field(default_factory=list)
+    shapes: list[tuple[str, bool]] = field(default_factory=list)
 
 
 class UrlRules:
@@ -107,35 +123,80 @@ class UrlRules:
 
     # -- the parse stage's side --------------------------------------------------------
     def observe(self, records: list[PageRecord], counters: Counters) -> None:
-        """Count the batch's evidence for rules and its pages per shape."""
+        """Count the batch's evidence for rules and its pages per shape: one pipeline of
+        reads and one of writes per shard for the whole batch, whatever its hosts."""
         pages = [r for r in records if r.status == 200 and r.fingerprint and r.kind == EntryKind.PAGE
                  and not r.soft_404 and not r.error_kind]
         by_host: dict[str, list[PageRecord]] = {}
         for rec in pages:
             by_host.setdefault(_origin_host(rec.url), []).append(rec)
+        if not by_host:
+            return
+        reads: dict[int, Pipeline] = {}
+        plans: list[_HostPlan] = []
         for host, group in by_host.items():
-            self._observe_host(host, group, counters)
+            k, shard = self._keys(host)
+            pipe = self._pipeline(reads, shard)
+            plan = _HostPlan(host, group, k, shard, [applicable(r.url) for r in group], len(pipe))
+            pipe.hlen(k.dust_urls(host))
+            pipe.hlen(k.shapes(host))
+            for rec, cands in zip(group, plan.targets, strict=True):
+                pipe.hmget(k.dust_urls(host), [f"u:{t}" for _, t in cands] + [f"v:{rec.url}"])
+            plans.append(plan)
+        read = {shard: pipe.execute() for shard, pipe in reads.items()}
+        writes: dict[int, Pipeline] = {}
+        for plan in plans:
+            n_urls, n_shapes, *stored = read[plan.shard][plan.at:plan.at + 2 + len(plan.recs)]
+            pipe = self._pipeline(writes, plan.shard)
+            plan.at = len(pipe)
+            self._weigh(pipe, plan, n_urls, n_shapes, stored, counters)
+            plan.end = len(pipe)
+        written = {shard: pipe.execute() for shard, pipe in writes.items()}
+        finals: dict[int, Pipeline] = {}
+        concluded: list[tuple[_HostPlan, list[str], dict[str, str], int]] = []
+        for plan in plans:
+            res = written[plan.shard][plan.at:plan.end]
+            tail = res[len(res) - 3 * len(plan.learned) - 3 * len(plan.shapes):]
+            bar = EXACT_UNITS * self.settings.DUST_CONFIRMATIONS
+            new = [rule for i, rule in enumerate(plan.learned)
+                   if self.learning and int(tail[3 * i]) >= bar and not tail[3 * i + 2]]
+            traps = self._trap_shapes(plan.shapes, tail[3 * len(plan.learned):])
+            if plan.refuted:
+                self._cache.pop(plan.host, None)
+            if not new and not traps:
+                continue
+            pipe = self._pipeline(finals, plan.shard)
+            concluded.append((plan, new, traps, len(pipe)))
+            for rule in new:
+                pipe.sadd(plan.keys.dust_rules(plan.host), rule)
+            for name, reason in traps.items():
+                pipe.hsetnx(plan.keys.trap_shapes(plan.host), name, reason)
+        added_by_shard = {shard: pipe.execute() for shard, pipe in finals.items()}
+        for plan, new, traps, at in concluded:
+            added = added_by_shard[plan.shard][at:at + len(new) + len(traps)]
+            bump(counters, "dust/rules_learned", sum(map(int, added[:len(new)])))
+            bump(counters, "dust/trap_shapes", sum(map(int, added[len(new):])))
+            self._cache.pop(plan.host, None)
 
-    def _observe_host(self, host: str, recs: list[PageRecord], counters: Counters) -> None:
+    def _pipeline(self, pipes: dict[int, Pipeline], shard: int) -> Pipeline:
+        pipe = pipes.get(shard)
+        if pipe is None:
+            pipe = pipes[shard] = shard_client(self.settings, shard).pipeline(transaction=False)
+        return pipe
+
+    def _weigh(self, writes: Pipeline, plan: _HostPlan, n_urls: int, n_shapes: int, stored: list[Any],
+               counters: Counters) -> None:
+        """Weigh one host's pages against what is stored; queue the writes (evidence, the
+        pages' URLs, shape counts) and note in ``plan`` what to read back from them."""
         s = self.settings
-        k, shard = self._keys(host)
-        client = shard_client(s, shard)
+        host, k = plan.host, plan.keys
         urls_key, dust_key, rules_key = k.dust_urls(host), k.dust(host), k.dust_rules(host)
-        targets = [applicable(r.url) for r in recs]
-        pipe = client.pipeline(transaction=False)
-        pipe.hlen(urls_key)
-        pipe.hlen(k.shapes(host))
-        for rec, cands in zip(recs, targets, strict=True):
-            pipe.hmget(urls_key, [f"u:{t}" for _, t in cands] + [f"v:{rec.url}"])
-        n_urls, n_shapes, *stored = pipe.execute()
-
         known: dict[str, str] = {}      # this batch's pages: url -> "fp simhash"
         variants: dict[str, str] = {}   # target -> "rule fp simhash" of a variant
         evidence: dict[str, int] = {}   # rule -> units
         pairs: dict[str, int] = {}
         refuted: set[str] = set()
-        writes = client.pipeline(transaction=False)
-        for rec, cands, values in zip(recs, targets, stored, strict=True):
+        for rec, cands, values in zip(plan.recs, plan.targets, stored, strict=True):
             mine = f"{rec.fingerprint} {rec.simhash or ''}"
             units: dict[str, int] = {}
             against: set[str] = set()
@@ -179,31 +240,13 @@ class UrlRules:
             writes.srem(rules_key, rule)
         if refuted:
             bump(counters, "dust/counter_examples", len(refuted))
-        learned = [r for r in evidence if r not in refuted]
-        for rule in learned:
+        plan.refuted = bool(refuted)
+        plan.learned = [r for r in evidence if r not in refuted]
+        for rule in plan.learned:
             writes.hincrby(dust_key, f"e:{rule}", evidence[rule])
             writes.hincrby(dust_key, f"n:{rule}", pairs[rule])
             writes.hget(dust_key, f"x:{rule}")
-        shapes = self._count_shapes(writes, k.shapes(host), recs, n_shapes)
-        res = writes.execute()
-        tail = res[len(res) - 3 * len(learned) - 3 * len(shapes):]
-        bar = EXACT_UNITS * s.DUST_CONFIRMATIONS
-        new = [rule for i, rule in enumerate(learned)
-               if self.learning and int(tail[3 * i]) >= bar and not tail[3 * i + 2]]
-        traps = self._trap_shapes(shapes, tail[3 * len(learned):])
-        if refuted:
-            self._cache.pop(host, None)
-        if not new and not traps:
-            return
-        pipe = client.pipeline(transaction=False)
-        for rule in new:
-            pipe.sadd(rules_key, rule)
-        for name, reason in traps.items():
-            pipe.hsetnx(k.trap_shapes(host), name, reason)
-        added = pipe.execute()
-        bump(counters, "dust/rules_learned", sum(map(int, added[:len(new)])))
-        bump(counters, "dust/trap_shapes", sum(map(int, added[len(new):])))
-        self._cache.pop(host, None)
+        plan.shapes = self._count_shapes(writes, k.shapes(host), plan.recs, n_shapes)
 
     def _count_shapes(self, pipe: Pipeline, key: str, recs: list[PageRecord], n_shapes: int) -> list[tuple[str, bool]]:
         """Queue the shape counts of the pages; returns (shape, is facet shape) in order,
