@@ -51,3 +51,34 @@ def test_a_page_over_the_memory_cap_kills_only_its_child(sandbox):
     with pytest.raises(ParseFailed, match="died"):
         sandbox.analyse(b"greedy", "http://a.test/", {}, "body", 1000)
     assert sandbox.analyse(PAGE, "http://a.test/", {}, "body", 1000).parsed.title == "t"
+
+
+def test_a_tag_dense_page_skips_the_budget_and_a_bomb_gets_it_after_a_short_deadline(monkeypatch):
+    """Only tag-dense: parsed as it is under a short deadline; a late one is redone with the budget."""
+    from crawler_tasks.parse.budget import tag_dense_only
+    from crawler_tasks.stages import parse as stage
+
+    box = ParseSandbox(timeout_s=20.0, memory_mb=1024)
+    counted: dict[str, int] = {}
+
+    def count(c: dict[str, int]) -> None:
+        for k, v in c.items():
+            counted[k] = counted.get(k, 0) + v
+
+    try:
+        reference = b"<html><body>" + b"".join(b"<p><a href='/%d'>link %d</a> text</p>" % (i, i)
+                                                for i in range(5000)) + b"</body></html>"
+        assert tag_dense_only(reference)
+        args = ({}, "main", 100_000, 0)
+        result = stage._sandboxed(box, reference, "http://a.test/", args, count)
+        assert result.parsed.limited is None and len(result.parsed.links) == 5000 and not counted
+        bomb = b"<div>" * 60_000 + b'<a href="/end">e</a>'   # 300 kB: lexbor alone takes minutes
+        assert tag_dense_only(bomb)
+        monkeypatch.setattr(stage, "UNBUDGETED_PARSE_S", 0.5)
+        t0 = time.monotonic()
+        result = stage._sandboxed(box, bomb, "http://a.test/", args, count)
+        assert time.monotonic() - t0 < 10
+        assert result.parsed.limited == "max_depth" and counted == {"parse/budget_retry": 1}
+        assert [link.url for link in result.parsed.links] == ["http://a.test/end"]
+    finally:
+        box.close()

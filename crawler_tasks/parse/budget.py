@@ -37,7 +37,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["MAX_ATTRS", "MAX_DEPTH", "MAX_ELEMENTS", "apply_budget", "needs_budget"]
+__all__ = ["MAX_ATTRS", "MAX_DEPTH", "MAX_ELEMENTS", "apply_budget", "needs_budget", "tag_dense_only"]
 
 MAX_ELEMENTS = 100_000
 MAX_DEPTH = 512  # Blink's tree depth cap
@@ -207,13 +207,27 @@ def _close_sibling(model: _Model, name: Any) -> None:
             return  # a container in between: the tree builder would not close it either
 
 
-def needs_budget(data: str | bytes) -> bool:
-    """Whether a document is big, tag-dense or has a giant tag (C-speed checks)."""
+def needs_budget(data: str | bytes, *, tag_dense: bool = True) -> bool:
+    """Whether a document is big, tag-dense or has a giant tag (C-speed checks).
+    ``tag_dense=False`` leaves the tag count out: for a caller whose parse has a short
+    deadline and redoes a late one with the budget (``tag_dense_only``)."""
     if len(data) > _PLAIN_MAX_CHARS:
         return True
     if isinstance(data, bytes):
-        return data.count(b"<") > _PLAIN_MAX_TAGS or _GIANT_TAG_B.search(data) is not None
-    return data.count("<") > _PLAIN_MAX_TAGS or _GIANT_TAG_S.search(data) is not None
+        return (tag_dense and data.count(b"<") > _PLAIN_MAX_TAGS) or _GIANT_TAG_B.search(data) is not None
+    return (tag_dense and data.count("<") > _PLAIN_MAX_TAGS) or _GIANT_TAG_S.search(data) is not None
+
+
+def tag_dense_only(data: str | bytes) -> bool:
+    """Whether only the tag count asks for the budget. Such pages are common (a long
+    reference page has 10-50k tags) and the tokenizer costs ~50 ms on one, ten times
+    lexbor's parse, while the bombs it stops are rare: so they are parsed as they are
+    under a short deadline first, and only a late one gets the budget."""
+    if len(data) > _PLAIN_MAX_CHARS:
+        return False
+    if isinstance(data, bytes):
+        return data.count(b"<") > _PLAIN_MAX_TAGS and _GIANT_TAG_B.search(data) is None
+    return data.count("<") > _PLAIN_MAX_TAGS and _GIANT_TAG_S.search(data) is None
 
 
 def apply_budget(

@@ -35,14 +35,16 @@ class ParseSandbox:
         self._proc: BaseProcess | None = None
         self._conn: Connection | None = None
 
-    def analyse(self, body: bytes, url: str, *args: Any) -> Analysis:
-        """``parse.page.analyse(body, url, *args)`` in the child; ParseFailed if it had to be stopped."""
+    def analyse(self, body: bytes, url: str, *args: Any, timeout_s: float | None = None) -> Analysis:
+        """``parse.page.analyse(body, url, *args)`` in the child; ParseFailed if it had to be
+        stopped. ``timeout_s`` is a shorter deadline for this page."""
         conn = self._connection()
+        deadline = self.timeout_s if timeout_s is None else min(timeout_s, self.timeout_s)
         try:
             conn.send_bytes(pickle.dumps((body, url, args), protocol=pickle.HIGHEST_PROTOCOL))
-            if not conn.poll(self.timeout_s):
+            if not conn.poll(deadline):
                 self._kill()
-                raise ParseFailed(f"parse stopped after its {self.timeout_s:g} s deadline")
+                raise ParseFailed(f"parse stopped after its {deadline:g} s deadline")
             page = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError, pickle.UnpicklingError) as exc:
             self._kill()

@@ -7,14 +7,16 @@ Policy: a page that cannot be parsed gets ``error_kind="parse"`` and the batch g
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from crawler_tasks.counters import Counters, bump
 from crawler_tasks.dedup.simhash import to_hex
 from crawler_tasks.output.feed import feed_record
 from crawler_tasks.output.spool import read_spool, remove_spool
-from crawler_tasks.parse.page import analyse
-from crawler_tasks.parse.sandbox import ParseFailed
+from crawler_tasks.parse.budget import tag_dense_only
+from crawler_tasks.parse.page import Analysis, analyse
+from crawler_tasks.parse.sandbox import ParseFailed, ParseSandbox
 from crawler_tasks.parse.sitemaps import parse_sitemap
 from crawler_tasks.parse.text import PageText
 from crawler_tasks.records import EntryKind, ErrorKind, FetchedPage, PageRecord, SitemapUrl
@@ -23,6 +25,8 @@ from crawler_tasks.urls.normalize import MAX_LINK_CHARS
 
 Anchors = list[tuple[str, str, list[str]]]   # outlink, anchor text, rel tokens
 MAX_SHOWN_URL_CHARS = 1024
+# A page parsed without the budget's tokenizer must be done by then (real pages: < 0.1 s).
+UNBUDGETED_PARSE_S = 1.0
 
 
 def parse_stage(w: Worker, pages: list[FetchedPage], batch_id: str) -> list[PageRecord]:
@@ -109,6 +113,19 @@ def _parse_sitemap_into(rec: PageRecord, body: bytes) -> None:
     rec.n_links = len(sitemap.entries)
 
 
+def _sandboxed(sandbox: ParseSandbox, body: bytes, url: str, args: tuple[Any, ...],
+               count: Callable[[Counters], None]) -> Analysis:
+    """A page that is only tag-dense is parsed without the budget's tokenizer under a
+    short deadline first; a late one (a bomb) is parsed again with the budget."""
+    if not tag_dense_only(body):
+        return sandbox.analyse(body, url, *args)
+    try:
+        return sandbox.analyse(body, url, *args, False, timeout_s=UNBUDGETED_PARSE_S)
+    except ParseFailed:
+        count({"parse/budget_retry": 1})
+        return sandbox.analyse(body, url, *args)
+
+
 def _parse_into(w: Worker, rec: PageRecord, body: bytes, extra: list[PageRecord]) -> tuple[PageText, Anchors]:
     """Fill the record from the HTML; returns the page's text and outlinks (with anchor
     text and rel) for the indexer feed, which must not travel through the broker."""
@@ -122,7 +139,7 @@ def _parse_into(w: Worker, rec: PageRecord, body: bytes, extra: list[PageRecord]
         result = analyse(body, rec.url, *args)
     else:
         try:
-            result = w.sandbox.analyse(body, rec.url, *args)
+            result = _sandboxed(w.sandbox, body, rec.url, args, w.count)
         except ParseFailed as exc:
             rec.error_kind, rec.error = ErrorKind.PARSE_LIMIT, str(exc)
             w.count({"parse/stopped": 1})
