@@ -36,7 +36,7 @@ from crawler_tasks.exceptions import ConfigError, CrawlerError
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.ops.control import Control, CrawlState
 from crawler_tasks.ops.embedded import EmbeddedRedis, die_with_parent, log_tail, private_dir, write_private
-from crawler_tasks.ops.maintenance import Progress, read_progress
+from crawler_tasks.ops.maintenance import Progress, read_progress, settle
 from crawler_tasks.ops.metrics import serve_metrics
 from crawler_tasks.ops.metrics import stop as stop_metrics
 from crawler_tasks.ops.progress import StatusLine, eta_s, progress_line
@@ -59,6 +59,11 @@ READY_MARKERS = {"worker": " ready.", "beat": "beat: Starting..."}
 MAX_HOSTS_NAMED = 10
 # Hosts examined per shard for the final summary.
 SUMMARY_HOSTS_PER_SHARD = 10_000
+# How often the runner reads progress, checks its children and limits.
+WATCH_S = 0.5
+# The same once the end is near (stopping, or a finite crawl with nothing queued): the
+# runner makes the stop decision itself, so the last batch's end is seen this soon.
+WATCH_ENDING_S = 0.1
 
 
 class StartupError(CrawlerError):
@@ -287,13 +292,18 @@ class CrawlRunner:
         s = self.settings
         last_pages, last_at = 0, time.time()
         rate = 0.0
+        interval = WATCH_S
         while True:
-            time.sleep(0.5)
+            time.sleep(interval)
             if self.redis is not None and not self.redis.alive():
                 self._recover_redis()
                 continue
             try:
+                control = Control(s)
+                before_inflight = control.inflight()
                 progress = read_progress(s)
+                if progress.state != CrawlState.FINISHED:
+                    settle(s, control, progress, before_inflight)
             except redis.RedisError:
                 if self.redis is not None and not self.redis.alive():
                     continue  # restarted on the next turn
@@ -310,6 +320,8 @@ class CrawlRunner:
             self.status.update(line, now)
             if progress.state == CrawlState.FINISHED:
                 return progress
+            ending = progress.state == CrawlState.STOPPING or (progress.queued == 0 and not s.CONTINUOUS)
+            interval = WATCH_ENDING_S if ending else WATCH_S
             for i, child in enumerate(self.children):
                 if child.alive():
                     continue
@@ -430,12 +442,12 @@ class CrawlRunner:
         for child in self.children:
             child.terminate()
         deadline = time.monotonic() + 15.0
+        if self.metrics_server is not None:  # its poll loop's wait overlaps the children's exit
+            stop_metrics(self.metrics_server)
+            self.metrics_server = None
         for child in self.children:
             child.reap(deadline)
         self.children.clear()
-        if self.metrics_server is not None:
-            stop_metrics(self.metrics_server)
-            self.metrics_server = None
         if self.redis is not None:
             self.redis.stop()
             self.redis = None
