@@ -53,7 +53,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 STATE_FILE = "crawl.json"
 # Children that die are restarted, at most this many times per crawl.
 MAX_RESTARTS = 10
-# What a child writes to its log once it is up (celery worker / beat, at -l INFO).
+# What a child writes to its log once it is up (celery worker / beat, at log level INFO).
 READY_MARKERS = {"worker": " ready.", "beat": "beat: Starting..."}
 # Unreachable hosts named one by one while the crawl runs; after that only counted.
 MAX_HOSTS_NAMED = 10
@@ -93,6 +93,7 @@ class Child:
         self.kind = "beat" if name == "beat" else "worker"
         self._log = open(log_path, "ab")
         self.log_start = self._log.tell()
+        self._up = False
         self.proc = subprocess.Popen(args, env=env, cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL,
                                      stdout=self._log, stderr=subprocess.STDOUT,
                                      start_new_session=True, preexec_fn=die_with_parent)
@@ -102,12 +103,14 @@ class Child:
 
     def came_up(self) -> bool:
         """Whether this incarnation logged that it is ready."""
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(self.log_start)
-                return READY_MARKERS[self.kind].encode() in f.read()
-        except OSError:
-            return False
+        if not self._up:
+            try:
+                with open(self.log_path, "rb") as f:
+                    f.seek(self.log_start)
+                    self._up = READY_MARKERS[self.kind].encode() in f.read()
+            except OSError:
+                pass
+        return self._up
 
     def terminate(self) -> None:
         """SIGTERM the child's process group (a worker's warm shutdown)."""
@@ -263,10 +266,9 @@ class CrawlRunner:
         env = {**os.environ, **s.to_env(), "PYTHONPATH": os.pathsep.join(
             [str(REPO_ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
         tag = f"{os.getpid()}"
-        celery = [sys.executable, "-m", "celery", "-A", "crawler_tasks"]
-        common = ["--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO"]
-        if s.TASK_EVENTS:
-            common.append("-E")
+        # Celery's own worker and beat, started without its command line (ops/child.py)
+        celery = [sys.executable, "-m", "crawler_tasks.ops.child"]
+        common = ["-E"] if s.TASK_EVENTS else []
         fetch_queues = ",".join(fetch_queue(i) for i in range(s.SHARDS))
         # no prefork parent copying every message into a child: fetch workers run their
         # sessions on a threads pool (each session a thread per host, mostly waiting),
@@ -281,7 +283,7 @@ class CrawlRunner:
         specs += [
             ("worker-control", celery + ["worker", "-Q", CONTROL_QUEUE, "-P", "solo",
                                          "-n", f"control-{tag}@%h"] + common),
-            ("beat", celery + ["beat", "-s", str(self.out_dir / "celerybeat-schedule"), "-l", "INFO"]),
+            ("beat", celery + ["beat", "-s", str(self.out_dir / "celerybeat-schedule")]),
         ]
         for name, args in specs:
             self.children.append(Child(name, args, env, self.out_dir / "logs" / f"{name}.log"))
@@ -302,7 +304,8 @@ class CrawlRunner:
                 control = Control(s)
                 before_inflight = control.inflight()
                 progress = read_progress(s)
-                if progress.state != CrawlState.FINISHED:
+                # like maintenance, which runs once the control worker and beat are up
+                if progress.state != CrawlState.FINISHED and all(c.came_up() for c in self.children):
                     settle(s, control, progress, before_inflight)
             except redis.RedisError:
                 if self.redis is not None and not self.redis.alive():
