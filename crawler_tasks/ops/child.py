@@ -3,13 +3,32 @@
 The same worker and beat as ``celery -A crawler_tasks worker|beat`` with the options
 the runner uses, started through Celery's API instead of its command line, which
 imports every subcommand and plugin it knows of (flower, the amqp shell with its
-prompt toolkit) before it looks at its arguments: about 0.13 s of CPU per process,
-and a crawl boots six of them at once on a machine that may have two cores.
+prompt toolkit) before it looks at its arguments.
+
+``... child serve`` is a fork server: it imports the app, its tasks and Celery's
+worker once, then forks each process the runner asks for (one JSON line on stdin:
+argv and log file; it answers ``spawned PID`` and later ``exited PID CODE`` on
+stdout). A crawl boots six processes at once, often on two cores, and each spent
+~0.4 s of CPU importing the same modules; a fork costs a few milliseconds. Every
+forked process is its own session (the runner signals its group), gets SIGTERM when
+the server dies, and the server gets SIGTERM when the runner dies, so none outlives
+the runner. Nothing opens a connection or starts a thread before the fork: the app's
+broker pool and the stages' clients are made on first use.
 """
 from __future__ import annotations
 
 import argparse
+import atexit
+import json
+import os
+import select
+import signal
+import subprocess
 import sys
+import time
+import traceback
+from pathlib import Path
+from typing import IO
 
 
 def parser() -> argparse.ArgumentParser:
@@ -24,11 +43,14 @@ def parser() -> argparse.ArgumentParser:
     worker.add_argument("-E", "--task-events", action="store_true")
     beat = sub.add_parser("beat")
     beat.add_argument("-s", "--schedule", required=True, help="Beat's state file")
+    sub.add_parser("serve")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.command == "serve":
+        return serve()
     from celery.utils.log import mlevel
 
     from crawler_tasks.celery import app
@@ -48,6 +70,209 @@ def main(argv: list[str] | None = None) -> int:
                         without_gossip=True, without_mingle=True, without_heartbeat=True)
     worker.start()
     return int(worker.exitcode or 0)
+
+
+# -- fork server ---------------------------------------------------------------
+
+def serve() -> int:
+    """Import once, then fork on request until stdin closes (the runner is gone)."""
+    import celery.apps.beat  # noqa: F401  - what every forked process would import
+    import celery.apps.worker  # noqa: F401
+    import celery.concurrency.solo  # noqa: F401
+    import celery.concurrency.thread  # noqa: F401
+    import celery.worker.consumer.consumer  # noqa: F401
+
+    # what crawler_tasks.tasks imports, not the module itself: its state (a CPU clock
+    # reading, the stage state) must be made in each process, so each imports it anew
+    import crawler_tasks.celery  # noqa: F401
+    import crawler_tasks.ops.maintenance  # noqa: F401
+    import crawler_tasks.ops.snapshot  # noqa: F401
+    import crawler_tasks.output.spool  # noqa: F401
+    import crawler_tasks.records  # noqa: F401
+    import crawler_tasks.stages.enqueue  # noqa: F401
+    import crawler_tasks.stages.fetch  # noqa: F401
+    import crawler_tasks.stages.parse  # noqa: F401
+    import crawler_tasks.stages.wake  # noqa: F401
+    import crawler_tasks.stages.worker  # noqa: F401
+
+    me = os.getpid()
+    out = sys.stdout
+    children: set[int] = set()
+    buf = b""
+    while True:
+        ready, _, _ = select.select([0], [], [], 0.05)
+        for pid, code in _reap(children):
+            _say(out, f"exited {pid} {code}")
+        if not ready:
+            continue
+        chunk = os.read(0, 65536)
+        if not chunk:
+            return 0
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            request = json.loads(line)
+            pid = os.fork()
+            if pid == 0:
+                _run_forked(me, request["args"], request["log"])
+            children.add(pid)
+            _say(out, f"spawned {pid}")
+
+
+def _reap(children: set[int]) -> list[tuple[int, int]]:
+    done = []
+    for pid in list(children):
+        got, status = os.waitpid(pid, os.WNOHANG)
+        if got:
+            children.discard(pid)
+            done.append((pid, os.waitstatus_to_exitcode(status)))
+    return done
+
+
+def _say(out: IO[str], line: str) -> None:
+    out.write(line + "\n")
+    out.flush()
+
+
+def _run_forked(server: int, argv: list[str], log: str) -> None:
+    """In the forked process: own session, dies with the server, output to its log."""
+    code = 1
+    try:
+        os.setsid()
+        from crawler_tasks.ops.embedded import die_with_parent
+
+        die_with_parent()
+        if os.getppid() != server:  # the server died before prctl took effect
+            os._exit(1)
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        os.close(null)
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        try:
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+class ForkedProc:
+    """The part of ``subprocess.Popen`` the runner uses, for a process the server forked."""
+
+    def __init__(self, server: ForkServer, pid: int, args: list[str]) -> None:
+        self.server = server
+        self.pid = pid
+        self.args = args
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.server.exit_code(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            time.sleep(0.01)
+        assert self.returncode is not None
+        return self.returncode
+
+
+class ForkServer:
+    """The runner's end of ``child serve``."""
+
+    def __init__(self, env: dict[str, str], cwd: str, log_path: Path) -> None:
+        from crawler_tasks.ops.embedded import die_with_parent
+
+        self._log = open(log_path, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "crawler_tasks.ops.child", "serve"], env=env, cwd=cwd,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+                                     start_new_session=True, preexec_fn=die_with_parent)
+        assert self.proc.stdout is not None
+        self._out = self.proc.stdout.fileno()
+        os.set_blocking(self._out, False)
+        self._buf = b""
+        self._spawned: list[int] = []
+        self._exited: dict[int, int] = {}
+        self._eof = False
+
+    def alive(self) -> bool:
+        return not self._eof and self.proc.poll() is None
+
+    def spawn(self, args: list[str], log_path: Path, timeout_s: float = 30.0) -> ForkedProc | None:
+        """Fork ``child <args>`` logging to ``log_path``; None if the server is not there."""
+        if not self.alive():
+            return None
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps({"args": args, "log": str(log_path)}).encode() + b"\n")
+            self.proc.stdin.flush()
+        except OSError:
+            self._eof = True
+            return None
+        deadline = time.monotonic() + timeout_s
+        while not self._spawned:
+            if self._eof or time.monotonic() >= deadline:
+                return None
+            select.select([self._out], [], [], 0.05)
+            self._read()
+        return ForkedProc(self, self._spawned.pop(0), args)
+
+    def exit_code(self, pid: int) -> int | None:
+        self._read()
+        if pid in self._exited:
+            return self._exited[pid]
+        if not self.alive():  # its processes were orphaned: gone once no signal reaches them
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return self._exited.setdefault(pid, -signal.SIGTERM)
+            except PermissionError:  # pragma: no cover - the pid was reused
+                return self._exited.setdefault(pid, -signal.SIGTERM)
+        return None
+
+    def _read(self) -> None:
+        while not self._eof:
+            try:
+                chunk = os.read(self._out, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                self._eof = True
+                break
+            self._buf += chunk
+        while b"\n" in self._buf:
+            line, self._buf = self._buf.split(b"\n", 1)
+            word, *rest = line.decode().split()
+            if word == "spawned":
+                self._spawned.append(int(rest[0]))
+            elif word == "exited":
+                self._exited[int(rest[0])] = int(rest[1])
+
+    def stop(self) -> None:
+        """SIGKILL, once the processes it forked are gone: it holds no state, and a clean
+        exit of an interpreter with every module loaded takes a tenth of a second."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                if pipe is not None:
+                    pipe.close()
+            except OSError:
+                pass
+        self._log.close()
 
 
 if __name__ == "__main__":

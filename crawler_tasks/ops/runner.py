@@ -35,6 +35,7 @@ from crawler_tasks.connection import global_client, ping_once, redact
 from crawler_tasks.exceptions import ConfigError, CrawlerError
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.ops.control import Control, CrawlState
+from crawler_tasks.ops.child import ForkedProc, ForkServer
 from crawler_tasks.ops.embedded import EmbeddedRedis, die_with_parent, log_tail, private_dir, write_private
 from crawler_tasks.ops.maintenance import Progress, read_progress, settle
 from crawler_tasks.ops.metrics import serve_metrics
@@ -53,6 +54,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 STATE_FILE = "crawl.json"
 # Children that die are restarted, at most this many times per crawl.
 MAX_RESTARTS = 10
+# How the runner starts a worker or beat (Celery's, without its command line).
+CHILD_COMMAND = [sys.executable, "-m", "crawler_tasks.ops.child"]
 # What a child writes to its log once it is up (celery worker / beat, at log level INFO).
 READY_MARKERS = {"worker": " ready.", "beat": "beat: Starting..."}
 # Unreachable hosts named one by one while the crawl runs; after that only counted.
@@ -85,18 +88,26 @@ def read_seeds_file(path: str) -> list[str]:
 
 
 class Child:
-    def __init__(self, name: str, args: list[str], env: dict[str, str], log_path: Path) -> None:
+    """One worker or beat: forked by the fork server when it is up and ``args`` run
+    ops/child.py, else its own interpreter."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str], log_path: Path,
+                 forks: ForkServer | None = None) -> None:
         self.name = name
         self.args = args
         self.env = env
         self.log_path = log_path
+        self.forks = forks
         self.kind = "beat" if name == "beat" else "worker"
         self._log = open(log_path, "ab")
         self.log_start = self._log.tell()
         self._up = False
-        self.proc = subprocess.Popen(args, env=env, cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL,
-                                     stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True, preexec_fn=die_with_parent)
+        forked = None
+        if forks is not None and args[:3] == CHILD_COMMAND:
+            forked = forks.spawn(args[3:], log_path)
+        self.proc: subprocess.Popen[bytes] | ForkedProc = forked or subprocess.Popen(
+            args, env=env, cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL, stdout=self._log,
+            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -154,6 +165,7 @@ class CrawlRunner:
         self.redis: EmbeddedRedis | None = None
         self.metrics_server: object | None = None
         self.children: list[Child] = []
+        self.forks: ForkServer | None = None
         self._stop_requested = ""
         self.restarts = 0
         self.started = time.time()
@@ -266,8 +278,7 @@ class CrawlRunner:
         env = {**os.environ, **s.to_env(), "PYTHONPATH": os.pathsep.join(
             [str(REPO_ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
         tag = f"{os.getpid()}"
-        # Celery's own worker and beat, started without its command line (ops/child.py)
-        celery = [sys.executable, "-m", "crawler_tasks.ops.child"]
+        celery = CHILD_COMMAND
         common = ["-E"] if s.TASK_EVENTS else []
         fetch_queues = ",".join(fetch_queue(i) for i in range(s.SHARDS))
         # no prefork parent copying every message into a child: fetch workers run their
@@ -285,8 +296,10 @@ class CrawlRunner:
                                          "-n", f"control-{tag}@%h"] + common),
             ("beat", celery + ["beat", "-s", str(self.out_dir / "celerybeat-schedule")]),
         ]
+        # imports once and forks every child (a dead one too); without it, each is exec'd
+        self.forks = ForkServer(env, str(REPO_ROOT), self.out_dir / "logs" / "forkserver.log")
         for name, args in specs:
-            self.children.append(Child(name, args, env, self.out_dir / "logs" / f"{name}.log"))
+            self.children.append(Child(name, args, env, self.out_dir / "logs" / f"{name}.log", self.forks))
         self._say(f"started {len(self.children)} processes (fetch x{self.workers}, parse/dedup x{self.parsers}, "
                   f"control, beat); logs in {self.out_dir / 'logs'}")
 
@@ -343,7 +356,7 @@ class CrawlRunner:
                 self._say(f"{child.name} exited with {child.proc.returncode}; restarting it\n"
                           f"{log_tail(child.log_path, 5)}")
                 child.reap(time.monotonic())
-                self.children[i] = Child(child.name, child.args, child.env, child.log_path)
+                self.children[i] = Child(child.name, child.args, child.env, child.log_path, child.forks)
             if self._stop_requested and progress.state == CrawlState.RUNNING:
                 Control(s).set_state(CrawlState.STOPPING, f"stopped by {self._stop_requested}")
             if s.MAX_SECONDS and now - self.started >= s.MAX_SECONDS and progress.state == CrawlState.RUNNING:
@@ -451,6 +464,9 @@ class CrawlRunner:
         for child in self.children:
             child.reap(deadline)
         self.children.clear()
+        if self.forks is not None:  # last: it reports its children's exit codes
+            self.forks.stop()
+            self.forks = None
         if self.redis is not None:
             self.redis.stop()
             self.redis = None
