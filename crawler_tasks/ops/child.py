@@ -30,6 +30,8 @@ import traceback
 from pathlib import Path
 from typing import IO
 
+import setproctitle
+
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m crawler_tasks.ops.child", description=__doc__)
@@ -135,7 +137,8 @@ def _say(out: IO[str], line: str) -> None:
 
 
 def _run_forked(server: int, argv: list[str], log: str) -> None:
-    """In the forked process: own session, dies with the server, output to its log."""
+    """In the forked process: own session, dies with the server, output to its log, and
+    a process title that names it (not the server's)."""
     code = 1
     try:
         os.setsid()
@@ -144,6 +147,9 @@ def _run_forked(server: int, argv: list[str], log: str) -> None:
         die_with_parent()
         if os.getppid() != server:  # the server died before prctl took effect
             os._exit(1)
+        # what ps shows, and the argv Celery's own process titles are made from
+        sys.argv = [sys.argv[0], *argv]
+        setproctitle.setproctitle(" ".join([sys.executable, "-m", "crawler_tasks.ops.child", *argv]))
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
