@@ -160,7 +160,7 @@ def _run_forked(server: int, argv: list[str], log: str) -> None:
         code = main(argv)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:
+    except BaseException:  # noqa: BLE001 - whatever it was goes to its log, then _exit
         traceback.print_exc()
     finally:
         try:
@@ -169,6 +169,21 @@ def _run_forked(server: int, argv: list[str], log: str) -> None:
             sys.stderr.flush()
         finally:
             os._exit(code)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not: nobody may be there to reap an orphan)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False
+    except OSError:  # pragma: no cover - no /proc
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
 
 
 class ForkedProc:
@@ -239,13 +254,8 @@ class ForkServer:
         self._read()
         if pid in self._exited:
             return self._exited[pid]
-        if not self.alive():  # its processes were orphaned: gone once no signal reaches them
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return self._exited.setdefault(pid, -signal.SIGTERM)
-            except PermissionError:  # pragma: no cover - the pid was reused
-                return self._exited.setdefault(pid, -signal.SIGTERM)
+        if not self.alive() and not _running(pid):  # orphaned by the server, then gone
+            return self._exited.setdefault(pid, -signal.SIGTERM)  # its pdeath signal
         return None
 
     def _read(self) -> None:
