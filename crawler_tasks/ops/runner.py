@@ -1,12 +1,15 @@
 """``manage.py crawl``: one command that owns every process of a crawl.
 
 It starts (when no Redis is given) a private redis-server, then Celery worker
-processes (fetch, parse/dedup, control) and beat as children in their own process
-groups, shows progress, restarts a worker or beat that dies (its leased hosts come
-back when their leases expire), and stops everything (beat first, then workers with
-a warm shutdown, then Redis) when the crawl finishes, a limit is hit, or on Ctrl-C or
-SIGTERM. Children also get SIGTERM if this process is killed (PR_SET_PDEATHSIG), so
-no worker, beat or redis-server outlives it.
+processes (fetch, parse/dedup, control) and beat, each in its own process group and
+forked by a fork server that imported them once (ops/child.py; exec'd when that server
+is gone), shows progress, restarts a worker or beat that dies (its leased hosts come
+back when their leases expire), and stops everything (workers and beat with a warm
+shutdown, then Redis) when the crawl finishes, a limit is hit, or on Ctrl-C or
+SIGTERM. Children also get SIGTERM if this process is killed (PR_SET_PDEATHSIG; forked
+ones when their server dies, which dies with this process), so no worker, beat or
+redis-server outlives it. Near the end it polls faster and makes the stop decision
+itself (``maintenance.settle``), so the crawl ends when its last batch does.
 
 A child that exits before it ever said it was ready (a worker's "ready.", beat's
 "Starting...") did not fail by bad luck: the crawl stops at once with its name, exit
