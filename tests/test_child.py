@@ -31,8 +31,9 @@ def wait_for(predicate, timeout_s: float = 60.0) -> bool:
 
 
 def start_server(settings, tmp_path) -> ForkServer:
-    env = {**os.environ, **settings.to_env(), "PYTHONPATH": str(ROOT)}
-    return ForkServer(env, str(REPO_ROOT), tmp_path / "forkserver.log")
+    server = ForkServer(str(REPO_ROOT))
+    server.configure({**os.environ, **settings.to_env(), "PYTHONPATH": str(ROOT)}, tmp_path / "forkserver.log")
+    return server
 
 
 def worker_args(settings, name: str) -> list[str]:

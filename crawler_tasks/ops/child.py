@@ -5,10 +5,11 @@ the runner uses, started through Celery's API instead of its command line, which
 imports every subcommand and plugin it knows of (flower, the amqp shell with its
 prompt toolkit) before it looks at its arguments.
 
-``... child serve`` is a fork server: it imports the app, its tasks and Celery's
-worker once, then forks each process the runner asks for (one JSON line on stdin:
-argv and log file; it answers ``spawned PID`` and later ``exited PID CODE`` on
-stdout). A crawl boots six processes at once, often on two cores, and each spent
+``... child serve`` is a fork server: it imports the stages and Celery's worker once
+(started first thing, while the runner prepares the crawl), then takes the crawl's
+environment and its log file (one JSON line on stdin), makes the app, and forks each
+process the runner asks for (one JSON line: argv and log file; it answers ``spawned
+PID`` and later ``exited PID CODE`` on stdout). A crawl boots six processes at once, often on two cores, and each spent
 ~0.4 s of CPU importing the same modules; a fork costs a few milliseconds. Every
 forked process is its own session (the runner signals its group), gets SIGTERM when
 the server dies, and the server gets SIGTERM when the runner dies, so none outlives
@@ -78,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def serve() -> int:
     """Import once, then fork on request until stdin closes (the runner is gone)."""
+    # setproctitle takes over the memory of argv and environ on its first call: before
+    # the environment is replaced (configure), or the forked processes cannot be named
+    setproctitle.setproctitle(" ".join([sys.executable, "-m", "crawler_tasks.ops.child", "serve"]))
     import celery.apps.beat  # noqa: F401  - what every forked process would import
     import celery.apps.worker  # noqa: F401
     import celery.concurrency.solo  # noqa: F401
@@ -85,8 +89,8 @@ def serve() -> int:
     import celery.worker.consumer.consumer  # noqa: F401
 
     # what crawler_tasks.tasks imports, not the module itself: its state (a CPU clock
-    # reading, the stage state) must be made in each process, so each imports it anew
-    import crawler_tasks.celery  # noqa: F401
+    # reading, the stage state) must be made in each process, so each imports it anew;
+    # nor the app, made from the settings in the environment that comes next
     import crawler_tasks.ops.maintenance  # noqa: F401
     import crawler_tasks.ops.snapshot  # noqa: F401
     import crawler_tasks.output.spool  # noqa: F401
@@ -114,11 +118,24 @@ def serve() -> int:
         while b"\n" in buf:
             line, buf = buf.split(b"\n", 1)
             request = json.loads(line)
+            if "env" in request:
+                _configure(request["env"], request["log"])
+                continue
             pid = os.fork()
             if pid == 0:
                 _run_forked(me, request["args"], request["log"])
             children.add(pid)
             _say(out, f"spawned {pid}")
+
+
+def _configure(env: dict[str, str], log: str) -> None:
+    """The crawl's environment (its settings) for the app and every process forked later."""
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.environ.clear()
+    os.environ.update(env)
+    import crawler_tasks.celery  # noqa: F401
 
 
 def _reap(children: set[int]) -> list[tuple[int, int]]:
@@ -211,14 +228,15 @@ class ForkedProc:
 
 
 class ForkServer:
-    """The runner's end of ``child serve``."""
+    """The runner's end of ``child serve``: start it early, ``configure`` it once, then
+    ``spawn``."""
 
-    def __init__(self, env: dict[str, str], cwd: str, log_path: Path) -> None:
+    def __init__(self, cwd: str) -> None:
         from crawler_tasks.ops.embedded import die_with_parent
 
-        self._log = open(log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "crawler_tasks.ops.child", "serve"], env=env, cwd=cwd,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+        # its stderr goes to the crawl's log folder once there is one (configure)
+        self.proc = subprocess.Popen([sys.executable, "-m", "crawler_tasks.ops.child", "serve"], cwd=cwd,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      start_new_session=True, preexec_fn=die_with_parent)
         assert self.proc.stdout is not None
         self._out = self.proc.stdout.fileno()
@@ -231,16 +249,13 @@ class ForkServer:
     def alive(self) -> bool:
         return not self._eof and self.proc.poll() is None
 
+    def configure(self, env: dict[str, str], log_path: Path) -> None:
+        """The environment of every process it forks, and its own log file."""
+        self._send({"env": env, "log": str(log_path)})
+
     def spawn(self, args: list[str], log_path: Path, timeout_s: float = 30.0) -> ForkedProc | None:
         """Fork ``child <args>`` logging to ``log_path``; None if the server is not there."""
-        if not self.alive():
-            return None
-        try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(json.dumps({"args": args, "log": str(log_path)}).encode() + b"\n")
-            self.proc.stdin.flush()
-        except OSError:
-            self._eof = True
+        if not self._send({"args": args, "log": str(log_path)}):
             return None
         deadline = time.monotonic() + timeout_s
         while not self._spawned:
@@ -249,6 +264,18 @@ class ForkServer:
             select.select([self._out], [], [], 0.05)
             self._read()
         return ForkedProc(self, self._spawned.pop(0), args)
+
+    def _send(self, request: dict[str, object]) -> bool:
+        if not self.alive():
+            return False
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+            self.proc.stdin.flush()
+        except OSError:
+            self._eof = True
+            return False
+        return True
 
     def exit_code(self, pid: int) -> int | None:
         self._read()
@@ -282,13 +309,13 @@ class ForkServer:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
+        self._eof = True
         for pipe in (self.proc.stdin, self.proc.stdout):
             try:
                 if pipe is not None:
                     pipe.close()
             except OSError:
                 pass
-        self._log.close()
 
 
 if __name__ == "__main__":

@@ -153,7 +153,8 @@ class Child:
 
 class CrawlRunner:
     def __init__(self, settings: Settings, *, seeds: list[str], workers: int = 2, parsers: int = 2,
-                 resume: bool = False, restore_from: str | None = None, out: TextIO = sys.stderr) -> None:
+                 resume: bool = False, restore_from: str | None = None, out: TextIO = sys.stderr,
+                 forks: ForkServer | None = None) -> None:
         self.restore_from = restore_from
         self.settings = settings
         self.seeds = seeds
@@ -168,7 +169,7 @@ class CrawlRunner:
         self.redis: EmbeddedRedis | None = None
         self.metrics_server: object | None = None
         self.children: list[Child] = []
-        self.forks: ForkServer | None = None
+        self.forks = forks  # started by the caller as early as it can, or by run()
         self._stop_requested = ""
         self.restarts = 0
         self.started = time.time()
@@ -181,6 +182,8 @@ class CrawlRunner:
     def run(self) -> int:
         old = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
+            if self.forks is None:  # it imports while the crawl is prepared
+                self.forks = ForkServer(str(REPO_ROOT))
             self._prepare()
             self._start_metrics()
             self._start_children()
@@ -299,8 +302,9 @@ class CrawlRunner:
                                          "-n", f"control-{tag}@%h"] + common),
             ("beat", celery + ["beat", "-s", str(self.out_dir / "celerybeat-schedule")]),
         ]
-        # imports once and forks every child (a dead one too); without it, each is exec'd
-        self.forks = ForkServer(env, str(REPO_ROOT), self.out_dir / "logs" / "forkserver.log")
+        # forks every child (a dead one too); without it, each is exec'd
+        assert self.forks is not None
+        self.forks.configure(env, self.out_dir / "logs" / "forkserver.log")
         for name, args in specs:
             self.children.append(Child(name, args, env, self.out_dir / "logs" / f"{name}.log", self.forks))
         self._say(f"started {len(self.children)} processes (fetch x{self.workers}, parse/dedup x{self.parsers}, "
