@@ -28,13 +28,16 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from crawler_tasks.connection import ping_once, redact
 from crawler_tasks.exceptions import ConfigError, CrawlerError
 from crawler_tasks.settings import Settings, reset_settings
+
+if TYPE_CHECKING:
+    from crawler_tasks.ops.child import ForkServer
 
 
 def _settings_from(args: argparse.Namespace, **extra: object) -> Settings:
@@ -104,6 +107,18 @@ def _attach(args: argparse.Namespace) -> Iterator[Settings]:
 
 
 def cmd_crawl(args: argparse.Namespace) -> int:
+    from crawler_tasks.ops.child import ForkServer
+
+    # first: the crawl's processes are forked from it once it has imported their modules,
+    # which it does while this process imports its own and prepares the crawl
+    forks = ForkServer(str(Path(__file__).resolve().parent))
+    try:
+        return _crawl(args, forks)
+    finally:
+        forks.stop()
+
+
+def _crawl(args: argparse.Namespace, forks: ForkServer) -> int:
     from crawler_tasks.ops.runner import CrawlRunner, read_seeds_file
 
     settings = _settings_from(args)
@@ -117,7 +132,7 @@ def cmd_crawl(args: argparse.Namespace) -> int:
         print("note: private and loopback addresses are refused (use --allow-private for local webs)",
               file=sys.stderr)
     runner = CrawlRunner(settings, seeds=seeds, workers=args.workers, parsers=args.parsers,
-                         resume=args.resume or bool(args.restore), restore_from=args.restore)
+                         resume=args.resume or bool(args.restore), restore_from=args.restore, forks=forks)
     return runner.run()
 
 

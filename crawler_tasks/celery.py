@@ -4,15 +4,76 @@ Configuration comes from the crawler settings (``CRAWLER_*`` variables). JSON on
 no result backend (each stage sends the next one its input), one message prefetched per
 worker process, late acks on the idempotent stage tasks, and the broker in its own
 Redis database so task messages never mix with frontier state.
+
+Workers act on SIGTERM at once: ``manage.py crawl`` stops them with a warm shutdown,
+which otherwise waited out the event loop's idle poll (``WakeOnSignal``) and then the
+pending BRPOP (``BROKER_POLL_S``), up to a second each.
 """
 from __future__ import annotations
 
-from celery import Celery
+import signal
+import socket
+import threading
+from typing import Any
+
+from celery import Celery, bootsteps
 
 from crawler_tasks.connection import broker_url
 from crawler_tasks.queues import CONTROL_QUEUE, DEDUP_QUEUE
 from crawler_tasks.schedule import build_schedule
 from crawler_tasks.settings import get_settings
+
+# How long an idle consumer's BRPOP blocks in Redis (kombu's ``polling_interval``; its
+# default is 1 s). Closing the channel at shutdown reads that reply first, so this is a
+# worker's exit delay; a message arriving ends the wait at once whatever the value.
+BROKER_POLL_S = 0.2
+
+
+class WakeOnSignal(bootsteps.StartStopStep):
+    """Ends the event loop's wait when a signal arrives. The warm-shutdown handler only
+    sets a flag, which the loop reads after its poll returns: up to a second later when
+    idle. Python writes each caught signal's number to the wakeup fd; that fd is one of
+    the loop's readers, so the poll returns and the flag is read at once."""
+
+    requires = ("celery.worker.components:Hub",)
+
+    def __init__(self, w: Any, **kwargs: Any) -> None:
+        super().__init__(w, **kwargs)
+        self._pair: tuple[socket.socket, socket.socket] | None = None
+
+    def start(self, w: Any) -> None:
+        if w.hub is None or threading.current_thread() is not threading.main_thread():
+            return
+        reader, writer = socket.socketpair()
+        reader.setblocking(False)
+        writer.setblocking(False)
+        previous = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        if previous != -1:  # someone else's: leave it in place
+            signal.set_wakeup_fd(previous)
+            reader.close()
+            writer.close()
+            return
+        self._pair = (reader, writer)
+        w.hub.add_reader(reader.fileno(), self._drain, reader)
+
+    @staticmethod
+    def _drain(reader: socket.socket) -> None:
+        try:
+            reader.recv(4096)
+        except OSError:  # nothing left (BlockingIOError) or already closed
+            pass
+
+    def stop(self, w: Any) -> None:
+        if self._pair is None:
+            return
+        reader, writer = self._pair
+        self._pair = None
+        signal.set_wakeup_fd(-1)
+        w.hub.remove(reader.fileno())
+        reader.close()
+        writer.close()
+
+    shutdown = stop
 
 
 def make_app() -> Celery:
@@ -21,7 +82,8 @@ def make_app() -> Celery:
     app.conf.update(
         broker_url=broker_url(settings) if settings.REDIS_URL or settings.BROKER_URL else "redis://127.0.0.1:6379/1",
         broker_connection_retry_on_startup=True,
-        broker_transport_options={"visibility_timeout": max(600, int(settings.batch_timeout_s))},
+        broker_transport_options={"visibility_timeout": max(600, int(settings.batch_timeout_s)),
+                                  "polling_interval": BROKER_POLL_S},
         result_backend=None,
         task_ignore_result=True,
         task_serializer="json",
@@ -41,6 +103,7 @@ def make_app() -> Celery:
         timezone="UTC",
     )
     app.conf.beat_schedule = build_schedule(settings)
+    app.steps["worker"].add(WakeOnSignal)
     return app
 
 

@@ -5,7 +5,8 @@ shows the same schedule for the current settings.
 
 - ``wake`` (every WAKE_INTERVAL_S, 0.25 s by default): lease hosts whose earliest
   contact time has passed and send fetch batches to the per-shard queues. Stale wakes
-  expire instead of piling up behind a busy control worker.
+  expire instead of piling up behind a busy control worker. The first one is sent as
+  soon as Beat starts, not one interval later: the crawl's first fetch waits for it.
 - ``maintenance`` (every MAINTENANCE_INTERVAL_S): expire dead leases, log stats,
   decide when the crawl is finished, checkpoint the frontier.
 - ``recrawl`` (continuous mode, every RECRAWL_CHECK_S): move URLs whose next visit
@@ -13,11 +14,14 @@ shows the same schedule for the current settings.
 """
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from crawler_tasks.queues import CONTROL_QUEUE
 from crawler_tasks.settings import Settings
+
+# An entry last run at this time is due when Beat starts (Celery's default is "now").
+LONG_AGO = datetime(2000, 1, 1, tzinfo=UTC)
 
 
 def build_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
@@ -26,6 +30,7 @@ def build_schedule(settings: Settings) -> dict[str, dict[str, Any]]:
             "task": "crawler.wake",
             "schedule": timedelta(seconds=settings.WAKE_INTERVAL_S),
             "options": {"queue": CONTROL_QUEUE, "expires": max(1.0, 4 * settings.WAKE_INTERVAL_S)},
+            "last_run_at": LONG_AGO,
         },
         "maintenance": {
             "task": "crawler.maintenance",

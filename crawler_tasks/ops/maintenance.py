@@ -165,6 +165,18 @@ def run_maintenance(settings: Settings, frontier: Frontier | None = None, now: f
     progress.expired_leases = expired
     if progress.state == CrawlState.FINISHED:
         return progress
+    settle(settings, control, progress, before_inflight)
+    record_sample(settings, progress)
+    record_settings(settings)
+    log.info("crawl %s: pages=%d queued=%d leased=%d inflight=%d errors=%d",
+             progress.state, progress.pages, progress.queued, progress.leased, progress.inflight, progress.errors)
+    return progress
+
+
+def settle(settings: Settings, control: Control, progress: Progress, before_inflight: int) -> None:
+    """The stop decision: STOPPING at the page limit, FINISHED once idle (``before_inflight``
+    read before ``progress``). ``manage.py crawl`` also runs it between maintenance ticks,
+    so the end of a crawl is seen without waiting for the next one."""
     if settings.MAX_PAGES and progress.pages >= settings.MAX_PAGES and progress.state == CrawlState.RUNNING:
         progress.state, progress.reason = CrawlState.STOPPING, f"max pages ({settings.MAX_PAGES}) reached"
         control.set_state(progress.state, progress.reason)
@@ -181,8 +193,3 @@ def run_maintenance(settings: Settings, frontier: Frontier | None = None, now: f
             and sum(s["front"] for s in progress.shards) == 0:
         control.set_state(CrawlState.FINISHED, f"only hosts waiting more than {MAX_IDLE_WAIT_S:.0f} s remain")
         progress.state = CrawlState.FINISHED
-    record_sample(settings, progress)
-    record_settings(settings)
-    log.info("crawl %s: pages=%d queued=%d leased=%d inflight=%d errors=%d",
-             progress.state, progress.pages, progress.queued, progress.leased, progress.inflight, progress.errors)
-    return progress

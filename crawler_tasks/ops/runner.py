@@ -1,12 +1,15 @@
 """``manage.py crawl``: one command that owns every process of a crawl.
 
 It starts (when no Redis is given) a private redis-server, then Celery worker
-processes (fetch, parse/dedup, control) and beat as children in their own process
-groups, shows progress, restarts a worker or beat that dies (its leased hosts come
-back when their leases expire), and stops everything (beat first, then workers with
-a warm shutdown, then Redis) when the crawl finishes, a limit is hit, or on Ctrl-C or
-SIGTERM. Children also get SIGTERM if this process is killed (PR_SET_PDEATHSIG), so
-no worker, beat or redis-server outlives it.
+processes (fetch, parse/dedup, control) and beat, each in its own process group and
+forked by a fork server that imported them once (ops/child.py; exec'd when that server
+is gone), shows progress, restarts a worker or beat that dies (its leased hosts come
+back when their leases expire), and stops everything (workers and beat with a warm
+shutdown, then Redis) when the crawl finishes, a limit is hit, or on Ctrl-C or
+SIGTERM. Children also get SIGTERM if this process is killed (PR_SET_PDEATHSIG; forked
+ones when their server dies, which dies with this process), so no worker, beat or
+redis-server outlives it. Near the end it polls faster and makes the stop decision
+itself (``maintenance.settle``), so the crawl ends when its last batch does.
 
 A child that exits before it ever said it was ready (a worker's "ready.", beat's
 "Starting...") did not fail by bad luck: the crawl stops at once with its name, exit
@@ -34,9 +37,10 @@ import redis
 from crawler_tasks.connection import global_client, ping_once, redact
 from crawler_tasks.exceptions import ConfigError, CrawlerError
 from crawler_tasks.frontier import Frontier
+from crawler_tasks.ops.child import ForkedProc, ForkServer
 from crawler_tasks.ops.control import Control, CrawlState
 from crawler_tasks.ops.embedded import EmbeddedRedis, die_with_parent, log_tail, private_dir, write_private
-from crawler_tasks.ops.maintenance import Progress, read_progress
+from crawler_tasks.ops.maintenance import Progress, read_progress, settle
 from crawler_tasks.ops.metrics import serve_metrics
 from crawler_tasks.ops.metrics import stop as stop_metrics
 from crawler_tasks.ops.progress import StatusLine, eta_s, progress_line
@@ -53,12 +57,19 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 STATE_FILE = "crawl.json"
 # Children that die are restarted, at most this many times per crawl.
 MAX_RESTARTS = 10
-# What a child writes to its log once it is up (celery worker / beat, at -l INFO).
+# How the runner starts a worker or beat (Celery's, without its command line).
+CHILD_COMMAND = [sys.executable, "-m", "crawler_tasks.ops.child"]
+# What a child writes to its log once it is up (celery worker / beat, at log level INFO).
 READY_MARKERS = {"worker": " ready.", "beat": "beat: Starting..."}
 # Unreachable hosts named one by one while the crawl runs; after that only counted.
 MAX_HOSTS_NAMED = 10
 # Hosts examined per shard for the final summary.
 SUMMARY_HOSTS_PER_SHARD = 10_000
+# How often the runner reads progress, checks its children and limits.
+WATCH_S = 0.5
+# The same once the end is near (stopping, or a finite crawl with nothing queued): the
+# runner makes the stop decision itself, so the last batch's end is seen this soon.
+WATCH_ENDING_S = 0.1
 
 
 class StartupError(CrawlerError):
@@ -80,29 +91,40 @@ def read_seeds_file(path: str) -> list[str]:
 
 
 class Child:
-    def __init__(self, name: str, args: list[str], env: dict[str, str], log_path: Path) -> None:
+    """One worker or beat: forked by the fork server when it is up and ``args`` run
+    ops/child.py, else its own interpreter."""
+
+    def __init__(self, name: str, args: list[str], env: dict[str, str], log_path: Path,
+                 forks: ForkServer | None = None) -> None:
         self.name = name
         self.args = args
         self.env = env
         self.log_path = log_path
+        self.forks = forks
         self.kind = "beat" if name == "beat" else "worker"
         self._log = open(log_path, "ab")
         self.log_start = self._log.tell()
-        self.proc = subprocess.Popen(args, env=env, cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL,
-                                     stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True, preexec_fn=die_with_parent)
+        self._up = False
+        forked = None
+        if forks is not None and args[:3] == CHILD_COMMAND:
+            forked = forks.spawn(args[3:], log_path)
+        self.proc: subprocess.Popen[bytes] | ForkedProc = forked or subprocess.Popen(
+            args, env=env, cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL, stdout=self._log,
+            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
     def came_up(self) -> bool:
         """Whether this incarnation logged that it is ready."""
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(self.log_start)
-                return READY_MARKERS[self.kind].encode() in f.read()
-        except OSError:
-            return False
+        if not self._up:
+            try:
+                with open(self.log_path, "rb") as f:
+                    f.seek(self.log_start)
+                    self._up = READY_MARKERS[self.kind].encode() in f.read()
+            except OSError:
+                pass
+        return self._up
 
     def terminate(self) -> None:
         """SIGTERM the child's process group (a worker's warm shutdown)."""
@@ -131,7 +153,8 @@ class Child:
 
 class CrawlRunner:
     def __init__(self, settings: Settings, *, seeds: list[str], workers: int = 2, parsers: int = 2,
-                 resume: bool = False, restore_from: str | None = None, out: TextIO = sys.stderr) -> None:
+                 resume: bool = False, restore_from: str | None = None, out: TextIO = sys.stderr,
+                 forks: ForkServer | None = None) -> None:
         self.restore_from = restore_from
         self.settings = settings
         self.seeds = seeds
@@ -146,6 +169,7 @@ class CrawlRunner:
         self.redis: EmbeddedRedis | None = None
         self.metrics_server: object | None = None
         self.children: list[Child] = []
+        self.forks = forks  # started by the caller as early as it can, or by run()
         self._stop_requested = ""
         self.restarts = 0
         self.started = time.time()
@@ -158,6 +182,8 @@ class CrawlRunner:
     def run(self) -> int:
         old = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
+            if self.forks is None:  # it imports while the crawl is prepared
+                self.forks = ForkServer(str(REPO_ROOT))
             self._prepare()
             self._start_metrics()
             self._start_children()
@@ -258,10 +284,8 @@ class CrawlRunner:
         env = {**os.environ, **s.to_env(), "PYTHONPATH": os.pathsep.join(
             [str(REPO_ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
         tag = f"{os.getpid()}"
-        celery = [sys.executable, "-m", "celery", "-A", "crawler_tasks"]
-        common = ["--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO"]
-        if s.TASK_EVENTS:
-            common.append("-E")
+        celery = CHILD_COMMAND
+        common = ["-E"] if s.TASK_EVENTS else []
         fetch_queues = ",".join(fetch_queue(i) for i in range(s.SHARDS))
         # no prefork parent copying every message into a child: fetch workers run their
         # sessions on a threads pool (each session a thread per host, mostly waiting),
@@ -276,10 +300,13 @@ class CrawlRunner:
         specs += [
             ("worker-control", celery + ["worker", "-Q", CONTROL_QUEUE, "-P", "solo",
                                          "-n", f"control-{tag}@%h"] + common),
-            ("beat", celery + ["beat", "-s", str(self.out_dir / "celerybeat-schedule"), "-l", "INFO"]),
+            ("beat", celery + ["beat", "-s", str(self.out_dir / "celerybeat-schedule")]),
         ]
+        # forks every child (a dead one too); without it, each is exec'd
+        assert self.forks is not None
+        self.forks.configure(env, self.out_dir / "logs" / "forkserver.log")
         for name, args in specs:
-            self.children.append(Child(name, args, env, self.out_dir / "logs" / f"{name}.log"))
+            self.children.append(Child(name, args, env, self.out_dir / "logs" / f"{name}.log", self.forks))
         self._say(f"started {len(self.children)} processes (fetch x{self.workers}, parse/dedup x{self.parsers}, "
                   f"control, beat); logs in {self.out_dir / 'logs'}")
 
@@ -287,13 +314,19 @@ class CrawlRunner:
         s = self.settings
         last_pages, last_at = 0, time.time()
         rate = 0.0
+        interval = WATCH_S
         while True:
-            time.sleep(0.5)
+            time.sleep(interval)
             if self.redis is not None and not self.redis.alive():
                 self._recover_redis()
                 continue
             try:
+                control = Control(s)
+                before_inflight = control.inflight()
                 progress = read_progress(s)
+                # like maintenance, which runs once the control worker and beat are up
+                if progress.state != CrawlState.FINISHED and all(c.came_up() for c in self.children):
+                    settle(s, control, progress, before_inflight)
             except redis.RedisError:
                 if self.redis is not None and not self.redis.alive():
                     continue  # restarted on the next turn
@@ -310,6 +343,8 @@ class CrawlRunner:
             self.status.update(line, now)
             if progress.state == CrawlState.FINISHED:
                 return progress
+            ending = progress.state == CrawlState.STOPPING or (progress.queued == 0 and not s.CONTINUOUS)
+            interval = WATCH_ENDING_S if ending else WATCH_S
             for i, child in enumerate(self.children):
                 if child.alive():
                     continue
@@ -328,7 +363,7 @@ class CrawlRunner:
                 self._say(f"{child.name} exited with {child.proc.returncode}; restarting it\n"
                           f"{log_tail(child.log_path, 5)}")
                 child.reap(time.monotonic())
-                self.children[i] = Child(child.name, child.args, child.env, child.log_path)
+                self.children[i] = Child(child.name, child.args, child.env, child.log_path, child.forks)
             if self._stop_requested and progress.state == CrawlState.RUNNING:
                 Control(s).set_state(CrawlState.STOPPING, f"stopped by {self._stop_requested}")
             if s.MAX_SECONDS and now - self.started >= s.MAX_SECONDS and progress.state == CrawlState.RUNNING:
@@ -430,12 +465,15 @@ class CrawlRunner:
         for child in self.children:
             child.terminate()
         deadline = time.monotonic() + 15.0
+        if self.metrics_server is not None:  # its poll loop's wait overlaps the children's exit
+            stop_metrics(self.metrics_server)
+            self.metrics_server = None
         for child in self.children:
             child.reap(deadline)
         self.children.clear()
-        if self.metrics_server is not None:
-            stop_metrics(self.metrics_server)
-            self.metrics_server = None
+        if self.forks is not None:  # last: it reports its children's exit codes
+            self.forks.stop()
+            self.forks = None
         if self.redis is not None:
             self.redis.stop()
             self.redis = None

@@ -1,0 +1,322 @@
+"""The Celery processes of ``manage.py crawl``: ``python -m crawler_tasks.ops.child worker|beat ...``.
+
+The same worker and beat as ``celery -A crawler_tasks worker|beat`` with the options
+the runner uses, started through Celery's API instead of its command line, which
+imports every subcommand and plugin it knows of (flower, the amqp shell with its
+prompt toolkit) before it looks at its arguments.
+
+``... child serve`` is a fork server: it imports the stages and Celery's worker once
+(started first thing, while the runner prepares the crawl), then takes the crawl's
+environment and its log file (one JSON line on stdin), makes the app, and forks each
+process the runner asks for (one JSON line: argv and log file; it answers ``spawned
+PID`` and later ``exited PID CODE`` on stdout). A crawl boots six processes at once, often on two cores, and each spent
+~0.4 s of CPU importing the same modules; a fork costs a few milliseconds. Every
+forked process is its own session (the runner signals its group), gets SIGTERM when
+the server dies, and the server gets SIGTERM when the runner dies, so none outlives
+the runner. Nothing opens a connection or starts a thread before the fork: the app's
+broker pool and the stages' clients are made on first use.
+"""
+from __future__ import annotations
+
+import argparse
+import atexit
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import IO
+
+import setproctitle
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m crawler_tasks.ops.child", description=__doc__)
+    ap.add_argument("-l", "--loglevel", default="INFO")
+    sub = ap.add_subparsers(dest="command", required=True)
+    worker = sub.add_parser("worker")
+    worker.add_argument("-Q", "--queues", required=True, help="comma-separated queue names")
+    worker.add_argument("-P", "--pool", default="solo", choices=("solo", "threads"))
+    worker.add_argument("-c", "--concurrency", type=int, default=None)
+    worker.add_argument("-n", "--hostname", required=True, help="node name; %%h is this host's name")
+    worker.add_argument("-E", "--task-events", action="store_true")
+    beat = sub.add_parser("beat")
+    beat.add_argument("-s", "--schedule", required=True, help="Beat's state file")
+    sub.add_parser("serve")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.command == "serve":
+        return serve()
+    from celery.utils.log import mlevel
+
+    from crawler_tasks.celery import app
+
+    level = mlevel(args.loglevel.upper())
+    if args.command == "beat":
+        app.Beat(schedule=args.schedule, loglevel=level).run()
+        return 0
+    from celery import concurrency
+    from celery.utils.nodenames import default_nodename, host_format
+
+    worker = app.Worker(hostname=host_format(default_nodename(args.hostname)),
+                        pool_cls=concurrency.get_implementation(args.pool), loglevel=level,
+                        queues=args.queues.split(","), concurrency=args.concurrency,
+                        task_events=args.task_events,
+                        # no broadcast chatter between workers: the runner owns them all
+                        without_gossip=True, without_mingle=True, without_heartbeat=True)
+    worker.start()
+    return int(worker.exitcode or 0)
+
+
+# -- fork server ---------------------------------------------------------------
+
+def serve() -> int:
+    """Import once, then fork on request until stdin closes (the runner is gone)."""
+    # setproctitle takes over the memory of argv and environ on its first call: before
+    # the environment is replaced (configure), or the forked processes cannot be named
+    setproctitle.setproctitle(" ".join([sys.executable, "-m", "crawler_tasks.ops.child", "serve"]))
+    import celery.apps.beat  # noqa: F401  - what every forked process would import
+    import celery.apps.worker  # noqa: F401
+    import celery.concurrency.solo  # noqa: F401
+    import celery.concurrency.thread  # noqa: F401
+    import celery.worker.consumer.consumer  # noqa: F401
+
+    # what crawler_tasks.tasks imports, not the module itself: its state (a CPU clock
+    # reading, the stage state) must be made in each process, so each imports it anew;
+    # nor the app, made from the settings in the environment that comes next
+    import crawler_tasks.ops.maintenance  # noqa: F401
+    import crawler_tasks.ops.snapshot  # noqa: F401
+    import crawler_tasks.output.spool  # noqa: F401
+    import crawler_tasks.records  # noqa: F401
+    import crawler_tasks.stages.enqueue  # noqa: F401
+    import crawler_tasks.stages.fetch  # noqa: F401
+    import crawler_tasks.stages.parse  # noqa: F401
+    import crawler_tasks.stages.wake  # noqa: F401
+    import crawler_tasks.stages.worker  # noqa: F401
+
+    me = os.getpid()
+    out = sys.stdout
+    children: set[int] = set()
+    buf = b""
+    while True:
+        ready, _, _ = select.select([0], [], [], 0.05)
+        for pid, code in _reap(children):
+            _say(out, f"exited {pid} {code}")
+        if not ready:
+            continue
+        chunk = os.read(0, 65536)
+        if not chunk:
+            return 0
+        buf += chunk
+        while b"\n" in buf:
+            line, buf = buf.split(b"\n", 1)
+            request = json.loads(line)
+            if "env" in request:
+                _configure(request["env"], request["log"])
+                continue
+            pid = os.fork()
+            if pid == 0:
+                _run_forked(me, request["args"], request["log"])
+            children.add(pid)
+            _say(out, f"spawned {pid}")
+
+
+def _configure(env: dict[str, str], log: str) -> None:
+    """The crawl's environment (its settings) for the app and every process forked later."""
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.environ.clear()
+    os.environ.update(env)
+    import crawler_tasks.celery  # noqa: F401
+
+
+def _reap(children: set[int]) -> list[tuple[int, int]]:
+    done = []
+    for pid in list(children):
+        got, status = os.waitpid(pid, os.WNOHANG)
+        if got:
+            children.discard(pid)
+            done.append((pid, os.waitstatus_to_exitcode(status)))
+    return done
+
+
+def _say(out: IO[str], line: str) -> None:
+    out.write(line + "\n")
+    out.flush()
+
+
+def _run_forked(server: int, argv: list[str], log: str) -> None:
+    """In the forked process: own session, dies with the server, output to its log, and
+    a process title that names it (not the server's)."""
+    code = 1
+    try:
+        os.setsid()
+        from crawler_tasks.ops.embedded import die_with_parent
+
+        die_with_parent()
+        if os.getppid() != server:  # the server died before prctl took effect
+            os._exit(1)
+        # what ps shows, and the argv Celery's own process titles are made from
+        sys.argv = [sys.argv[0], *argv]
+        setproctitle.setproctitle(" ".join([sys.executable, "-m", "crawler_tasks.ops.child", *argv]))
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        os.close(null)
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - whatever it was goes to its log, then _exit
+        traceback.print_exc()
+    finally:
+        try:
+            atexit._run_exitfuncs()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not: nobody may be there to reap an orphan)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False
+    except OSError:  # pragma: no cover - no /proc
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+class ForkedProc:
+    """The part of ``subprocess.Popen`` the runner uses, for a process the server forked."""
+
+    def __init__(self, server: ForkServer, pid: int, args: list[str]) -> None:
+        self.server = server
+        self.pid = pid
+        self.args = args
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self.server.exit_code(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+            time.sleep(0.01)
+        assert self.returncode is not None
+        return self.returncode
+
+
+class ForkServer:
+    """The runner's end of ``child serve``: start it early, ``configure`` it once, then
+    ``spawn``."""
+
+    def __init__(self, cwd: str) -> None:
+        from crawler_tasks.ops.embedded import die_with_parent
+
+        # its stderr goes to the crawl's log folder once there is one (configure)
+        self.proc = subprocess.Popen([sys.executable, "-m", "crawler_tasks.ops.child", "serve"], cwd=cwd,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     start_new_session=True, preexec_fn=die_with_parent)
+        assert self.proc.stdout is not None
+        self._out = self.proc.stdout.fileno()
+        os.set_blocking(self._out, False)
+        self._buf = b""
+        self._spawned: list[int] = []
+        self._exited: dict[int, int] = {}
+        self._eof = False
+
+    def alive(self) -> bool:
+        return not self._eof and self.proc.poll() is None
+
+    def configure(self, env: dict[str, str], log_path: Path) -> None:
+        """The environment of every process it forks, and its own log file."""
+        self._send({"env": env, "log": str(log_path)})
+
+    def spawn(self, args: list[str], log_path: Path, timeout_s: float = 30.0) -> ForkedProc | None:
+        """Fork ``child <args>`` logging to ``log_path``; None if the server is not there."""
+        if not self._send({"args": args, "log": str(log_path)}):
+            return None
+        deadline = time.monotonic() + timeout_s
+        while not self._spawned:
+            if self._eof or time.monotonic() >= deadline:
+                return None
+            select.select([self._out], [], [], 0.05)
+            self._read()
+        return ForkedProc(self, self._spawned.pop(0), args)
+
+    def _send(self, request: dict[str, object]) -> bool:
+        if not self.alive():
+            return False
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps(request).encode() + b"\n")
+            self.proc.stdin.flush()
+        except OSError:
+            self._eof = True
+            return False
+        return True
+
+    def exit_code(self, pid: int) -> int | None:
+        self._read()
+        if pid in self._exited:
+            return self._exited[pid]
+        if not self.alive() and not _running(pid):  # orphaned by the server, then gone
+            return self._exited.setdefault(pid, -signal.SIGTERM)  # its pdeath signal
+        return None
+
+    def _read(self) -> None:
+        while not self._eof:
+            try:
+                chunk = os.read(self._out, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                self._eof = True
+                break
+            self._buf += chunk
+        while b"\n" in self._buf:
+            line, self._buf = self._buf.split(b"\n", 1)
+            word, *rest = line.decode().split()
+            if word == "spawned":
+                self._spawned.append(int(rest[0]))
+            elif word == "exited":
+                self._exited[int(rest[0])] = int(rest[1])
+
+    def stop(self) -> None:
+        """SIGKILL, once the processes it forked are gone: it holds no state, and a clean
+        exit of an interpreter with every module loaded takes a tenth of a second."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self._eof = True
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            try:
+                if pipe is not None:
+                    pipe.close()
+            except OSError:
+                pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())

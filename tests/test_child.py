@@ -1,0 +1,97 @@
+"""The crawl's Celery processes: forked by the fork server (own session, own title,
+exit codes reported, dead with the server), Beat's first wake due at once, and the
+runner's own stop decision."""
+from __future__ import annotations
+
+import io
+import os
+import signal
+import time
+from pathlib import Path
+
+import psutil
+from celery.beat import ScheduleEntry
+
+from crawler_tasks.celery import app
+from crawler_tasks.ops.child import ForkServer
+from crawler_tasks.ops.control import Control, CrawlState
+from crawler_tasks.ops.runner import REPO_ROOT, CrawlRunner
+from crawler_tasks.schedule import build_schedule
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def wait_for(predicate, timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def start_server(settings, tmp_path) -> ForkServer:
+    server = ForkServer(str(REPO_ROOT))
+    server.configure({**os.environ, **settings.to_env(), "PYTHONPATH": str(ROOT)}, tmp_path / "forkserver.log")
+    return server
+
+
+def worker_args(settings, name: str) -> list[str]:
+    # a queue of this test's own: no other test's message is taken
+    return ["worker", "-Q", f"{settings.KEY_PREFIX}.test", "-P", "solo", "-n", f"{name}@%h"]
+
+
+def test_forked_worker_has_its_own_session_and_title_and_stops_warm_on_sigterm(settings, tmp_path):
+    server = start_server(settings, tmp_path)
+    log = tmp_path / "w.log"
+    try:
+        proc = server.spawn(worker_args(settings, f"childtest{os.getpid()}"), log)
+        assert proc is not None
+        assert wait_for(lambda: log.exists() and " ready." in log.read_text()), log.read_text()
+        assert os.getsid(proc.pid) == proc.pid  # the runner signals its group
+        assert psutil.Process(proc.pid).ppid() == server.proc.pid
+        assert f"childtest{os.getpid()}@" in " ".join(psutil.Process(proc.pid).cmdline())
+        assert proc.poll() is None
+        os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(60) == 0
+        assert "Warm shutdown" in log.read_text()
+    finally:
+        server.stop()
+    assert server.proc.returncode is not None
+    assert server.spawn(worker_args(settings, "late"), log) is None  # the runner then execs instead
+
+
+def test_forked_worker_dies_with_the_server(settings, tmp_path):
+    server = start_server(settings, tmp_path)
+    log = tmp_path / "w.log"
+    proc = server.spawn(worker_args(settings, f"orphan{os.getpid()}"), log)
+    assert proc is not None
+    try:
+        assert wait_for(lambda: log.exists() and " ready." in log.read_text()), log.read_text()
+        server.proc.kill()
+        assert wait_for(lambda: not psutil.pid_exists(proc.pid) or
+                        psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE), "outlived its server"
+        assert proc.poll() is not None
+    finally:
+        if psutil.pid_exists(proc.pid):
+            os.kill(proc.pid, signal.SIGKILL)
+        server.stop()
+
+
+def test_first_wake_is_due_when_beat_starts_and_maintenance_is_not(settings):
+    schedule = build_schedule(settings)
+    wake = ScheduleEntry(**dict(schedule["wake"], name="wake", app=app))
+    maintenance = ScheduleEntry(**dict(schedule["maintenance"], name="maintenance", app=app))
+    assert wake.is_due()[0]
+    assert not maintenance.is_due()[0]
+
+
+def test_runner_finishes_a_stopping_idle_crawl_without_maintenance(settings):
+    """No control worker runs here: the runner itself sees that nothing is in flight."""
+    runner = CrawlRunner(settings, seeds=[], out=io.StringIO())
+    control = Control(settings)
+    control.start()
+    control.set_state(CrawlState.STOPPING, "stopped by SIGINT")
+    progress = runner._watch()
+    assert progress.state == CrawlState.FINISHED
+    assert control.state()[:2] == (CrawlState.FINISHED, "stopped by SIGINT")
