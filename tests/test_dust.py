@@ -12,6 +12,7 @@ from crawler_tasks.dedup.dust import (
     is_walk_step,
     same_content,
     shape,
+    walks,
 )
 from crawler_tasks.dedup.rules import UrlRules
 from crawler_tasks.records import PageRecord
@@ -50,6 +51,11 @@ def test_shapes_and_walks():
     assert is_walk_step(f"{H}/list?page=3", f"{H}/list?page=2")
     assert not is_walk_step(f"{H}/article/100", f"{H}/article/107")
     assert not is_walk_step(f"{H}/cal/2024/5", f"{H}/other/2024/6")
+    assert not is_walk_step(f"{H}/cal/2024/5", f"{H}/cal/2024/5")
+    others = [f"{H}/cal/2024/5", f"{H}/other/2024/6", f"{H}/cal/2024/9", f"{H}/cal/x/6", f"{H}/about"]
+    assert not walks(f"{H}/cal/2024/5", others)
+    assert walks(f"{H}/cal/2024/5", [*others, f"{H}/cal/2024/4"])
+    assert not walks(f"{H}/about", [f"{H}/about", f"{H}/team"])
 
 
 def test_same_content_units():

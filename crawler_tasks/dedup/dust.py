@@ -23,6 +23,7 @@ and facet shops produce endless URLs of few shapes.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 INDEX_FILE = re.compile(r"^(index|default)\.(html?|php|aspx?|jsp|shtml|cgi)$", re.IGNORECASE)
@@ -182,12 +183,29 @@ def numbers(url: str) -> list[int]:
 def is_walk_step(page: str, link: str) -> bool:
     """``link`` has the page's shape and its first differing number is one step away:
     month 5 -> 6, 2024/12 -> 2025/1, ?page=2 -> 3. A calendar or pager walks this way."""
-    if page == link or shape(page) != shape(link):
+    return walks(page, [link])
+
+
+def walks(page: str, links: Iterable[str]) -> bool:
+    """Whether any of the links is a walk step from the page (``is_walk_step``); the
+    page's shape and numbers are worked out once, not once per link."""
+    page_shape = shape(page)
+    if page_shape is None:
         return False
-    a, b = numbers(page), numbers(link)
-    if not a or len(a) != len(b):
-        return False
-    for x, y in zip(a, b, strict=True):
-        if x != y:
-            return abs(x - y) == 1
+    mine: list[int] | None = None
+    for link in links:
+        if link == page or shape(link) != page_shape:
+            continue
+        if mine is None:
+            mine = numbers(page)
+            if not mine:
+                return False
+        theirs = numbers(link)
+        if len(theirs) != len(mine):
+            continue
+        for x, y in zip(mine, theirs, strict=True):
+            if x != y:
+                if abs(x - y) == 1:
+                    return True
+                break
     return False

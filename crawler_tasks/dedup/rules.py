@@ -33,9 +33,9 @@ from crawler_tasks.dedup.dust import (
     apply_rules,
     candidate_rules,
     facet_shape,
-    is_walk_step,
     same_content,
     shape,
+    walks,
 )
 from crawler_tasks.keys import ShardKeys, shard_of
 from crawler_tasks.records import EntryKind, PageRecord
@@ -259,7 +259,7 @@ class UrlRules:
         facets: set[str] = set()
         for rec in recs:
             dup = bool(rec.duplicate_of or rec.near_duplicate_of)
-            walk = any(is_walk_step(rec.url, link) for link in rec.links[:MAX_WALK_LINKS])
+            walk = walks(rec.url, rec.links[:MAX_WALK_LINKS])
             main, facet = shape(rec.url), facet_shape(rec.url)
             for name in (main, facet):
                 if name is None or ("#" not in name and "?" not in name):
