@@ -425,6 +425,10 @@ class Frontier:
             worst = max(worst, self.bloom.false_positive_rate(bits))
         return total, worst
 
+    def queued(self, shard: int) -> int:
+        """URLs queued in one shard, parked ones (fetched, page not yet handed on) included."""
+        return int(self.client(shard).get(self.keys(shard).queued) or 0)
+
     def next_ready_in(self, shard: int, now: float | None = None) -> float | None:
         """Seconds until the shard's earliest host becomes ready (None if none waits)."""
         now = time.time() if now is None else now

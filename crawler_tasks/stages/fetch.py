@@ -52,7 +52,8 @@ PROBE_MARK = "soft404-probe"
 _NO_REQUEST = frozenset({ErrorKind.REFUSED, ErrorKind.BAD_URL, ErrorKind.URL_TOO_LONG})
 _TICK_S = 0.1             # the session's loop: results, groups, control checks
 _CONTROL_EVERY_S = 0.25   # crawl state, page budget, room for more hosts
-_IDLE_END_S = 0.5         # a session with no host and nothing ready for this long ends
+_IDLE_END_S = 0.5         # a session with no host and nothing ready for this long ends (at once
+                          # when its shard has nothing queued: the end of a crawl is not delayed)
 
 Emit = Callable[[list[FetchedPage], str], None]
 
@@ -106,6 +107,7 @@ class FetchSession:
         group, handed = _Group(), 0
         next_control = next_renew = time.monotonic()
         idle_since = time.monotonic() if not self.threads else None
+        drained = False   # idle with nothing queued in the shard: no reason to linger
         item: tuple[FetchedPage, bytes, str | None] | None | EllipsisType  # ... : nothing arrived this tick
         while True:
             try:
@@ -138,9 +140,11 @@ class FetchSession:
                     self._start(w.frontier.get_urls(self.shard, self._room()))
                 if self.threads:
                     idle_since = None
-                elif idle_since is None:
-                    idle_since = now
-            if not self.threads and (self.stop.is_set() or (idle_since is not None and now - idle_since >= _IDLE_END_S)):
+                else:
+                    idle_since = now if idle_since is None else idle_since
+                    drained = w.frontier.queued(self.shard) == 0
+            if not self.threads and (self.stop.is_set() or drained
+                                     or (idle_since is not None and now - idle_since >= _IDLE_END_S)):
                 break
         if group.pages:
             handed += self._flush(group)
