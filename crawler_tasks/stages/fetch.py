@@ -96,12 +96,22 @@ class FetchSession:
         self.counters: Counters = {}
         self.threads = 0
         self.spare: int | None = None         # pages the budget still allows, as last read (None: no budget)
-        self.backlogged = threading.Event()   # set while too many page groups wait for parse
+        # set while parse keeps up (and once the session stops): held hosts wait on it
+        # without waking every tick, and are released at once when it is set
+        self.flowing = threading.Event()
+        self.flowing.set()
         self.leased = 0                      # hosts leased over the crawl, as last read
         self.renew_every = max(1.0, s.LEASE_S / 4)
 
     # -- the session loop -------------------------------------------------------------
     def run(self, leases: list[Lease]) -> int:
+        try:
+            return self._loop(leases)
+        except BaseException:
+            self._stop()   # no host thread goes on fetching for a session that is gone
+            raise
+
+    def _loop(self, leases: list[Lease]) -> int:
         w, s = self.w, self.w.settings
         self._start(leases)
         group, handed = _Group(), 0
@@ -136,7 +146,7 @@ class FetchSession:
             if now >= next_control:
                 next_control = now + _CONTROL_EVERY_S
                 self._check_control()
-                if not self.stop.is_set() and not self.backlogged.is_set() and self.threads < s.FETCH_BATCH:
+                if not self.stop.is_set() and self.flowing.is_set() and self.threads < s.FETCH_BATCH:
                     self._start(w.frontier.get_urls(self.shard, self._room()))
                 if self.threads:
                     idle_since = None
@@ -164,17 +174,21 @@ class FetchSession:
         s = self.w.settings
         view = self.w.control.view()
         if view.state != CrawlState.RUNNING or time.monotonic() - self.started >= s.SESSION_MAX_S:
-            self.stop.set()
+            self._stop()
             return
         # parse is behind: hosts wait (leases kept) and no new host is taken, so fetched
         # pages never pile up in spool files faster than parse can take them
         if view.inflight > s.MAX_INFLIGHT_BATCHES:
-            self.backlogged.set()
+            self.flowing.clear()
         else:
-            self.backlogged.clear()
+            self.flowing.set()
         if s.MAX_PAGES:
             self.leased = self.w.frontier.leased_hosts()
             self.spare = s.MAX_PAGES - view.pages - self.leased
+
+    def _stop(self) -> None:
+        self.stop.set()
+        self.flowing.set()   # hosts waiting for parse give up too
 
     def _start(self, leases: list[Lease]) -> None:
         if not leases:
@@ -280,10 +294,8 @@ class FetchSession:
     def _wait_for_parse(self) -> bool:
         """While parse is behind, a held host waits (its lease is renewed meanwhile);
         False when the session stops first."""
-        while self.backlogged.is_set():
-            if self.stop.wait(_TICK_S):
-                return False
-        return True
+        self.flowing.wait()
+        return not self.stop.is_set()
 
     def _hold_until(self, te: float) -> float:
         s = self.w.settings
