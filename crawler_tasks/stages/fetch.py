@@ -149,7 +149,7 @@ class FetchSession:
                 if not self.stop.is_set() and self.flowing.is_set() and self.threads < s.FETCH_BATCH:
                     self._start(w.frontier.get_urls(self.shard, self._room()))
                 if self.threads:
-                    idle_since = None
+                    idle_since, drained = None, False
                 else:
                     idle_since = now if idle_since is None else idle_since
                     drained = w.frontier.queued(self.shard) == 0
