@@ -109,19 +109,22 @@ def _attach(args: argparse.Namespace) -> Iterator[Settings]:
 def cmd_crawl(args: argparse.Namespace) -> int:
     from crawler_tasks.ops.child import ForkServer
 
-    # first: the crawl's processes are forked from it once it has imported their modules,
+    # a bad setting or a missing seed is said before anything starts
+    settings = _settings_from(args)
+    if not (args.urls or args.seeds_file or args.resume or args.restore):
+        raise ConfigError("no seed URLs: give URLs or --seeds-file")
+    # then: the crawl's processes are forked from it once it has imported their modules,
     # which it does while this process imports its own and prepares the crawl
     forks = ForkServer(str(Path(__file__).resolve().parent))
     try:
-        return _crawl(args, forks)
+        return _crawl(args, settings, forks)
     finally:
         forks.stop()
 
 
-def _crawl(args: argparse.Namespace, forks: ForkServer) -> int:
+def _crawl(args: argparse.Namespace, settings: Settings, forks: ForkServer) -> int:
     from crawler_tasks.ops.runner import CrawlRunner, read_seeds_file
 
-    settings = _settings_from(args)
     seeds = list(args.urls)
     if args.seeds_file:
         seeds += read_seeds_file(args.seeds_file)

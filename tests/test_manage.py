@@ -86,6 +86,7 @@ def test_robots_command_explains_the_verdict():
 def test_bad_config_is_a_clear_error(tmp_path, env, args, message):
     proc = manage("crawl", "--out", str(tmp_path / "o"), *args, env=env, timeout=60)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+    assert "redis-server" not in proc.stderr   # said before anything was started
 
 
 def test_snapshot_then_restore_after_losing_redis(tmp_path):
