@@ -96,14 +96,13 @@ def _list(value: Any, what: str) -> list[Any]:
 def send_batch(batch: Batch) -> None:
     leases = [[lease.host, lease.raw, lease.token] for lease in batch.leases]
     fetch.apply_async((batch.shard, batch.batch_id, leases), queue=fetch_queue(batch.shard),
-                      **_summary(batch.shard, batch.batch_id, f"<{len(leases)} leases>"))
+                      **_summary(f"{batch.shard}, {batch.batch_id!r}, <{len(leases)} leases>"))
 
 
-def _summary(*parts: object) -> dict[str, str]:
+def _summary(args: str) -> dict[str, str]:
     """What a task message shows of its arguments (Flower, logs): a summary, because
     Celery's own repr of a batch of pages costs more CPU than sending it."""
-    return {"argsrepr": "(" + ", ".join(p if isinstance(p, str) and p.startswith("<") else repr(p) for p in parts) + ")",
-            "kwargsrepr": "{}"}
+    return {"argsrepr": f"({args})", "kwargsrepr": "{}"}
 
 
 @app.task(name="crawler.wake", ignore_result=True)
@@ -126,7 +125,7 @@ def fetch(shard: Any, batch_id: Any, leases: Any) -> int:
         return _refuse("fetch", exc)
     def emit(pages: list[FetchedPage], group_id: str) -> None:
         parse.apply_async(([to_message(p) for p in pages], group_id), queue=parse_queue(w.settings.node_name),
-                          **_summary(f"<{len(pages)} pages>", group_id))
+                          **_summary(f"<{len(pages)} pages>, {group_id!r}"))
 
     handed = fetch_stage(w, checked[0].shard if checked else shard, checked, batch_id, emit)
     w.count({"cpu_ms/fetch": _process_cpu_ms()})
@@ -145,7 +144,7 @@ def parse(pages: Any, batch_id: Any) -> int:
         return _refuse("parse", exc)
     records = parse_stage(w, checked, batch_id)
     dedup.apply_async(([to_message(r) for r in records], batch_id), queue=DEDUP_QUEUE,
-                      **_summary(f"<{len(records)} records>", batch_id))
+                      **_summary(f"<{len(records)} records>, {batch_id!r}"))
     w.count({"cpu_ms/parse": round((time.process_time() - t0) * 1000)})
     return len(records)
 

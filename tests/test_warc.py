@@ -12,7 +12,7 @@ import pytest
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler_tasks.fetch.http import FetchResult
-from crawler_tasks.output.warc import IDENTICAL_PAYLOAD_PROFILE, WarcStore, payload_digest, warc_date
+from crawler_tasks.output.warc import IDENTICAL_PAYLOAD_PROFILE, WarcStore, warc_date, warc_digest
 
 BODY = "<html><body><p>caf\u00e9 \u2014 \u65e5\u672c</p></body></html>".encode() * 50
 
@@ -56,7 +56,7 @@ def test_exchange_reads_back_as_received(tmp_path: Path, level: int) -> None:
     assert "http-header-user-agent: bot/1 (+http://op.test)" in info and "WARC File Format 1.1" in info
     _, head, http, payload = recs[1]
     assert payload == BODY and head.get_header("WARC-Record-ID") == rid
-    assert head.get_header("WARC-Payload-Digest") == payload_digest(BODY)
+    assert head.get_header("WARC-Payload-Digest") == warc_digest(BODY)
     assert head.get_header("WARC-Date") == warc_date(1_700_000_000.25) == "2023-11-14T22:13:20.250000Z"
     assert head.get_header("WARC-IP-Address") == "127.0.0.1"
     assert http.get_statuscode() == "200" and http.get_header("Transfer-Encoding") is None
@@ -102,7 +102,7 @@ def test_revisits_metadata_and_conversion(tmp_path: Path) -> None:
     dup = recs[3][1]
     assert dup.get_header("WARC-Profile") == IDENTICAL_PAYLOAD_PROFILE
     assert dup.get_header("WARC-Refers-To-Target-URI") == "http://a.test/a"
-    assert dup.get_header("WARC-Payload-Digest") == payload_digest(BODY) and recs[3][3] == b""
+    assert dup.get_header("WARC-Payload-Digest") == warc_digest(BODY) and recs[3][3] == b""
     assert recs[5][1].get_header("WARC-Profile").endswith("server-not-modified")
     meta = recs[7]
     assert meta[1].get_header("WARC-Concurrent-To") == first

@@ -64,15 +64,16 @@ class RuleInfo:
 
 @dataclass(slots=True)
 class _HostPlan:
-    """One host's share of a batch's pipelines: where its replies start, and what its
-    writes asked to read back."""
+    """One host's share of a batch's pipelines: where its replies are in them, and what
+    its writes asked to read back."""
     host: str
     recs: list[PageRecord]
     keys: ShardKeys
     shard: int
     targets: list[list[tuple[str, str]]]
-    at: int
-    end: int = 0
+    reads_at: int
+    writes_at: int = 0
+    writes_end: int = 0
     refuted: bool = False
     learned: list[str] = field(default_factory=list)
     shapes: list[tuple[str, bool]] = field(default_factory=list)
@@ -146,16 +147,16 @@ class UrlRules:
         read = {shard: pipe.execute() for shard, pipe in reads.items()}
         writes: dict[int, Pipeline] = {}
         for plan in plans:
-            n_urls, n_shapes, *stored = read[plan.shard][plan.at:plan.at + 2 + len(plan.recs)]
+            n_urls, n_shapes, *stored = read[plan.shard][plan.reads_at:plan.reads_at + 2 + len(plan.recs)]
             pipe = self._pipeline(writes, plan.shard)
-            plan.at = len(pipe)
+            plan.writes_at = len(pipe)
             self._weigh(pipe, plan, n_urls, n_shapes, stored, counters)
-            plan.end = len(pipe)
+            plan.writes_end = len(pipe)
         written = {shard: pipe.execute() for shard, pipe in writes.items()}
         finals: dict[int, Pipeline] = {}
         concluded: list[tuple[_HostPlan, list[str], dict[str, str], int]] = []
         for plan in plans:
-            res = written[plan.shard][plan.at:plan.end]
+            res = written[plan.shard][plan.writes_at:plan.writes_end]
             tail = res[len(res) - 3 * len(plan.learned) - 3 * len(plan.shapes):]
             bar = EXACT_UNITS * self.settings.DUST_CONFIRMATIONS
             new = [rule for i, rule in enumerate(plan.learned)

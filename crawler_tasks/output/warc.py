@@ -42,16 +42,10 @@ IDENTICAL_PAYLOAD_PROFILE = "http://netpreserve.org/warc/1.1/revisit/identical-p
 _ISAL_MAX_LEVEL = 3
 
 
-def payload_digest(body: bytes) -> str:
-    """WARC-Payload-Digest of a payload (sha1, base32, as warcio and Heritrix write it)."""
-    return _sha1(body)
-
-
-def _sha1(*parts: bytes) -> str:
-    h = hashlib.sha1()
-    for part in parts:
-        h.update(part)
-    return "sha1:" + base64.b32encode(h.digest()).decode("ascii")
+def warc_digest(data: bytes) -> str:
+    """A WARC-Payload-Digest or WARC-Block-Digest (sha1, base32, as warcio and Heritrix
+    write them)."""
+    return "sha1:" + base64.b32encode(hashlib.sha1(data).digest()).decode("ascii")
 
 
 def warc_date(ts: float) -> str:
@@ -114,7 +108,7 @@ class WarcStore:
         lines += [f"{name}: {value}" for name, value in headers]
         if digest is not None:
             lines.append(f"WARC-Payload-Digest: {digest}")
-        lines += [f"WARC-Block-Digest: {_sha1(block)}", f"Content-Length: {len(block)}", "", ""]
+        lines += [f"WARC-Block-Digest: {warc_digest(block)}", f"Content-Length: {len(block)}", "", ""]
         head = "\r\n".join(lines).encode("utf-8", "replace")
         level = self.gzip_level
         comp = (isal_zlib.compressobj(level, isal_zlib.DEFLATED, 31) if level <= _ISAL_MAX_LEVEL
@@ -129,7 +123,7 @@ class WarcStore:
 
         ``duplicate_of`` (url, WARC date of the first capture with the same payload
         digest) turns the response into a ``revisit`` record without payload;
-        ``digest`` is the body's ``payload_digest`` when the caller has it already."""
+        ``digest`` is the body's ``warc_digest`` when the caller has it already."""
         if res.status is None:
             return None
         with self._lock:
@@ -141,6 +135,8 @@ class WarcStore:
             headers = [(k, v) for k, v in res.headers if k.lower() not in _HOP_BY_HOP]
             http_head = _http_block(f"HTTP/1.1 {res.status} {res.reason}".rstrip(), headers)
             extra = [("WARC-Date", date), ("WARC-Concurrent-To", request_id)]
+            if res.status != 304:
+                digest = digest or warc_digest(res.body)
             if res.ip:
                 extra.append(("WARC-IP-Address", res.ip))
             if res.truncated:
@@ -154,11 +150,11 @@ class WarcStore:
                           ("WARC-Refers-To-Date", duplicate_of[1]),
                           ("Content-Type", "application/http; msgtype=response")]
                 self._write("revisit", res.url, http_head, extra, response_id,
-                            digest=digest or payload_digest(res.body))
+                            digest=digest)
             else:
                 extra.append(("Content-Type", "application/http; msgtype=response"))
                 self._write("response", res.url, http_head + res.body, extra, response_id,
-                            digest=digest or payload_digest(res.body))
+                            digest=digest)
             self._write("request", res.url, _http_block(f"GET {target} HTTP/1.1", res.request_headers),
                         [("WARC-Date", date), ("WARC-Concurrent-To", response_id),
                          ("Content-Type", "application/http; msgtype=request")], request_id)

@@ -211,11 +211,7 @@ def needs_budget(data: str | bytes, *, tag_dense: bool = True) -> bool:
     """Whether a document is big, tag-dense or has a giant tag (C-speed checks).
     ``tag_dense=False`` leaves the tag count out: for a caller whose parse has a short
     deadline and redoes a late one with the budget (``tag_dense_only``)."""
-    if len(data) > _PLAIN_MAX_CHARS:
-        return True
-    if isinstance(data, bytes):
-        return (tag_dense and data.count(b"<") > _PLAIN_MAX_TAGS) or _GIANT_TAG_B.search(data) is not None
-    return (tag_dense and data.count("<") > _PLAIN_MAX_TAGS) or _GIANT_TAG_S.search(data) is not None
+    return _big_or_giant_tag(data) or (tag_dense and _tag_dense(data))
 
 
 def tag_dense_only(data: str | bytes) -> bool:
@@ -223,11 +219,19 @@ def tag_dense_only(data: str | bytes) -> bool:
     reference page has 10-50k tags) and the tokenizer costs ~50 ms on one, ten times
     lexbor's parse, while the bombs it stops are rare: so they are parsed as they are
     under a short deadline first, and only a late one gets the budget."""
+    return _tag_dense(data) and not _big_or_giant_tag(data)
+
+
+def _tag_dense(data: str | bytes) -> bool:
+    return (data.count(b"<") if isinstance(data, bytes) else data.count("<")) > _PLAIN_MAX_TAGS
+
+
+def _big_or_giant_tag(data: str | bytes) -> bool:
     if len(data) > _PLAIN_MAX_CHARS:
-        return False
+        return True
     if isinstance(data, bytes):
-        return data.count(b"<") > _PLAIN_MAX_TAGS and _GIANT_TAG_B.search(data) is None
-    return data.count("<") > _PLAIN_MAX_TAGS and _GIANT_TAG_S.search(data) is None
+        return _GIANT_TAG_B.search(data) is not None
+    return _GIANT_TAG_S.search(data) is not None
 
 
 def apply_budget(

@@ -35,7 +35,7 @@ from crawler_tasks.frontier import ENQUEUED, Discovered, Entry, Lease
 from crawler_tasks.ops.control import CrawlState
 from crawler_tasks.ops.metrics import record_latencies
 from crawler_tasks.output.spool import new_batch_id, write_spool
-from crawler_tasks.output.warc import payload_digest, warc_date
+from crawler_tasks.output.warc import warc_date, warc_digest
 from crawler_tasks.parse.html import is_html
 from crawler_tasks.parse.sitemaps import MAX_SITEMAP_BYTES
 from crawler_tasks.records import NETWORK_ERRORS, RETRYABLE_ERRORS, Action, EntryKind, ErrorKind, FetchedPage
@@ -117,7 +117,6 @@ class FetchSession:
         group, handed = _Group(), 0
         next_control = next_renew = time.monotonic()
         idle_since = time.monotonic() if not self.threads else None
-        drained = False   # idle with nothing queued in the shard: no reason to linger
         item: tuple[FetchedPage, bytes, str | None] | None | EllipsisType  # ... : nothing arrived this tick
         while True:
             try:
@@ -149,12 +148,12 @@ class FetchSession:
                 if not self.stop.is_set() and self.flowing.is_set() and self.threads < s.FETCH_BATCH:
                     self._start(w.frontier.get_urls(self.shard, self._room()))
                 if self.threads:
-                    idle_since, drained = None, False
-                else:
-                    idle_since = now if idle_since is None else idle_since
-                    drained = w.frontier.queued(self.shard) == 0
-            if not self.threads and (self.stop.is_set() or drained
-                                     or (idle_since is not None and now - idle_since >= _IDLE_END_S)):
+                    idle_since = None
+                elif w.frontier.queued(self.shard) == 0:
+                    break   # idle with nothing queued in the shard: no reason to linger
+                elif idle_since is None:
+                    idle_since = now
+            if not self.threads and (self.stop.is_set() or (idle_since is not None and now - idle_since >= _IDLE_END_S)):
                 break
         if group.pages:
             handed += self._flush(group)
@@ -374,7 +373,7 @@ class FetchSession:
         action = Action.RETRY if retryable and entry.tries < s.MAX_RETRIES else Action.DONE
         record_id = None
         if res.status is not None:
-            digest = payload_digest(res.body)
+            digest = warc_digest(res.body)
             record_id = w.warc.write_exchange(res, self._earlier_capture(res, digest), digest)
         turn = self._decide(state, res, action)
         if action == Action.RETRY:
