@@ -179,3 +179,10 @@ def test_nested_menus_go_with_their_outer_menu() -> None:
     assert "Chapter" not in p.text and "Subsection" not in p.text
     assert "Words of the real content" in p.text and "A prose cell" in p.text
     assert p.full_text is not None and "Chapter 999" in p.full_text  # the whole text was taken before the drop
+
+
+def test_long_prose_list_with_many_links_stays() -> None:
+    items = "".join(f"<li>Item {i} explains one option of the tool in a sentence, see <a href='/o{i}'>o{i}</a>.</li>"
+                    for i in range(600))  # more links than one block's sample
+    p = extract_text(f"<html><body><h1>Options</h1><ol>{items}</ol></body></html>", "u")
+    assert "Item 599 explains one option" in p.text

@@ -71,6 +71,7 @@ _LANG_MIN_LETTERS = 20  # below this any guess is noise
 # the minimum of two links were chosen on bench/text_quality.py.
 _LINK_DENSITY_MAX = 0.7
 _LINK_DENSE_MIN_LINKS = 2
+_LINK_SAMPLE = 256  # links read at most in one block: past that an even sample gives its density
 _LINK_BLOCK_SELECTOR = ":is(ul, ol, dl, table):not(:is(ul, ol, dl, table) *)"  # outermost ones
 _HIDDEN_SELECTOR = "script, style, noscript, template, iframe, noembed, noframes, svg, math"
 _META_SELECTOR = "title, meta, script[type], [itemprop]"
@@ -246,9 +247,10 @@ def _drop_link_dense(tree: HTMLTree) -> None:
     """Remove outermost lists and tables whose text is mostly link text.
 
     Only outermost candidates are measured (the selector skips nested ones),
-    so each character is counted once and a 14,000-link table of contents
-    costs one pass, not a square.  A block's links are read one by one and
-    only until they pass the bound: each node read costs ~3 us in resiliparse.
+    so each character is counted once.  resiliparse builds each node object
+    at ~3 us, so links are read one by one until they pass the bound, and a
+    block of more than ``_LINK_SAMPLE`` links (an index, a whole table of
+    contents: 30,000 links) is judged on an even sample of them.
     """
     body = tree.body
     if body is None:
@@ -256,11 +258,13 @@ def _drop_link_dense(tree: HTMLTree) -> None:
     dense: list[ElementNode] = []
     for block in body.query_selector_all(_LINK_BLOCK_SELECTOR).values():
         links = block.query_selector_all("a[href]")
-        if len(links) < _LINK_DENSE_MIN_LINKS:
+        n = len(links)
+        if n < _LINK_DENSE_MIN_LINKS:
             continue
-        bound = _LINK_DENSITY_MAX * _visible_chars(block.text or "")
+        step = max(1, n // _LINK_SAMPLE)
+        bound = _LINK_DENSITY_MAX * _visible_chars(block.text or "") / step
         link_chars = 0
-        for link in map(links.item, range(len(links))):
+        for link in map(links.item, range(0, n, step)):
             link_chars += _visible_chars(link.text or "") if link is not None else 0
             if link_chars > bound:
                 dense.append(block)
