@@ -71,7 +71,7 @@ _LANG_MIN_LETTERS = 20  # below this any guess is noise
 # the minimum of two links were chosen on bench/text_quality.py.
 _LINK_DENSITY_MAX = 0.7
 _LINK_DENSE_MIN_LINKS = 2
-_LINK_SAMPLE = 256  # links read at most in one block: past that an even sample gives its density
+_LINK_SAMPLE = 64  # links read at most in one block: past that an even sample gives its density
 _LINK_BLOCK_SELECTOR = ":is(ul, ol, dl, table):not(:is(ul, ol, dl, table) *)"  # outermost ones
 _HIDDEN_SELECTOR = "script, style, noscript, template, iframe, noembed, noframes, svg, math"
 _META_SELECTOR = "title, meta, script[type], [itemprop]"
