@@ -186,3 +186,11 @@ def test_long_prose_list_with_many_links_stays() -> None:
                     for i in range(600))  # more links than one block's sample
     p = extract_text(f"<html><body><h1>Options</h1><ol>{items}</ol></body></html>", "u")
     assert "Item 599 explains one option" in p.text
+
+
+def test_hidden_elements_leave_headings_and_text_nested_ones_too() -> None:
+    html = ("<html><body><h2>Setup<script>var hidden = 1;</script><svg><svg><text>icon</text></svg>"
+            "<math><mi>x</mi></math></svg></h2><p>Run the installer, then restart the service once.</p></body></html>")
+    p = extract_text(html, "u", full_text=True)
+    assert p.headings == ["Setup"] and p.title == "Setup"
+    assert p.full_text is not None and "icon" not in p.full_text and "hidden" not in p.full_text

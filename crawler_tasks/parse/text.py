@@ -73,8 +73,10 @@ _LINK_DENSITY_MAX = 0.7
 _LINK_DENSE_MIN_LINKS = 2
 _LINK_SAMPLE = 64  # links read at most in one block: past that an even sample gives its density
 _LINK_BLOCK_SELECTOR = ":is(ul, ol, dl, table):not(:is(ul, ol, dl, table) *)"  # outermost ones
-_HIDDEN_SELECTOR = "script, style, noscript, template, iframe, noembed, noframes, svg, math"
-_META_SELECTOR = "title, meta, script[type], [itemprop]"
+_HIDDEN_TAGS = frozenset({"script", "style", "noscript", "template", "iframe", "noembed", "noframes", "svg", "math"})
+_HEADING_TAGS = frozenset({"h1", "h2", "h3"})
+_META_TAGS = frozenset({"title", "meta", "script"})  # and [itemprop]
+_TREE_SELECTOR = ", ".join(sorted(_HIDDEN_TAGS | _HEADING_TAGS | _META_TAGS)) + ", [itemprop]"
 
 _PUBLISHED_META = frozenset({"article:published_time", "datepublished", "dc.date.issued", "dcterms.created"})
 _MODIFIED_META = frozenset({"article:modified_time", "og:updated_time", "datemodified", "dcterms.modified"})
@@ -180,20 +182,22 @@ def _extract(
     root = tree.document
     if root is None:
         return PageText(url=url, truncated=truncated, error="HTMLParserException: no document")
+    # One query for metadata, hidden elements and headings: a resiliparse query
+    # walks the whole tree, at about twice lexbor's (selectolax's) cost.
+    # .values() and .item(): iterating or indexing a resiliparse node list
+    # rebuilds it at every step (2,000 links: 8 s instead of 3 ms).
+    nodes = root.query_selector_all(_TREE_SELECTOR).values()
     page = PageText(url=url, truncated=truncated)
-    _read_metadata(root, page)
+    _read_metadata(root, nodes, page)
     if not page.lang_declared:
         page.lang_declared = _lang_tag(_header(headers, "content-language"))
 
-    # .values() and .item(): iterating or indexing a resiliparse node list
-    # rebuilds it at every step (2,000 links: 8 s instead of 3 ms).
-    for node in root.query_selector_all(_HIDDEN_SELECTOR).values():
+    hidden, visible = _split_hidden(nodes)
+    for node in hidden:
         node.decompose()
-    found = root.query_selector_all("h1, h2, h3")
     headings = [
         _collapse(h.text or "").rstrip(_PERMALINK_MARKS)[:_MAX_HEADING_CHARS]
-        for h in map(found.item, range(min(len(found), 4 * _MAX_HEADINGS)))
-        if h is not None
+        for h in [n for n in visible if n.tag in _HEADING_TAGS][: 4 * _MAX_HEADINGS]
     ]
     if not page.title:
         page.title = next((h for h in headings if h), "")[:_MAX_TITLE_CHARS]
@@ -234,6 +238,23 @@ def _parse(doc: bytes | str) -> HTMLTree:
         return HTMLTree.parse(doc)
     except UnicodeEncodeError:
         return HTMLTree.parse(doc.encode("utf-8", "ignore").decode("utf-8"))
+
+
+def _split_hidden(nodes: list[ElementNode]) -> tuple[list[ElementNode], list[ElementNode]]:
+    """The outermost hidden elements, and the nodes outside them (in document
+    order, a node inside a hidden element follows the outermost one)."""
+    hidden: list[ElementNode] = []
+    visible: list[ElementNode] = []
+    outer: ElementNode | None = None
+    for node in nodes:
+        if outer is not None and outer.contains(node):
+            continue
+        if node.tag in _HIDDEN_TAGS:
+            outer = node
+            hidden.append(node)
+        else:
+            visible.append(node)
+    return hidden, visible
 
 
 def _tidy(text: str, max_chars: int) -> str:
@@ -282,16 +303,20 @@ def _visible_chars(text: str) -> int:
 # ---------------------------------------------------------------------------
 
 
-def _read_metadata(doc: DocumentNode, page: PageText) -> None:
+def _read_metadata(doc: DocumentNode, nodes: list[ElementNode], page: PageText) -> None:
+    """From the document element and, in ``nodes``, the title, meta, script
+    and ``[itemprop]`` elements (the others are skipped)."""
     root = doc.document_element
     if root is not None and root.tag == "html":
         page.lang_declared = _lang_tag(root.getattr("lang") or root.getattr("xml:lang"))
     metas: dict[str, str] = {}
     jsonld: list[str] = []
     title = ""
-    for node in doc.query_selector_all(_META_SELECTOR).values():
+    for node in nodes:
         tag = node.tag
         attr = node.getattr
+        if tag not in _META_TAGS and not node.hasattr("itemprop"):
+            continue
         if tag == "title":
             if not title:
                 title = _collapse(node.text or "")
