@@ -71,7 +71,7 @@ _LANG_MIN_LETTERS = 20  # below this any guess is noise
 # the minimum of two links were chosen on bench/text_quality.py.
 _LINK_DENSITY_MAX = 0.7
 _LINK_DENSE_MIN_LINKS = 2
-_LINK_SAMPLE = 64  # links read at most in one block: past that an even sample gives its density
+_LINK_SAMPLE = 64  # a block of n >= 128 links is judged on every (n // 64)-th one
 _LINK_BLOCK_SELECTOR = ":is(ul, ol, dl, table):not(:is(ul, ol, dl, table) *)"  # outermost ones
 _HIDDEN_TAGS = frozenset({"script", "style", "noscript", "template", "iframe", "noembed", "noframes", "svg", "math"})
 _HEADING_TAGS = frozenset({"h1", "h2", "h3"})
@@ -270,8 +270,9 @@ def _drop_link_dense(tree: HTMLTree) -> None:
     Only outermost candidates are measured (the selector skips nested ones),
     so each character is counted once.  resiliparse builds each node object
     at ~3 us, so links are read one by one until they pass the bound, and a
-    block of more than ``_LINK_SAMPLE`` links (an index, a whole table of
-    contents: 30,000 links) is judged on an even sample of them.
+    block of 2 x ``_LINK_SAMPLE`` links or more (an index, a whole table of
+    contents: 30,000 links) is judged on an even sample of about
+    ``_LINK_SAMPLE`` of them.
     """
     body = tree.body
     if body is None:
@@ -290,7 +291,7 @@ def _drop_link_dense(tree: HTMLTree) -> None:
             if link_chars > bound:
                 dense.append(block)
                 break
-    for block in dense:  # after the walk, which so never reads a removed node
+    for block in dense:  # after the walk, so that it never reads a removed node
         block.decompose()
 
 
