@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from crawler_tasks.dedup.fingerprint import content_fingerprint, fingerprint_collapsed
 from crawler_tasks.dedup.simhash import simhash64_with_count
 from crawler_tasks.exceptions import ConfigError
+from crawler_tasks.parse.html import prepare_document
 from crawler_tasks.parse.page import analyse
 from crawler_tasks.parse.text import MAX_INPUT_BYTES, PageText, extract_text
 from crawler_tasks.settings import Settings
@@ -158,3 +159,38 @@ def test_text_mode_setting() -> None:
     assert Settings.from_env({"CRAWLER_TEXT_MODE": "full"}).TEXT_MODE == "full"
     with pytest.raises(ConfigError):
         Settings.from_env({"CRAWLER_TEXT_MODE": "everything"})
+
+
+def test_stray_byte_in_utf8_document_is_one_replacement_not_mojibake() -> None:
+    doc = prepare_document(b"<html><head><meta charset=utf-8></head><body><p>Caf\xc3\xa9 cr\xc3\xa8me \xff here.</p></body></html>")
+    assert isinstance(doc.data, bytes)
+    p = extract_text(doc, "u")
+    assert p.text == "Café crème \ufffd here."
+    assert extract_text("\ud800<p>Text after a lone surrogate.</p>", "u").text == "Text after a lone surrogate."
+
+
+def test_nested_menus_go_with_their_outer_menu() -> None:
+    sub = "".join(f'<li><a href="/s{i}">Subsection {i}</a></li>' for i in range(3))
+    toc = "".join(f'<li><a href="/p{i}">Chapter {i}</a><ul>{sub}</ul></li>' for i in range(1000))
+    html = (f"<html><body><ul>{toc}</ul><h2>Intro</h2>"
+            f"<p>{'Words of the real content that a reader came for. ' * 6}</p>"
+            f"<table><tr><td>{'A prose cell with one ' * 9}<a href='/x'>link</a></td></tr></table></body></html>")
+    p = extract_text(html, "u", full_text=True)
+    assert "Chapter" not in p.text and "Subsection" not in p.text
+    assert "Words of the real content" in p.text and "A prose cell" in p.text
+    assert p.full_text is not None and "Chapter 999" in p.full_text  # the whole text was taken before the drop
+
+
+def test_long_prose_list_with_many_links_stays() -> None:
+    items = "".join(f"<li>Item {i} explains one option of the tool in a sentence, see <a href='/o{i}'>o{i}</a>.</li>"
+                    for i in range(600))  # more links than one block's sample
+    p = extract_text(f"<html><body><h1>Options</h1><ol>{items}</ol></body></html>", "u")
+    assert "Item 599 explains one option" in p.text
+
+
+def test_hidden_elements_leave_headings_and_text_nested_ones_too() -> None:
+    html = ("<html><body><h2>Setup<script>var hidden = 1;</script><svg><svg><text>icon</text></svg>"
+            "<math><mi>x</mi></math></svg></h2><p>Run the installer, then restart the service once.</p></body></html>")
+    p = extract_text(html, "u", full_text=True)
+    assert p.headings == ["Setup"] and p.title == "Setup"
+    assert p.full_text is not None and "icon" not in p.full_text and "hidden" not in p.full_text

@@ -6,14 +6,15 @@ documentation pages a quarter of its words are boilerplate.  This module
 returns the main content instead, measured against a slow reference
 extractor by ``bench/text_quality.py``:
 
-1. lexbor (selectolax) parses the page once; metadata come from that tree
-   (title, description, dates from meta tags, microdata and JSON-LD,
-   declared language, headings);
+1. resiliparse parses the page once; metadata come from that tree (title,
+   description, dates from meta tags, microdata and JSON-LD, declared
+   language, headings);
 2. link-dense lists and tables (menus, tables of contents, "Prev / Next"
    bars, index pages) are removed from it; resiliparse's main-content
    heuristics do not catch those;
-3. resiliparse extracts the main content of what is left, keeping block
-   breaks (one line per block, a blank line between paragraphs);
+3. resiliparse extracts the main content of what is left from that same
+   tree (no serialization and second parse), keeping block breaks (one
+   line per block, a blank line between paragraphs);
 4. resiliparse's n-gram profiles guess the language of the main text.
 
 Error policy: :func:`extract_text` never raises.  Input is cut at
@@ -33,8 +34,8 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from resiliparse.extract.html2text import extract_plain_text
+from resiliparse.parse.html import DocumentNode, ElementNode, HTMLTree
 from resiliparse.parse.lang import detect_fast
-from selectolax.lexbor import LexborHTMLParser
 
 from crawler_tasks.parse.budget import MAX_ATTRS, MAX_DEPTH, MAX_ELEMENTS, apply_budget, needs_budget
 from crawler_tasks.parse.encoding import decode_html
@@ -70,9 +71,12 @@ _LANG_MIN_LETTERS = 20  # below this any guess is noise
 # the minimum of two links were chosen on bench/text_quality.py.
 _LINK_DENSITY_MAX = 0.7
 _LINK_DENSE_MIN_LINKS = 2
-_LINK_BLOCK_SELECTOR = "ul, ol, dl, table"
-_HIDDEN_SELECTOR = "script, style, noscript, template, iframe, noembed, noframes, svg, math"
-_META_SELECTOR = "title, meta, script[type], [itemprop]"
+_LINK_SAMPLE = 64  # a block of n >= 128 links is judged on every (n // 64)-th one
+_LINK_BLOCK_SELECTOR = ":is(ul, ol, dl, table):not(:is(ul, ol, dl, table) *)"  # outermost ones
+_HIDDEN_TAGS = frozenset({"script", "style", "noscript", "template", "iframe", "noembed", "noframes", "svg", "math"})
+_HEADING_TAGS = frozenset({"h1", "h2", "h3"})
+_META_TAGS = frozenset({"title", "meta", "script"})  # and [itemprop]
+_TREE_SELECTOR = ", ".join(sorted(_HIDDEN_TAGS | _HEADING_TAGS | _META_TAGS)) + ", [itemprop]"
 
 _PUBLISHED_META = frozenset({"article:published_time", "datepublished", "dc.date.issued", "dcterms.created"})
 _MODIFIED_META = frozenset({"article:modified_time", "og:updated_time", "datemodified", "dcterms.modified"})
@@ -174,30 +178,40 @@ def _extract(
         return PageText(url=url, error=f"TypeError: HTML must be bytes or str, not {type(html).__name__}")
     if not isinstance(html, Document) and needs_budget(doc):
         doc = apply_budget(doc, MAX_ELEMENTS, MAX_DEPTH, MAX_ATTRS)[0]
-    tree = LexborHTMLParser(doc)
+    tree = _parse(doc)
+    root = tree.document
+    if root is None:
+        return PageText(url=url, truncated=truncated, error="HTMLParserException: no document")
+    # One query for metadata, hidden elements and headings: a resiliparse query
+    # walks the whole tree, at about twice lexbor's (selectolax's) cost.
+    # .values() and .item(): iterating or indexing a resiliparse node list
+    # rebuilds it at every step (2,000 links: 8 s instead of 3 ms).
+    nodes = root.query_selector_all(_TREE_SELECTOR).values()
     page = PageText(url=url, truncated=truncated)
-    _read_metadata(tree, page)
+    _read_metadata(root, nodes, page)
     if not page.lang_declared:
         page.lang_declared = _lang_tag(_header(headers, "content-language"))
 
-    for node in tree.css(_HIDDEN_SELECTOR):
+    hidden, visible = _split_hidden(nodes)
+    for node in hidden:
         node.decompose()
     headings = [
-        _collapse(h.text()).rstrip(_PERMALINK_MARKS)[:_MAX_HEADING_CHARS] for h in tree.css("h1, h2, h3")[: 4 * _MAX_HEADINGS]
+        _collapse(h.text or "").rstrip(_PERMALINK_MARKS)[:_MAX_HEADING_CHARS]
+        for h in [n for n in visible if n.tag in _HEADING_TAGS][: 4 * _MAX_HEADINGS]
     ]
     if not page.title:
         page.title = next((h for h in headings if h), "")[:_MAX_TITLE_CHARS]
 
     whole = ""
     if want_full or not main_content:
-        whole = _tidy(extract_plain_text(tree.html or "", preserve_formatting=True, list_bullets=False), max_chars)
+        whole = _tidy(extract_plain_text(tree, preserve_formatting=True, list_bullets=False), max_chars)
         if want_full:
             page.full_text = whole
     if main_content:
         _drop_link_dense(tree)
         page.text = _tidy(
             extract_plain_text(
-                tree.html or "", preserve_formatting=True, main_content=True, list_bullets=False, comments=False,
+                tree, preserve_formatting=True, main_content=True, list_bullets=False, comments=False,
                 alt_texts=False,
             ),
             max_chars,
@@ -212,6 +226,37 @@ def _extract(
     return page
 
 
+def _parse(doc: bytes | str) -> HTMLTree:
+    """One resiliparse tree of a decoded page.  Bytes are UTF-8 (``Document``):
+    decoded here with U+FFFD for stray bytes, as a browser does, because
+    resiliparse reads bytes that are not valid UTF-8 in another charset (one
+    bad byte turned a whole page into mojibake).  Lone surrogates, which
+    resiliparse cannot encode, are dropped."""
+    if isinstance(doc, bytes):
+        doc = doc.decode("utf-8", "replace")
+    try:
+        return HTMLTree.parse(doc)
+    except UnicodeEncodeError:
+        return HTMLTree.parse(doc.encode("utf-8", "ignore").decode("utf-8"))
+
+
+def _split_hidden(nodes: list[ElementNode]) -> tuple[list[ElementNode], list[ElementNode]]:
+    """The outermost hidden elements, and the nodes outside them (in document
+    order, a node inside a hidden element follows the outermost one)."""
+    hidden: list[ElementNode] = []
+    visible: list[ElementNode] = []
+    outer: ElementNode | None = None
+    for node in nodes:
+        if outer is not None and outer.contains(node):
+            continue
+        if node.tag in _HIDDEN_TAGS:
+            outer = node
+            hidden.append(node)
+        else:
+            visible.append(node)
+    return hidden, visible
+
+
 def _tidy(text: str, max_chars: int) -> str:
     """Strip each line, at most one blank line in a row, cap the length; no-break
     spaces become spaces (indexers and the headings test expect plain ones)."""
@@ -219,33 +264,35 @@ def _tidy(text: str, max_chars: int) -> str:
     return _BLANK_LINES_RE.sub("\n\n", text).strip()[:max_chars].rstrip()
 
 
-def _drop_link_dense(tree: LexborHTMLParser) -> None:
+def _drop_link_dense(tree: HTMLTree) -> None:
     """Remove outermost lists and tables whose text is mostly link text.
 
-    Only outermost candidates are measured, so each character is counted
-    once and a 14,000-link table of contents costs one pass, not a square.
+    Only outermost candidates are measured (the selector skips nested ones),
+    so each character is counted once.  resiliparse builds each node object
+    at ~3 us, so links are read one by one until they pass the bound, and a
+    block of 2 x ``_LINK_SAMPLE`` links or more (an index, a whole table of
+    contents: 30,000 links) is judged on an even sample of about
+    ``_LINK_SAMPLE`` of them.
     """
     body = tree.body
     if body is None:
         return
-    seen: set[int] = set()
-    for block in body.css(_LINK_BLOCK_SELECTOR):
-        parent = block.parent
-        inside = False
-        while parent is not None:
-            if parent.mem_id in seen:
-                inside = True
+    dense: list[ElementNode] = []
+    for block in body.query_selector_all(_LINK_BLOCK_SELECTOR).values():
+        links = block.query_selector_all("a[href]")
+        n = len(links)
+        if n < _LINK_DENSE_MIN_LINKS:
+            continue
+        step = max(1, n // _LINK_SAMPLE)
+        bound = _LINK_DENSITY_MAX * _visible_chars(block.text or "") / step
+        link_chars = 0
+        for link in map(links.item, range(0, n, step)):
+            link_chars += _visible_chars(link.text or "") if link is not None else 0
+            if link_chars > bound:
+                dense.append(block)
                 break
-            parent = parent.parent
-        if inside:
-            continue
-        seen.add(block.mem_id)
-        links = block.css("a[href]")
-        if len(links) < _LINK_DENSE_MIN_LINKS:
-            continue
-        chars = _visible_chars(block.text())
-        if chars and sum(_visible_chars(a.text()) for a in links) > _LINK_DENSITY_MAX * chars:
-            block.decompose()
+    for block in dense:  # after the walk, so that it never reads a removed node
+        block.decompose()
 
 
 def _visible_chars(text: str) -> int:
@@ -257,30 +304,34 @@ def _visible_chars(text: str) -> int:
 # ---------------------------------------------------------------------------
 
 
-def _read_metadata(tree: LexborHTMLParser, page: PageText) -> None:
-    root = tree.root
+def _read_metadata(doc: DocumentNode, nodes: list[ElementNode], page: PageText) -> None:
+    """From the document element and, in ``nodes``, the title, meta, script
+    and ``[itemprop]`` elements (the others are skipped)."""
+    root = doc.document_element
     if root is not None and root.tag == "html":
-        page.lang_declared = _lang_tag(root.attributes.get("lang") or root.attributes.get("xml:lang"))
+        page.lang_declared = _lang_tag(root.getattr("lang") or root.getattr("xml:lang"))
     metas: dict[str, str] = {}
     jsonld: list[str] = []
     title = ""
-    for node in tree.css(_META_SELECTOR):
+    for node in nodes:
         tag = node.tag
-        attrs = node.attributes
+        attr = node.getattr
+        if tag not in _META_TAGS and not node.hasattr("itemprop"):
+            continue
         if tag == "title":
             if not title:
-                title = _collapse(node.text())
+                title = _collapse(node.text or "")
             continue
         if tag == "script":
-            if (attrs.get("type") or "").strip().lower() == "application/ld+json" and len(jsonld) < _MAX_JSONLD_BLOCKS:
-                jsonld.append(node.text()[:_MAX_JSONLD_CHARS])
+            if (attr("type") or "").strip().lower() == "application/ld+json" and len(jsonld) < _MAX_JSONLD_BLOCKS:
+                jsonld.append((node.text or "")[:_MAX_JSONLD_CHARS])
             continue
         if tag == "meta":
-            key = attrs.get("property") or attrs.get("name") or attrs.get("itemprop") or attrs.get("http-equiv")
-            value = attrs.get("content")
+            key = attr("property") or attr("name") or attr("itemprop") or attr("http-equiv")
+            value = attr("content")
         else:  # microdata: <time itemprop=datePublished datetime=...>, <span itemprop=...>text</span>
-            key = attrs.get("itemprop")
-            value = attrs.get("datetime") or attrs.get("content") or node.text()[:100]
+            key = attr("itemprop")
+            value = attr("datetime") or attr("content") or (node.text or "")[:100]
         if key and value:
             metas.setdefault(key.strip().lower(), value.strip())
     page.title = title[:_MAX_TITLE_CHARS]
