@@ -427,7 +427,7 @@ def _header(headers: Mapping[str, str] | None, name: str) -> str | None:
 
 def _detect_lang(text: str) -> tuple[str | None, float]:
     sample = text[:_LANG_SAMPLE_CHARS]
-    if sum(c.isalpha() for c in sample[:400]) < _LANG_MIN_LETTERS:
+    if sum(map(str.isalpha, sample[:400])) < _LANG_MIN_LETTERS:
         return None, 0.0
     lang, rank = detect_fast(sample, cutoff=_LANG_RANK_CUTOFF)
     if lang == "unknown":
