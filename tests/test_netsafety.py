@@ -660,3 +660,18 @@ def test_parse_resolve_overrides_feeds_the_cache() -> None:
     cache = DnsCache(overrides=parse_resolve_overrides(["site.test:8000:127.0.0.1"]),
                      resolver=FakeResolver({}))
     assert cache.resolve("site.test") == "127.0.0.1"
+
+
+def test_check_host_keeps_its_verdict_per_address_and_says_it_each_time() -> None:
+    fetcher = Fetcher(dataclasses.replace(Settings(), RESOLVE=("a.test=127.0.0.9", "b.test=127.0.0.9",
+                                                              "pub.test=93.184.215.14")))
+    seen = []
+    for host in ("a.test", "b.test", "a.test"):
+        with pytest.raises(AddressRefused) as info:
+            fetcher.check_host(host)
+        seen.append((info.value.reason, info.value.category, info.value.ip))
+    assert seen[0] == seen[1] == seen[2] and seen[0][1] == "loopback" and seen[0][2] == "127.0.0.9"
+    assert fetcher.check_host("pub.test") == fetcher.check_host("pub.test") == "93.184.215.14"
+    # another Fetcher with other settings judges the same address otherwise
+    assert Fetcher(dataclasses.replace(Settings(), ALLOW_PRIVATE=True,
+                                       RESOLVE=("a.test=127.0.0.9",))).check_host("a.test") == "127.0.0.9"

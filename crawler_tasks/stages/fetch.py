@@ -22,6 +22,7 @@ import queue
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import EllipsisType
@@ -32,7 +33,7 @@ from crawler_tasks.fetch.http import FetchResult
 from crawler_tasks.fetch.netsafety import AddressRefused, ResolveError
 from crawler_tasks.fetch.politeness import FetchOutcome, HostState, crawl_delay_verdict, next_contact
 from crawler_tasks.frontier import ENQUEUED, Discovered, Entry, Lease
-from crawler_tasks.ops.control import CrawlState
+from crawler_tasks.ops.control import Control, ControlView, CrawlState
 from crawler_tasks.ops.metrics import record_latencies
 from crawler_tasks.output.spool import new_batch_id, write_spool
 from crawler_tasks.output.warc import warc_date, warc_digest
@@ -56,6 +57,40 @@ _IDLE_END_S = 0.5         # a session with no host and nothing ready for this lo
                           # when its shard has nothing queued: the end of a crawl is not delayed)
 
 Emit = Callable[[list[FetchedPage], str], None]
+
+
+class _CrawlView:
+    """The crawl's state and hosts leased as last read by a session of this process:
+    read once a control tick, whatever the number of sessions (each used to read it)."""
+
+    __slots__ = ("lock", "at", "view", "leased")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.at = float("-inf")
+        self.view: ControlView | None = None
+        self.leased = 0
+
+    def read(self, w: Worker) -> tuple[ControlView, int]:
+        with self.lock:
+            now = time.monotonic()
+            if self.view is None or now - self.at >= _CONTROL_EVERY_S:
+                self.view = w.control.view()
+                self.leased = w.frontier.leased_hosts() if w.settings.MAX_PAGES else 0
+                self.at = now
+            return self.view, self.leased
+
+
+_views: weakref.WeakKeyDictionary[Control, _CrawlView] = weakref.WeakKeyDictionary()
+_views_lock = threading.Lock()
+
+
+def _crawl_view(w: Worker) -> tuple[ControlView, int]:
+    with _views_lock:
+        shared = _views.get(w.control)
+        if shared is None:
+            shared = _views[w.control] = _CrawlView()
+    return shared.read(w)
 
 
 @dataclass(slots=True)
@@ -171,7 +206,7 @@ class FetchSession:
 
     def _check_control(self) -> None:
         s = self.w.settings
-        view = self.w.control.view()
+        view, leased = _crawl_view(self.w)
         if view.state != CrawlState.RUNNING or time.monotonic() - self.started >= s.SESSION_MAX_S:
             self._stop()
             return
@@ -182,7 +217,7 @@ class FetchSession:
         else:
             self.flowing.set()
         if s.MAX_PAGES:
-            self.leased = self.w.frontier.leased_hosts()
+            self.leased = leased
             self.spare = s.MAX_PAGES - view.pages - self.leased
 
     def _stop(self) -> None:
