@@ -17,8 +17,10 @@ import threading
 from typing import Any
 
 from celery import Celery, bootsteps
+from celery.signals import worker_init
 
 from crawler_tasks.connection import broker_url
+from crawler_tasks.ops.malloc import tune_malloc
 from crawler_tasks.queues import CONTROL_QUEUE, DEDUP_QUEUE
 from crawler_tasks.schedule import build_schedule
 from crawler_tasks.settings import get_settings
@@ -108,3 +110,9 @@ def make_app() -> Celery:
 
 
 app = make_app()
+
+
+@worker_init.connect
+def _tune_allocator(**_: object) -> None:
+    """Every worker, however started (``manage.py crawl`` or ``celery -A crawler_tasks worker``)."""
+    tune_malloc()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import gc
 import json
 import os
 import select
@@ -121,6 +122,9 @@ def serve() -> int:
             if "env" in request:
                 _configure(request["env"], request["log"])
                 continue
+            # what was imported stays out of every collection in the children: their
+            # collector never walks (nor copies, by touching) the shared pages
+            gc.freeze()
             pid = os.fork()
             if pid == 0:
                 _run_forked(me, request["args"], request["log"])
