@@ -67,8 +67,9 @@ MAX_HOSTS_NAMED = 10
 SUMMARY_HOSTS_PER_SHARD = 10_000
 # How often the runner reads progress, checks its children and limits.
 WATCH_S = 0.5
-# The same once the end is near (stopping, or a finite crawl with nothing queued): the
-# runner makes the stop decision itself, so the last batch's end is seen this soon.
+# The same once the end is near (stopping, a finite crawl with nothing queued, the page
+# budget or the time limit within a second): the runner makes the stop decision itself,
+# so the limit and the last batch's end are seen this soon.
 WATCH_ENDING_S = 0.1
 
 
@@ -105,6 +106,7 @@ class Child:
         self._log = open(log_path, "ab")
         self.log_start = self._log.tell()
         self._up = False
+        self._terminated = False
         forked = None
         if forks is not None and args[:3] == CHILD_COMMAND:
             forked = forks.spawn(args[3:], log_path)
@@ -127,8 +129,9 @@ class Child:
         return self._up
 
     def terminate(self) -> None:
-        """SIGTERM the child's process group (a worker's warm shutdown)."""
-        if self.alive():
+        """SIGTERM the child's process group (a worker's warm shutdown), once."""
+        if self.alive() and not self._terminated:
+            self._terminated = True
             try:
                 os.killpg(self.proc.pid, signal.SIGTERM)
             except ProcessLookupError:
@@ -189,6 +192,8 @@ class CrawlRunner:
             self._start_children()
             progress = self._watch()
             self.status.close()
+            for child in self.children:  # they wind down while the summary is read
+                child.terminate()
             self._summary(progress)
             return 0 if progress.state == CrawlState.FINISHED or self._stop_requested else 1
         finally:
@@ -313,6 +318,7 @@ class CrawlRunner:
     def _watch(self) -> Progress:
         s = self.settings
         last_pages, last_at = 0, time.time()
+        seen_pages, seen_at = 0, last_at
         rate = 0.0
         interval = WATCH_S
         while True:
@@ -332,6 +338,8 @@ class CrawlRunner:
                     continue  # restarted on the next turn
                 raise
             now = time.time()
+            recent = (progress.pages - seen_pages) / max(now - seen_at, 1e-3)  # since the last look
+            seen_pages, seen_at = progress.pages, now
             if now - last_at >= 2.0:
                 rate = (progress.pages - last_pages) / (now - last_at)
                 last_pages, last_at = progress.pages, now
@@ -343,7 +351,10 @@ class CrawlRunner:
             self.status.update(line, now)
             if progress.state == CrawlState.FINISHED:
                 return progress
-            ending = progress.state == CrawlState.STOPPING or (progress.queued == 0 and not s.CONTINUOUS)
+            ending = (progress.state == CrawlState.STOPPING or (progress.queued == 0 and not s.CONTINUOUS)
+                      # a limit is this close: the stop is decided here, so look more often
+                      or bool(s.MAX_PAGES and s.MAX_PAGES - progress.pages <= 2 * WATCH_S * max(rate, recent))
+                      or bool(s.MAX_SECONDS and elapsed >= s.MAX_SECONDS - WATCH_S))
             interval = WATCH_ENDING_S if ending else WATCH_S
             for i, child in enumerate(self.children):
                 if child.alive():

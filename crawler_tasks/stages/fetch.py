@@ -61,7 +61,8 @@ Emit = Callable[[list[FetchedPage], str], None]
 
 class _CrawlView:
     """The crawl's state and hosts leased as last read by a session of this process:
-    read once a control tick, whatever the number of sessions (each used to read it)."""
+    read once a control tick, whatever the number of sessions (each used to read it).
+    The sessions tick together, so the view a session gets is a few ms old."""
 
     __slots__ = ("lock", "at", "view", "leased")
 
@@ -74,7 +75,7 @@ class _CrawlView:
     def read(self, w: Worker) -> tuple[ControlView, int]:
         with self.lock:
             now = time.monotonic()
-            if self.view is None or now - self.at >= _CONTROL_EVERY_S:
+            if self.view is None or now - self.at >= _CONTROL_EVERY_S / 2:
                 self.view = w.control.view()
                 self.leased = w.frontier.leased_hosts() if w.settings.MAX_PAGES else 0
                 self.at = now
@@ -178,7 +179,8 @@ class FetchSession:
                 self._renew()
                 next_renew = now + self.renew_every
             if now >= next_control:
-                next_control = now + _CONTROL_EVERY_S
+                # on a grid shared by the sessions of this process: they read one fresh view
+                next_control = (now // _CONTROL_EVERY_S + 1) * _CONTROL_EVERY_S
                 self._check_control()
                 if not self.stop.is_set() and self.flowing.is_set() and self.threads < s.FETCH_BATCH:
                     self._start(w.frontier.get_urls(self.shard, self._room()))
