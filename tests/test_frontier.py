@@ -218,3 +218,13 @@ def test_a_fetched_url_stays_parked_until_its_page_is_handed_on(settings):
     assert f.return_handoffs(0, now=now + 2) == 1
     assert [e.url for e in f.host_queue(0, "h.test")] == ["http://h.test/1", "http://h.test/2"]
     assert f.sizes(0)["back"] == 2
+
+
+def test_a_url_fetched_again_skips_the_seen_test_and_the_host_budget(settings):
+    frontier = Frontier(dataclasses.replace(settings, MAX_PAGES_PER_HOST=2, SHARDS=1))
+    assert frontier.put_discovered([d("http://a.test/1"), d("http://a.test/2")]) == [ENQUEUED, ENQUEUED]
+    assert frontier.put_discovered([d("http://a.test/3")]) == [OVER_HOST_BUDGET]
+    again = Discovered(url="http://a.test/1", host="a.test", again=True)
+    assert frontier.put_discovered([again]) == [ENQUEUED]
+    assert frontier.put_discovered([d("http://a.test/1")]) == [SEEN]
+    assert Counter(drain(frontier)) == Counter({"http://a.test/1": 2, "http://a.test/2": 1})

@@ -483,3 +483,39 @@ def test_app_shell_is_rendered_within_the_hosts_politeness(fast):
         for host in web.hosts:   # the browser's requests too: one at a time per host
             reqs = sorted((r for r in web.requests if r.host == host), key=lambda r: r.start)
             assert all(b.start >= a.end for a, b in zip(reqs, reqs[1:], strict=False))
+
+
+def test_a_parse_task_redelivered_after_its_spool_was_removed_fetches_its_pages_again(fast):
+    """A Redis restart from its append-only file can hand a parse task out again after
+    its first run removed the spool: its pages are fetched again (or their links would
+    be lost to the crawl), not recorded as parse errors."""
+    with TestWeb(n_hosts=1, pages_per_host=4, seed=5) as web:
+        fast = dataclasses.replace(fast, MAX_PAGES=0)
+        reset_settings(fast)
+        seed_urls(fast, web.seeds())
+        worker = Worker.create(fast)
+        replayed: list[str] = []
+
+        def emit(pages, group_id):
+            messages = [to_message(p) for p in pages]
+            records = parse_stage(worker, [page_from_message(m) for m in messages], group_id)
+            enqueue_stage(worker, [record_from_message(to_message(r)) for r in records], group_id)
+            if not replayed:   # the same task again: its spool is gone now
+                again = parse_stage(worker, [page_from_message(m) for m in messages], group_id)
+                replayed.extend(p.url for p in pages if p.body is not None)
+                assert not {r.url for r in again} & set(replayed)
+
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            batches = plan_wake(fast, worker.frontier)
+            for b in batches:
+                fetch_stage(worker, b.shard, b.leases, b.batch_id, emit)
+            if not batches and run_maintenance(fast, worker.frontier).state == CrawlState.FINISHED:
+                break
+            time.sleep(0.02)
+        assert replayed
+        requested = Counter(f"http://{r.host}{r.path}" for r in web.requests)
+        assert all(requested[url] == 2 for url in replayed), (replayed, requested)
+        recs = [json.loads(line) for line in (Path(fast.OUT_DIR) / "pages.jsonl").read_text().splitlines()]
+        assert not [r for r in recs if r.get("error_kind") == "parse"]
+        assert Counter(r["url"] for r in recs if r["url"] in replayed) == Counter({u: 2 for u in replayed})

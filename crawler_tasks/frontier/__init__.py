@@ -81,6 +81,7 @@ class Discovered:
     depth: int = 0
     priority: int = 0       # 0 = highest
     force: bool = False     # seeds: decided by an exact set, never lost to a Bloom false positive
+    again: bool = False     # fetched before, its page lost (a Redis restart): no seen test, no budget
     hops: int = 0
     kind: EntryKind = EntryKind.PAGE
 
@@ -189,7 +190,7 @@ class Frontier:
                     segment, h1, h2 = self.bloom.hashes_of(item.url)
                     entry = Entry(item.url, item.depth, 0, item.hops, item.kind).encode()
                     qkey = item.url.split("?", 1)[0] if "?" in item.url else ""
-                    args += ["1" if item.force else "0", min(max(item.priority, 0), top), entry, segment + 1,
+                    args += ["2" if item.again else "1" if item.force else "0", min(max(item.priority, 0), top), entry, segment + 1,
                              h1, h2, item.host, qkey]
                 verdicts = self._run(shard, "add", keys, args)
                 for i, verdict in zip(indexes, verdicts, strict=True):  # type: ignore[call-overload]

@@ -8,9 +8,10 @@
 -- KEYS[F+S+5]    counter of URLs queued in the shard (front + back queues)
 -- ARGV[1] F, ARGV[2] S, ARGV[3] k (hashes per URL), ARGV[4] m (bits per segment),
 -- ARGV[5] host budget, ARGV[6] seed-host budget, ARGV[7] max query variants per path
--- (budgets: 0 = none), then per URL 8 values: force (1 = seed), level, entry, segment
+-- (budgets: 0 = none), then per URL 8 values: force (1 = seed, 2 = again), level, entry, segment
 -- (1-based), h1, h2, host, query key ('' when the URL has no query). Bit j (0..k-1) of
--- a URL is (h1 + j*h2) mod m (exact: h1, h2 < 2^31). Forced URLs skip the budgets.
+-- a URL is (h1 + j*h2) mod m (exact: h1, h2 < 2^31). Forced URLs skip the budgets; an
+-- 'again' URL (fetched before, its page lost) is enqueued with no test and no count.
 -- Returns per URL: 1 enqueued, 0 already seen, 2 over its host's budget, 3 one query
 -- variant too many for its path.
 local F = tonumber(ARGV[1])
@@ -27,38 +28,41 @@ local out = {}
 local i = 8
 while i <= #ARGV do
   local force = ARGV[i] == '1'
+  local again = ARGV[i] == '2'
   local level = tonumber(ARGV[i + 1])
   local entry = ARGV[i + 2]
   local seg = KEYS[F + tonumber(ARGV[i + 3])]
   local h1, h2 = tonumber(ARGV[i + 4]), tonumber(ARGV[i + 5])
   local host, qkey = ARGV[i + 6], ARGV[i + 7]
-  local all_set = true
-  for j = 0, k - 1 do
-    if redis.call('SETBIT', seg, (h1 + j * h2) % m, 1) == 0 then
-      all_set = false
-    end
-  end
   local verdict = 1
-  if force then
-    if redis.call('SADD', seen_key, string.match(entry, '([^ ]+)$')) == 0 then
+  if not again then
+    local all_set = true
+    for j = 0, k - 1 do
+      if redis.call('SETBIT', seg, (h1 + j * h2) % m, 1) == 0 then
+        all_set = false
+      end
+    end
+    if force then
+      if redis.call('SADD', seen_key, string.match(entry, '([^ ]+)$')) == 0 then
+        verdict = 0
+      else
+        redis.call('SADD', seed_hosts, host)
+      end
+    elseif all_set then
       verdict = 0
     else
-      redis.call('SADD', seed_hosts, host)
-    end
-  elseif all_set then
-    verdict = 0
-  else
-    local budget = host_budget
-    if redis.call('SISMEMBER', seed_hosts, host) == 1 then budget = seed_budget end
-    if budget > 0 and tonumber(redis.call('HGET', counts, host) or 0) >= budget then
-      verdict = 2
-    elseif max_variants > 0 and qkey ~= '' and redis.call('HINCRBY', variants, qkey, 1) > max_variants then
-      verdict = 3
+      local budget = host_budget
+      if redis.call('SISMEMBER', seed_hosts, host) == 1 then budget = seed_budget end
+      if budget > 0 and tonumber(redis.call('HGET', counts, host) or 0) >= budget then
+        verdict = 2
+      elseif max_variants > 0 and qkey ~= '' and redis.call('HINCRBY', variants, qkey, 1) > max_variants then
+        verdict = 3
+      end
     end
   end
   if verdict == 1 then
     redis.call('RPUSH', KEYS[level + 1], entry)
-    redis.call('HINCRBY', counts, host, 1)
+    if not again then redis.call('HINCRBY', counts, host, 1) end
     redis.call('INCR', queued)
   end
   out[#out + 1] = verdict

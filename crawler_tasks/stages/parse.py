@@ -7,11 +7,13 @@ Policy: a page that cannot be parsed gets ``error_kind="parse"`` and the batch g
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from crawler_tasks.counters import Counters, bump
 from crawler_tasks.dedup.simhash import to_hex
+from crawler_tasks.frontier import Discovered
 from crawler_tasks.output.feed import feed_record
 from crawler_tasks.output.spool import read_spool, remove_spool
 from crawler_tasks.parse.budget import tag_dense_only
@@ -21,8 +23,9 @@ from crawler_tasks.parse.sitemaps import parse_sitemap
 from crawler_tasks.parse.text import PageText
 from crawler_tasks.records import EntryKind, ErrorKind, FetchedPage, PageRecord, SitemapUrl
 from crawler_tasks.stages.worker import Worker, log_once
-from crawler_tasks.urls.normalize import MAX_LINK_CHARS
+from crawler_tasks.urls.normalize import MAX_LINK_CHARS, host_key
 
+log = logging.getLogger(__name__)
 Anchors = list[tuple[str, str, list[str]]]   # outlink, anchor text, rel tokens
 MAX_SHOWN_URL_CHARS = 1024
 # A page parsed without the budget's tokenizer must be done by then (real pages: < 0.1 s).
@@ -30,13 +33,13 @@ UNBUDGETED_PARSE_S = 1.0
 
 
 def parse_stage(w: Worker, pages: list[FetchedPage], batch_id: str) -> list[PageRecord]:
-    """Parse the batch's pages; the spool file is removed afterwards."""
+    """Parse the batch's pages; the spool file is removed at the end."""
     data = b""
     if any(page.body is not None for page in pages):
         try:
             data = read_spool(w.settings, batch_id)
-        except OSError as exc:  # a redelivered task whose spool is gone: record, go on
-            log_once("parse/spool", "spool file of batch %s unreadable: %s", batch_id, exc)
+        except OSError as exc:
+            pages = _fetch_again(w, pages, batch_id, exc)
     records: list[PageRecord] = []
     extra: list[PageRecord] = []   # over-long links: one record each, so an operator sees why
     texts: dict[str, tuple[PageText, Anchors]] = {}
@@ -60,7 +63,6 @@ def parse_stage(w: Worker, pages: list[FetchedPage], batch_id: str) -> list[Page
             rec.redirect_to = w.normalize(rec.location, rec.url)
             rec.location = None
         records.append(rec)
-    remove_spool(w.settings, batch_id)
     records += extra
     counters: Counters = {}
     w.content.mark(records, counters)
@@ -83,7 +85,21 @@ def parse_stage(w: Worker, pages: list[FetchedPage], batch_id: str) -> list[Page
         w.feed.emit(feed)
         bump(counters, "feed/records", len(feed))
     w.count(counters)
+    remove_spool(w.settings, batch_id)   # last: a retry after a Redis error parses the pages again
     return records
+
+
+def _fetch_again(w: Worker, pages: list[FetchedPage], batch_id: str, exc: OSError) -> list[FetchedPage]:
+    """A task run again after its spool was removed (a retry of a Redis error in sending
+    its records on, or a redelivery after a Redis restart lost its first run): the pages
+    with a body go back to the frontier to be fetched again, or their links would be
+    lost; the rest go on."""
+    log.warning("spool file of batch %s unreadable (%s): its pages are fetched again", batch_id, exc)
+    again = [page for page in pages if page.body is not None]
+    w.frontier.put_discovered([Discovered(url=page.url, host=host_key(page.url), depth=page.depth, hops=page.hops,
+                                          kind=page.kind, again=True) for page in again])
+    w.count({"parse/fetched_again": len(again)})
+    return [page for page in pages if page.body is None]
 
 
 def _indexable(rec: PageRecord) -> bool:
