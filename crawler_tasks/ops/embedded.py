@@ -126,6 +126,9 @@ class EmbeddedRedis:
             f"dir {_quote(str(self.data_dir))}", "dbfilename dump.rdb",
             f"appendonly {'yes' if self.appendonly else 'no'}", "appendfsync everysec",
             "maxmemory-policy noeviction", "daemonize no", "loglevel warning",
+            # the dump is mostly the feed's text and Bloom bits: LZF took 0.19 s of the
+            # 0.33 s save a crawl's exit waits for (5,000 pages), for a file half the size
+            "rdbcompression no",
             f"logfile {_quote(str(self.data_dir / LOG_FILE))}",
         ]
         pairs = self.save.split()

@@ -36,14 +36,17 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import redis
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -67,6 +70,7 @@ _INF_FIELD = "le:+Inf"
 # BITCOUNT of a large Bloom filter blocks Redis for a while (~0.1 s per 100 MB):
 # recompute the fill at most this often.
 BLOOM_REFRESH_S = 60.0
+STOP_POLL_S = 0.05        # how often the server loop looks for a stop (a crawl exit waits for it)
 
 
 def _bucket_field(seconds: float) -> str:
@@ -266,14 +270,33 @@ def make_registry(settings: Settings) -> CollectorRegistry:
     return registry
 
 
-def serve_metrics(settings: Settings, port: int = 0, addr: str = "127.0.0.1") -> tuple[Any, int]:
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - a scrape is not a log line
+        pass
+
+
+def serve_metrics(settings: Settings, port: int = 0, addr: str = "127.0.0.1") -> tuple[WSGIServer, int]:
     """Serve ``/metrics`` for one crawl in a daemon thread; returns (server, bound port).
-    Port 0 picks a free port. Loopback by default: the endpoint has no authentication."""
-    server, _thread = start_http_server(port, addr=addr, registry=make_registry(settings))
+    Port 0 picks a free port. Loopback by default: the endpoint has no authentication.
+    prometheus_client's ``start_http_server`` would do, but its loop looks for a stop
+    every 0.5 s, which a crawl's exit then waits for."""
+    family = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0][0]
+    server_class = _Server6 if family == socket.AF_INET6 else _Server
+    server = make_server(addr, port, make_wsgi_app(make_registry(settings)), server_class, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": STOP_POLL_S}, name="metrics",
+                     daemon=True).start()
     return server, int(server.server_address[1])
 
 
-def stop(server: Any) -> None:
+def stop(server: WSGIServer) -> None:
     """Stop a server from ``serve_metrics`` and release its port."""
     server.shutdown()
     server.server_close()

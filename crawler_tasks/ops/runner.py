@@ -31,6 +31,7 @@ import sys
 import time
 from pathlib import Path
 from typing import TextIO
+from wsgiref.simple_server import WSGIServer
 
 import redis
 
@@ -170,7 +171,7 @@ class CrawlRunner:
         self.out_dir = Path(settings.OUT_DIR).resolve()
         self.settings = dataclasses.replace(settings, OUT_DIR=str(self.out_dir))
         self.redis: EmbeddedRedis | None = None
-        self.metrics_server: object | None = None
+        self.metrics_server: WSGIServer | None = None
         self.children: list[Child] = []
         self.forks = forks  # started by the caller as early as it can, or by run()
         self._stop_requested = ""
