@@ -30,9 +30,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import redis
-
-from crawler_tasks.connection import ping_once, redact
 from crawler_tasks.exceptions import ConfigError, CrawlerError
 from crawler_tasks.settings import Settings, reset_settings
 
@@ -90,6 +87,10 @@ def _attach(args: argparse.Namespace) -> Iterator[Settings]:
                 extra[name] = info[field]
         if info.get("redis_shard_urls"):
             extra["REDIS_SHARD_URLS"] = tuple(info["redis_shard_urls"])
+        import redis
+
+        from crawler_tasks.connection import ping_once, redact
+
         try:  # one attempt: a finished crawl's Redis is gone, and that is the common case
             ping_once(info["redis_url"], timeout_s=2.0)
         except redis.RedisError:
@@ -292,6 +293,8 @@ def cmd_dupes(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    import redis
+
     from crawler_tasks.ops.report import CrawlInputs, read_inputs, write_report
 
     out = Path(args.out or Settings.from_env().OUT_DIR)
