@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from redis.client import Pipeline
+
 from crawler_tasks.connection import global_client, shard_client
 from crawler_tasks.counters import Counters, bump
 from crawler_tasks.dedup.nearindex import NearDupIndex
@@ -134,13 +136,21 @@ class ContentIndex:
     def earlier_capture(self, url: str, digest: str, date: str) -> tuple[str, str] | None:
         """(url, date) of an earlier capture of the very same payload bytes, if any: this
         fetch is then stored as a revisit record. The first capture of a digest wins."""
-        key = self.gkeys.payloads(int.from_bytes(digest.encode()[-4:], "big") % self.settings.SHARDS)
-        mine = f"{url} {date}"
         pipe = global_client(self.settings).pipeline(transaction=False)
-        pipe.hsetnx(key, digest, mine)
+        self.queue_capture(pipe, url, digest, date)
+        return self.earlier_of(pipe.execute(), url, date)
+
+    def queue_capture(self, pipe: Pipeline, url: str, digest: str, date: str) -> None:
+        """``earlier_capture``'s two commands, on a pipeline of the global client that the
+        caller runs (with its own commands: one round trip); ``earlier_of`` reads them."""
+        key = self.gkeys.payloads(int.from_bytes(digest.encode()[-4:], "big") % self.settings.SHARDS)
+        pipe.hsetnx(key, digest, f"{url} {date}")
         pipe.hget(key, digest)
-        _, first = pipe.execute()
-        if not first or first == mine:
+
+    @staticmethod
+    def earlier_of(replies: list[object], url: str, date: str) -> tuple[str, str] | None:
+        first = replies[1]
+        if not isinstance(first, str) or first == f"{url} {date}":
             return None
         first_url, first_date = first.rsplit(" ", 1)
         return None if first_url == url else (first_url, first_date)

@@ -91,6 +91,11 @@ class Control:
         returns the new total."""
         return int(self.client.hincrby(self.keys.stats, "fetch/pages", 1))
 
+    def queue_count_page(self, pipe: redis.client.Pipeline) -> None:
+        """``count_page`` on a pipeline of the global client that the caller runs; its
+        reply is the new total."""
+        pipe.hincrby(self.keys.stats, "fetch/pages", 1)
+
     def stats(self) -> dict[str, int]:
         raw: dict[str, str] = self.client.hgetall(self.keys.stats)  # type: ignore[assignment]
         return {k: int(v) for k, v in raw.items()}

@@ -104,6 +104,7 @@ class Turn:
     body: bytes = b""
     state: HostState | None = None   # the host's new politeness state (None: unchanged)
     last: bool = False               # give the host back whatever its next te
+    counted: int = 0                 # pages fetched so far, when this turn counted its page
 
 
 @dataclass(slots=True)
@@ -299,7 +300,7 @@ class FetchSession:
                 last = turn.last
                 if w.settings.MAX_PAGES and turn.page is not None and _requested(turn.page):
                     # counted at once, so that no session holds a host past the budget
-                    last = last or w.control.count_page() + self.leased > w.settings.MAX_PAGES
+                    last = last or (turn.counted or w.control.count_page()) + self.leased > w.settings.MAX_PAGES
                 hold = 0.0 if last else self._hold_until(turn.te)
                 # a fetched URL stays parked in the frontier until its page is handed on
                 park = turn.action == Action.DONE and turn.page is not None
@@ -408,11 +409,13 @@ class FetchSession:
         retryable = res.error_kind in RETRYABLE_ERRORS or (
             res.status is not None and (res.status >= 500 or res.status == 429))
         action = Action.RETRY if retryable and entry.tries < s.MAX_RETRIES else Action.DONE
-        record_id = None
+        record_id, counted = None, 0
         if res.status is not None:
             digest = warc_digest(res.body)
-            record_id = w.warc.write_exchange(res, self._earlier_capture(res, digest), digest)
+            earlier, counted = self._earlier_capture(res, digest, count=bool(s.MAX_PAGES) and action != Action.RETRY)
+            record_id = w.warc.write_exchange(res, earlier, digest)
         turn = self._decide(state, res, action)
+        turn.counted = counted
         if action == Action.RETRY:
             return turn
         turn.page = _page(entry, res)
@@ -509,10 +512,19 @@ class FetchSession:
         self.stop.wait(max(0.0, min(te - time.time(), self.w.settings.HOLD_HORIZON_S)))
         self._renew()
 
-    def _earlier_capture(self, res: FetchResult, digest: str) -> tuple[str, str] | None:
-        if not self.w.settings.WARC_DEDUP_REVISITS or res.status != 200 or not res.body or res.truncated:
-            return None
-        return self.w.content.earlier_capture(res.url, digest, warc_date(res.started))
+    def _earlier_capture(self, res: FetchResult, digest: str, count: bool) -> tuple[tuple[str, str] | None, int]:
+        """The earlier capture of this payload (a revisit), and with ``count`` the page
+        counted for the budget in the same round trip (then the new total, else 0)."""
+        w = self.w
+        if not w.settings.WARC_DEDUP_REVISITS or res.status != 200 or not res.body or res.truncated:
+            return None, 0
+        pipe = w.control.client.pipeline(transaction=False)
+        date = warc_date(res.started)
+        w.content.queue_capture(pipe, res.url, digest, date)
+        if count:
+            w.control.queue_count_page(pipe)
+        replies = pipe.execute()
+        return w.content.earlier_of(replies, res.url, date), int(replies[2]) if count else 0
 
 
 def first_contact(w: Worker, lease: Lease, scheme: str, sitemaps: list[str]) -> None:
