@@ -25,7 +25,6 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import EllipsisType
 from urllib.parse import urlsplit
 
 from crawler_tasks.counters import Counters, bump
@@ -154,15 +153,13 @@ class FetchSession:
         group, handed = _Group(), 0
         next_control = next_renew = time.monotonic()
         idle_since = time.monotonic() if not self.threads else None
-        item: tuple[FetchedPage, bytes, str | None] | None | EllipsisType  # ... : nothing arrived this tick
         while True:
-            try:
-                item = self.results.get(timeout=_TICK_S)
-            except queue.Empty:
-                item = ...
-            if item is None:
-                self.threads -= 1
-            elif item is not ...:
+            # a tick's results at once: a wake-up per page (each put) cost a context switch
+            time.sleep(_TICK_S)
+            for item in self._arrived():
+                if item is None:
+                    self.threads -= 1
+                    continue
                 page, body, parked = item
                 if not group.pages:
                     group.since = time.monotonic()
@@ -171,9 +168,11 @@ class FetchSession:
                     group.bodies.append((page, body))
                 if parked is not None:
                     group.parked.append(parked)
+                if len(group.pages) >= s.PARSE_GROUP_PAGES:
+                    handed += self._flush(group)
+                    group = _Group()
             now = time.monotonic()
-            if group.pages and (len(group.pages) >= s.PARSE_GROUP_PAGES or now - group.since >= s.PARSE_GROUP_S
-                                or not self.threads):
+            if group.pages and (now - group.since >= s.PARSE_GROUP_S or not self.threads):
                 handed += self._flush(group)
                 group = _Group()
             if now >= next_renew:
@@ -201,6 +200,14 @@ class FetchSession:
         w.count(counters)
         w.control.end_session(self.shard, self.batch_id)
         return handed
+
+    def _arrived(self) -> list[tuple[FetchedPage, bytes, str | None] | None]:
+        items = []
+        while True:
+            try:
+                items.append(self.results.get_nowait())
+            except queue.Empty:
+                return items
 
     def _room(self) -> int:
         """How many more hosts to lease now (0 when the page budget is spent)."""
