@@ -83,6 +83,25 @@ def make_client(url: str, timeout_s: float = 10.0) -> redis.Redis:
     )
 
 
+def unblock_consumers(url: str) -> int:
+    """End every blocking pop waiting on the server at ``url`` now, as if it timed out
+    (CLIENT UNBLOCK). A worker in its warm shutdown closes its channel only once its
+    pending BRPOP has answered: up to ``BROKER_POLL_S`` later without this; a worker
+    that is not stopping just pops again. Returns how many were unblocked, or -1 when
+    the server cannot be reached or refuses CLIENT."""
+    try:  # a broker that is not a Redis (amqp://) has no such command
+        client = redis.Redis.from_url(url, socket_connect_timeout=1.0, socket_timeout=1.0, retry=Retry(NoBackoff(), 0))
+    except ValueError:
+        return -1
+    try:
+        blocked = [c["id"] for c in client.client_list() if "b" in c.get("flags", "")]
+        return sum(bool(client.client_unblock(int(i))) for i in blocked)
+    except redis.RedisError:
+        return -1
+    finally:
+        client.close()
+
+
 def bytes_client(url: str, timeout_s: float) -> redis.Redis:
     """A client that returns bytes (snapshots: Bloom bitmaps and arbitrary values must
     not be decoded), with a long read timeout for big values."""

@@ -161,3 +161,31 @@ def test_status_line_plain_every_10_s_and_redrawn_in_a_terminal():
     os.close(master)
     # redrawn in place; a message goes above the line, which is drawn again below it
     assert out == "\r\x1b[2Kfirst\r\x1b[2Ksecond\r\x1b[2Khello\r\nsecond\r\n"
+
+
+def test_unblock_consumers_ends_a_blocking_pop_as_a_timeout(redis_url, rclient):
+    """What a stopping worker's channel waits for (its BRPOP) answers at once."""
+    import threading
+
+    from crawler_tasks.connection import unblock_consumers
+
+    got: list[object] = []
+    popper = redis.Redis.from_url(redis_url, socket_timeout=60)
+    waiter = threading.Thread(target=lambda: got.append(popper.brpop(["unblock-test-empty"], timeout=30)))
+    waiter.start()
+    try:
+        for _ in range(200):   # until the pop is blocked in the server
+            if any("b" in c["flags"] for c in rclient.client_list()):
+                break
+            time.sleep(0.01)
+        assert unblock_consumers(redis_url) == 1
+        waiter.join(10)
+        assert not waiter.is_alive() and got == [None]   # nil: a timeout, nothing popped
+        assert unblock_consumers(redis_url) == 0
+        assert unblock_consumers("amqp://guest@127.0.0.1//") == -1
+        assert unblock_consumers(f"redis://127.0.0.1:{free_port()}/0") == -1
+    finally:
+        rclient.lpush("unblock-test-empty", "x")   # never leave the thread blocked
+        waiter.join(5)
+        rclient.delete("unblock-test-empty")
+        popper.close()

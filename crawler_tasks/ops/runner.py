@@ -35,7 +35,7 @@ from wsgiref.simple_server import WSGIServer
 
 import redis
 
-from crawler_tasks.connection import global_client, ping_once, redact
+from crawler_tasks.connection import broker_url, global_client, ping_once, redact, unblock_consumers
 from crawler_tasks.exceptions import ConfigError, CrawlerError
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.ops.child import ForkedProc, ForkServer
@@ -72,6 +72,7 @@ WATCH_S = 0.5
 # budget or the time limit within a second): the runner makes the stop decision itself,
 # so the limit and the last batch's end are seen this soon.
 WATCH_ENDING_S = 0.1
+UNBLOCK_EVERY_S = 0.02   # how often a stopping worker's BRPOP is ended for it (see _unblock_workers)
 
 
 class StartupError(CrawlerError):
@@ -480,6 +481,7 @@ class CrawlRunner:
         if self.metrics_server is not None:  # its poll loop's wait overlaps the children's exit
             stop_metrics(self.metrics_server)
             self.metrics_server = None
+        self._unblock_workers(deadline)
         for child in self.children:
             child.reap(deadline)
         self.children.clear()
@@ -489,6 +491,18 @@ class CrawlRunner:
         if self.redis is not None:
             self.redis.stop()
             self.redis = None
+
+    def _unblock_workers(self, deadline: float) -> None:
+        """Workers stopping wait for their BRPOP to answer before they exit: end it for
+        them until they are gone (a worker may pop again before it sees its SIGTERM)."""
+        try:
+            url = broker_url(self.settings)
+        except ConfigError:
+            return
+        while any(child.alive() for child in self.children) and time.monotonic() < deadline:
+            if unblock_consumers(url) < 0:
+                return
+            time.sleep(UNBLOCK_EVERY_S)
 
 
 def summarize_waiting(progress: Progress, waiting: list[WaitingHost], reason: str) -> list[str]:
