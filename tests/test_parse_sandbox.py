@@ -82,3 +82,17 @@ def test_a_tag_dense_page_skips_the_budget_and_a_bomb_gets_it_after_a_short_dead
         assert [link.url for link in result.parsed.links] == ["http://a.test/end"]
     finally:
         box.close()
+
+
+def test_bodies_and_answers_too_big_for_the_shared_region_go_through_the_socket(monkeypatch):
+    monkeypatch.setattr(sb, "REGION_BYTES", 4096)   # the child is forked with it
+    box = ParseSandbox(timeout_s=20.0, memory_mb=1024)
+    try:
+        big = b"<html><head><title>big</title></head><body>" + b"<p>words and more words</p>" * 2000 + b"</body></html>"
+        small = box.analyse(PAGE, "http://a.test/", {}, "main", 100_000)   # in the region both ways
+        large = box.analyse(big, "http://a.test/big", {}, "main", 100_000)  # 54 kB body, 46 kB of text
+        again = box.analyse(PAGE, "http://a.test/", {}, "main", 100_000)
+        assert small.parsed.title == again.parsed.title == "t" and "hello" in again.text.text
+        assert large.parsed.title == "big" and large.text.text.count("words and more words") == 2000
+    finally:
+        box.close()
