@@ -29,6 +29,7 @@ from crawler_tasks.settings import get_settings
 # default is 1 s). Closing the channel at shutdown reads that reply first, so this is a
 # worker's exit delay; a message arriving ends the wait at once whatever the value.
 BROKER_POLL_S = 0.2
+PUBLISH_RETRY_POLICY = {"max_retries": 30, "interval_start": 0, "interval_step": 0.2, "interval_max": 1.0}
 
 
 class WakeOnSignal(bootsteps.StartStopStep):
@@ -92,6 +93,10 @@ def make_app() -> Celery:
         result_serializer="json",
         accept_content=["json"],
         worker_prefetch_multiplier=1,
+        # a message sent while the embedded Redis restarts (the runner sees a crash within
+        # WATCH_S and restarts it from its data) waits for it: Celery's default gave up
+        # after 0.6 s, and a stage task that could not send its result on was lost
+        task_publish_retry_policy=PUBLISH_RETRY_POLICY,
         worker_send_task_events=settings.TASK_EVENTS,
         task_send_sent_event=False,
         task_default_queue=CONTROL_QUEUE,
