@@ -11,9 +11,11 @@ pending BRPOP (``BROKER_POLL_S``), up to a second each.
 """
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import threading
+from collections.abc import Collection
 from typing import Any
 
 from celery import Celery, bootsteps
@@ -115,6 +117,32 @@ def make_app() -> Celery:
 
 
 app = make_app()
+
+
+def requeue_unacked(url: str, queues: Collection[str], before: float) -> int:
+    """Put back at the head of their queues the messages of ``queues`` that a worker
+    took before ``before`` and had not acknowledged when the broker's Redis was
+    restarted from its append-only file: what their tasks did after the file's last
+    write was lost with the crash, and kombu would hand them out again only after the
+    visibility timeout. The stage tasks are idempotent (a parse task whose spool is
+    gone fetches its pages again); fetch sessions stay: a live one may hold their
+    hosts. Returns how many were requeued."""
+    from kombu import Connection
+
+    requeued = 0
+    with Connection(url) as conn:
+        channel = conn.default_channel
+        client, qos = channel.client, channel.qos
+        for tag, taken_at in client.zrange(qos.unacked_index_key, 0, -1, withscores=True):
+            raw = client.hget(qos.unacked_key, tag) if taken_at < before else None
+            try:
+                routing_key = json.loads(raw)[2] if raw else None
+            except (ValueError, TypeError, IndexError, KeyError):
+                continue
+            if routing_key in queues:
+                qos.restore_by_tag(tag, client, leftmost=True)
+                requeued += 1
+    return requeued
 
 
 @worker_init.connect

@@ -189,3 +189,36 @@ def test_unblock_consumers_ends_a_blocking_pop_as_a_timeout(redis_url, rclient):
         waiter.join(5)
         rclient.delete("unblock-test-empty")
         popper.close()
+
+
+def test_stage_messages_a_crash_left_unacknowledged_are_queued_again(redis_url):
+    """After a restart from the append-only file, parse and dedup messages taken before
+    it and never acknowledged go back to their queues; a fetch session's stays."""
+    from kombu import Connection, Exchange, Queue
+
+    from crawler_tasks.celery import requeue_unacked
+
+    url = redis_url.rsplit("/", 1)[0] + "/2"
+    names = ["crawl.parse.t", "crawl.dedup", "crawl.fetch.0"]
+    with Connection(url) as conn:
+        queues = [Queue(n, Exchange(n), routing_key=n) for n in names]
+        producer = conn.Producer()
+        for q in queues:
+            producer.publish({"q": q.name}, exchange=q.exchange, routing_key=q.name, declare=[q])
+        channel = conn.channel()
+        taken = [q(channel).get(no_ack=False) for q in queues]   # consumed, never acked
+        assert [m.payload["q"] for m in taken] == names
+        late = Queue("crawl.parse.t", Exchange("crawl.parse.t"), routing_key="crawl.parse.t")
+        producer.publish({"q": "late"}, exchange=late.exchange, routing_key=late.name, declare=[late])
+        restart = time.time()
+        time.sleep(0.01)
+        assert late(channel).get(no_ack=False).payload == {"q": "late"}   # taken after the restart
+        try:
+            assert requeue_unacked(url, {"crawl.parse.t", "crawl.dedup"}, restart) == 2
+            again = {n: Queue(n, Exchange(n), routing_key=n)(conn.channel()).get(no_ack=True) for n in names}
+            assert again["crawl.parse.t"].payload == {"q": "crawl.parse.t"}
+            assert again["crawl.dedup"].payload == {"q": "crawl.dedup"}
+            assert again["crawl.fetch.0"] is None   # still with the session that took it
+            assert requeue_unacked(url, {"crawl.parse.t", "crawl.dedup"}, restart) == 0
+        finally:
+            redis.Redis.from_url(url).flushdb()

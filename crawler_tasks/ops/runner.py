@@ -422,10 +422,20 @@ class CrawlRunner:
         rather than call the crawl done."""
         assert self.redis is not None
         self._say(f"\nembedded redis-server exited; restarting it from {self.out_dir / 'redis'}")
+        restarted_at = time.time()
         self.redis.restart()
         self.restarts += 1
         s = self.settings
         if Control(s).exists():
+            from crawler_tasks.celery import requeue_unacked
+
+            try:
+                requeued = requeue_unacked(broker_url(s), {parse_queue(s.node_name), DEDUP_QUEUE}, restarted_at)
+            except Exception as exc:  # noqa: BLE001 - the crawl goes on; those tasks come back after the visibility timeout
+                self._say(f"warning: the tasks the crash interrupted wait for the visibility timeout: {exc}")
+                requeued = 0
+            if requeued:
+                self._say(f"{requeued} parse/dedup task(s) the crash interrupted are queued again")
             return
         path = latest_snapshot(self.out_dir)
         if path is None:
