@@ -48,7 +48,9 @@ class UrlFilter:
         segments = [seg for seg in parts.path.split("/") if seg]
         if len(segments) > s.MAX_PATH_SEGMENTS:
             return "path_too_deep"
-        if segments and Counter(segments).most_common(1)[0][1] >= s.MAX_REPEATED_SEGMENTS:
+        repeats = len(segments) - len(set(segments))   # a segment n times makes n - 1 of them
+        if repeats and repeats + 1 >= s.MAX_REPEATED_SEGMENTS \
+                and Counter(segments).most_common(1)[0][1] >= s.MAX_REPEATED_SEGMENTS:
             return "repeated_segments"
         if check_extension and segments and "." in segments[-1]:
             ext = segments[-1].rsplit(".", 1)[1].lower()
