@@ -133,22 +133,19 @@ class ContentIndex:
                     trap.add(host)
         return trap
 
-    def earlier_capture(self, url: str, digest: str, date: str) -> tuple[str, str] | None:
-        """(url, date) of an earlier capture of the very same payload bytes, if any: this
-        fetch is then stored as a revisit record. The first capture of a digest wins."""
-        pipe = global_client(self.settings).pipeline(transaction=False)
-        self.queue_capture(pipe, url, digest, date)
-        return self.earlier_of(pipe.execute(), url, date)
-
     def queue_capture(self, pipe: Pipeline, url: str, digest: str, date: str) -> None:
-        """``earlier_capture``'s two commands, on a pipeline of the global client that the
-        caller runs (with its own commands: one round trip); ``earlier_of`` reads them."""
+        """The test for an earlier capture of the very same payload bytes (this fetch is
+        then stored as a revisit record; the first capture of a digest wins), queued on
+        a pipeline of the global client that the caller runs with its own commands (one
+        round trip); ``earlier_of`` reads its two replies."""
         key = self.gkeys.payloads(int.from_bytes(digest.encode()[-4:], "big") % self.settings.SHARDS)
         pipe.hsetnx(key, digest, f"{url} {date}")
         pipe.hget(key, digest)
 
     @staticmethod
     def earlier_of(replies: list[object], url: str, date: str) -> tuple[str, str] | None:
+        """(url, date) of the earlier capture, or None; ``replies`` start with the two
+        of ``queue_capture``."""
         first = replies[1]
         if not isinstance(first, str) or first == f"{url} {date}":
             return None
