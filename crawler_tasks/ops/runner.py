@@ -504,11 +504,12 @@ class CrawlRunner:
 
     def _unblock_workers(self, deadline: float) -> None:
         """Workers stopping wait for their BRPOP to answer before they exit: end it for
-        them until they are gone (a worker may pop again before it sees its SIGTERM)."""
-        try:
-            url = broker_url(self.settings)
-        except ConfigError:
+        them until they are gone (a worker may pop again before it sees its SIGTERM).
+        Only on the embedded Redis: every blocked client there is one of ours, while
+        an operator's Redis may serve others' blocking pops."""
+        if self.redis is None:
             return
+        url = broker_url(self.settings)
         while any(child.alive() for child in self.children) and time.monotonic() < deadline:
             if unblock_consumers(url) < 0:
                 return
