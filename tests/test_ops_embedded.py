@@ -157,8 +157,17 @@ def test_status_line_plain_every_10_s_and_redrawn_in_a_terminal():
         status.update("second", 1.0)
         status.say("hello")
         status.close()
-    out = os.read(master, 4096).decode()
+    chunks = []
+    while True:   # one read may return only part of what the closed side wrote
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:   # EIO: the other side is closed and nothing is left
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
     os.close(master)
+    out = b"".join(chunks).decode()
     # redrawn in place; a message goes above the line, which is drawn again below it
     assert out == "\r\x1b[2Kfirst\r\x1b[2Ksecond\r\x1b[2Khello\r\nsecond\r\n"
 
