@@ -117,9 +117,12 @@ def test_two_real_crawls_of_one_web(tmp_path):
     assert by["url"].x == 1.0                      # A's pages are all in the complete crawl B
     assert by["url"].ratio == pytest.approx(truth)
     assert by["content"].x == 1.0
-    sampled = overlap.compare(tmp_path / "A", tmp_path / "B", sample=12, seed=2)
-    url = sampled.estimates[0]
-    assert url.ci is not None and url.ci[0] <= truth <= url.ci[1]
+    # A 95 % interval misses the truth in one sample of 20: count its coverage over many samples
+    covered = 0
+    for seed in range(100):
+        url = overlap.compare(tmp_path / "A", tmp_path / "B", sample=12, seed=seed, queries=0).estimates[0]
+        covered += url.ci is not None and url.ci[0] <= truth <= url.ci[1]
+    assert covered >= 85, covered
     proc = manage("overlap", str(tmp_path / "A"), str(tmp_path / "B"), "--sample", "12")
     assert proc.returncode == 0, proc.stderr
     assert "y/x" in proc.stdout and "true |A|/|B|" in proc.stdout
