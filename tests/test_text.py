@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from crawler_tasks.dedup.fingerprint import content_fingerprint, fingerprint_collapsed
+from crawler_tasks.dedup.fingerprint import OTHER_WHITESPACE, collapse_words, content_fingerprint, fingerprint_collapsed
 from crawler_tasks.dedup.simhash import simhash64_with_count
 from crawler_tasks.exceptions import ConfigError
 from crawler_tasks.parse.html import prepare_document
@@ -152,6 +152,27 @@ def test_fingerprints_hash_the_collapsed_text() -> None:
     assert result.fingerprint == content_fingerprint(result.text.text) == fingerprint_collapsed(flat)
     assert (result.simhash, result.simhash_words) == simhash64_with_count(flat[:12_000])
     assert analyse(body, "http://h.test/syslog.html", {}, "main", 100_000).simhash_words == 0
+
+
+def test_other_whitespace_is_every_separator_of_str_split_but_space_and_newline() -> None:
+    separators = {chr(c) for c in range(0x110000) if len(f"a{chr(c)}b".split()) == 2}
+    assert set(OTHER_WHITESPACE) == separators - {" ", "\n"}
+
+
+_SPACES = st.sampled_from([" ", "\n", "\n\n", "  ", "\t", "\r\n", "\xa0", "\u3000", "\x1f", "\u2028"])
+
+
+@given(st.lists(st.one_of(st.text(alphabet=st.characters(blacklist_categories=("Zs", "Zl", "Zp", "Cc"))),
+                          _SPACES), max_size=40).map("".join))
+def test_collapse_words_is_split_and_join(text: str) -> None:
+    words = text.split()
+    assert collapse_words(text) == (" ".join(words), len(words))
+
+
+@pytest.mark.parametrize("text", ["", " ", "\n", "a", "a b\nc\n\nd", "\na", "a\n", "a\n\n\nb", "a  b",
+                                  "a\tb", "a\xa0b", "a\u3000b", "a\x85b", "\u2003"])
+def test_collapse_words_edges(text: str) -> None:
+    assert collapse_words(text) == (" ".join(text.split()), len(text.split()))
 
 
 def test_text_mode_setting() -> None:

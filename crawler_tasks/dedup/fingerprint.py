@@ -8,9 +8,25 @@ from __future__ import annotations
 
 from hashlib import blake2b
 
+# Every character str.split() splits on but " " and "\n" (tests check the list).
+OTHER_WHITESPACE = ("\t\x0b\x0c\r\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+                    "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+
 
 def normalize_text(text: str) -> str:
     return " ".join(text.lower().split())
+
+
+def collapse_words(text: str) -> tuple[str, int]:
+    """``(" ".join(text.split()), len(text.split()))``. Extracted text is mostly words
+    between single spaces and newlines already: then two replaces and a count give the
+    answer without making an object per word (0.2 instead of 0.45 ms on 56 kB of text)."""
+    flat = text.replace("\n\n", "\n").replace("\n", " ") if "\n" in text else text
+    if (flat and flat[0] != " " and flat[-1] != " " and "  " not in flat
+            and not any(c in flat for c in OTHER_WHITESPACE)):
+        return flat, flat.count(" ") + 1
+    words = text.split()
+    return " ".join(words), len(words)
 
 
 def fingerprint_collapsed(text: str) -> str:

@@ -1,14 +1,14 @@
 """One document's analysis: links and robots signals (``html``), the indexer's text
 (``text``: main content, language, metadata) and the text's fingerprints. The parse
 sandbox runs this as a whole, so all of it stays within the page's deadline and memory
-cap; the body is decoded and capped once for both parsers, and the text split into words
-once for its word count, fingerprint and simhash."""
+cap; the body is decoded and capped once for both parsers, and the text's whitespace
+collapsed once for its word count, fingerprint and simhash."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from crawler_tasks.dedup.fingerprint import fingerprint_collapsed
+from crawler_tasks.dedup.fingerprint import collapse_words, fingerprint_collapsed
 from crawler_tasks.dedup.simhash import simhash64_with_count
 from crawler_tasks.parse.html import ParsedPage, parse_html, prepare_document
 from crawler_tasks.parse.text import PageText, extract_text
@@ -31,17 +31,15 @@ def analyse(body: bytes, url: str, html_options: dict[str, Any], text_mode: str,
     doc = prepare_document(body, html_options.get("content_type"), **caps, tag_dense=tag_dense_budget)
     if text_mode == "body":
         parsed = parse_html(doc, url, **html_options)
-        words = parsed.text.split()
+        flat, n_words = collapse_words(parsed.text)
         text = PageText(url=url, title=parsed.title, text=parsed.text, lang_declared=parsed.lang,
-                        word_count=len(words))
+                        word_count=n_words)
     else:
         parsed = parse_html(doc, url, **{**html_options, "max_text_chars": 0})
         text = extract_text(doc, url, main_content=True, full_text=text_mode == "full", max_chars=max_chars,
                             content_type=html_options.get("content_type"), headers=html_options.get("headers"),
                             count_words=False)
-        words = text.text.split()
-        text.word_count = len(words)
-    flat = " ".join(words)
+        flat, text.word_count = collapse_words(text.text)
     result = Analysis(parsed, text, fingerprint_collapsed(flat))
     if simhash_max_chars > 0:
         result.simhash, result.simhash_words = simhash64_with_count(flat[:simhash_max_chars])
