@@ -8,7 +8,13 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from crawler_tasks.dedup.fingerprint import OTHER_WHITESPACE, collapse_words, content_fingerprint, fingerprint_collapsed
+from crawler_tasks.dedup.fingerprint import (
+    OTHER_WHITESPACE,
+    collapse_words,
+    content_fingerprint,
+    fingerprint_collapsed,
+    lower_utf8,
+)
 from crawler_tasks.dedup.simhash import simhash64_with_count
 from crawler_tasks.exceptions import ConfigError
 from crawler_tasks.parse.html import prepare_document
@@ -173,6 +179,17 @@ def test_collapse_words_is_split_and_join(text: str) -> None:
                                   "a\tb", "a\xa0b", "a\u3000b", "a\x85b", "\u2003"])
 def test_collapse_words_edges(text: str) -> None:
     assert collapse_words(text) == (" ".join(text.split()), len(text.split()))
+
+
+@given(st.lists(st.one_of(st.text(), st.sampled_from(["Σ", "ΑΣ ", "İ", "é", "É", "ß", "ǅ", "\ud800", "ﬃ", "Ω"])),
+                max_size=20).map("".join))
+def test_lower_utf8_is_lower_then_encode(text: str) -> None:
+    assert lower_utf8(text) == text.lower().encode("utf-8", "surrogatepass")
+
+
+@pytest.mark.parametrize("text", ["", "plain ascii TEXT", "déjà vu", "DÉJÀ", "ΟΔΟΣ end", "aΣ", "İstanbul", "x\ud800y"])
+def test_lower_utf8_edges(text: str) -> None:
+    assert lower_utf8(text) == text.lower().encode("utf-8", "surrogatepass")
 
 
 def test_text_mode_setting() -> None:

@@ -29,10 +29,26 @@ def collapse_words(text: str) -> tuple[str, int]:
     return " ".join(words), len(words)
 
 
+_ASCII = bytes(range(128))
+
+
+def lower_utf8(text: str) -> bytes:
+    """``text.lower()`` as UTF-8. ``str.lower`` costs ~4 ns a character once a text has
+    one non-ASCII character (56 kB with an accent: 0.22 ms); lowering the ASCII bytes is
+    enough when the text's other characters have no lower case (``lower`` is context-free
+    but for the final sigma, and Σ is never its own lower case): 0.09 ms."""
+    data = text.encode("utf-8", "surrogatepass")
+    if not data.isascii():
+        rest = data.translate(None, _ASCII).decode("utf-8", "surrogatepass")
+        if rest.lower() != rest:
+            return text.lower().encode("utf-8", "surrogatepass")
+    return data.lower()
+
+
 def fingerprint_collapsed(text: str) -> str:
     """content_fingerprint for text whose whitespace is already collapsed (parser
     output): skips the split/join, which costs ~1 ms on a 60 KB page."""
-    return blake2b(text.lower().encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    return blake2b(lower_utf8(text), digest_size=8).hexdigest()
 
 
 def content_fingerprint(text: str) -> str:

@@ -39,6 +39,8 @@ from collections.abc import Collection
 from itertools import repeat
 from operator import add
 
+from crawler_tasks.dedup.fingerprint import lower_utf8
+
 BITS = 64
 _MIX = 0x9E3779B97F4A7C15        # odd 64-bit multiplier (2^64 / golden ratio)
 _FIRST_BYTE = 2                  # hash = bytes 2..9 (bits 16..79) of each 128-bit lane
@@ -50,7 +52,7 @@ _BIT_MASKS: dict[int, list[int]] = {}
 
 def features(text: str) -> set[bytes]:
     """The distinct features of a text, as UTF-8 bytes (see the module doc)."""
-    data = text.lower().encode("utf-8", "surrogatepass").translate(_FOLD)
+    data = lower_utf8(text).translate(_FOLD)
     words = data.split()
     if words and len(data) > _UNSPACED * len(words):
         s = "".join(text.lower().split()).translate(_FOLD_STR)
