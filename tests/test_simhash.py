@@ -7,6 +7,7 @@ import random
 import pytest
 
 from crawler_tasks.dedup.simhash import (
+    LANE,
     feature_hashes,
     features,
     from_hex,
@@ -81,7 +82,7 @@ def test_feature_hash_bits_are_balanced():
     """The 64 bits of the mixed CRC must each be set for about half of the words."""
     feats = [w.encode() for w in VOCAB]
     lanes = feature_hashes(feats)
-    hashes = [int.from_bytes(lanes[16 * i + 2:16 * i + 10], "little") for i in range(len(feats))]
+    hashes = [int.from_bytes(lanes[LANE * i + 2:LANE * i + 10], "little") for i in range(len(feats))]
     for j in range(64):
         share = sum(h >> j & 1 for h in hashes) / len(hashes)
         assert 0.47 < share < 0.53, (j, share)

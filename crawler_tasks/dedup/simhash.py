@@ -19,7 +19,7 @@ Choices, each measured with ``bench/dedup_bench.py`` and the property tests:
 - **Cost is kept at C level**: split + ``set`` (the floor of any word-based
   feature), one ``zlib.crc32`` per distinct word (a stable 32-bit hash), then all
   words are processed at once with big integers used as SIMD lanes: the CRCs go
-  into 128-bit lanes, one multiplication by a 64-bit odd constant mixes every
+  into 96-bit lanes, one multiplication by a 64-bit odd constant mixes every
   lane, and bits 16..79 of each product (the well-mixed middle; each bit is set
   for half of the words, checked in tests) are the word's 64-bit hash.
   The per-bit counts are ``int.bit_count`` over byte columns. No per-word Python
@@ -43,7 +43,9 @@ from crawler_tasks.dedup.fingerprint import lower_utf8
 
 BITS = 64
 _MIX = 0x9E3779B97F4A7C15        # odd 64-bit multiplier (2^64 / golden ratio)
-_FIRST_BYTE = 2                  # hash = bytes 2..9 (bits 16..79) of each 128-bit lane
+LANE = 12                        # bytes a feature: a 32-bit CRC times _MIX fits in 96 bits
+_U32 = next(code for code in "IL" if array(code).itemsize == 4)
+_FIRST_BYTE = 2                  # hash = bytes 2..9 (bits 16..79) of each lane
 _FOLD = bytes.maketrans(b"123456789", b"000000000")
 _FOLD_STR = str.maketrans("123456789", "000000000")
 _UNSPACED = 24                   # mean bytes per token above which text counts as unspaced
@@ -64,14 +66,14 @@ def features(text: str) -> set[bytes]:
 
 
 def feature_hashes(feats: Collection[bytes]) -> bytes:
-    """64-bit hashes of the features, as ``len(feats)`` lanes of 16 bytes whose bytes
-    2..9 are the little-endian hash (all features mixed by one multiplication)."""
+    """64-bit hashes of the features, as ``len(feats)`` lanes of ``LANE`` bytes whose
+    bytes 2..9 are the little-endian hash (all features mixed by one multiplication)."""
     n = len(feats)
-    lanes = array("Q", bytes(16 * n))
-    lanes[::2] = array("Q", map(zlib.crc32, feats))
+    lanes = array(_U32, bytes(LANE * n))
+    lanes[::LANE // 4] = array(_U32, map(zlib.crc32, feats))
     if sys.byteorder == "big":  # pragma: no cover - the lanes are read as little-endian
         lanes.byteswap()
-    return (int.from_bytes(lanes, "little") * _MIX).to_bytes(16 * n + 16, "little")
+    return (int.from_bytes(lanes, "little") * _MIX).to_bytes(LANE * n, "little")
 
 
 def _masks(n: int) -> list[int]:
@@ -89,7 +91,7 @@ def bit_counts(lanes: bytes, n: int) -> list[int]:
     masks = _masks(n)
     counts: list[int] = []
     for k in range(_FIRST_BYTE, _FIRST_BYTE + 8):
-        column = int.from_bytes(lanes[k:16 * n:16], "little")
+        column = int.from_bytes(lanes[k:LANE * n:LANE], "little")
         counts.extend((column & m).bit_count() for m in masks)
     return counts
 
