@@ -1,5 +1,2 @@
-"""Deduplication: URL-seen Bloom filter arithmetic and content fingerprints."""
-from crawler_tasks.dedup.fingerprint import content_fingerprint, normalize_text
-from crawler_tasks.frontier.bloom import BloomSpec
-
-__all__ = ["BloomSpec", "content_fingerprint", "normalize_text"]
+"""Deduplication: content fingerprints, simhash near-duplicates, learned URL rules.
+(Nothing is imported here: the pure modules must not pull in the Redis-backed ones.)"""
