@@ -1,6 +1,5 @@
 """The pure rooms (URL normalization, robots matching, parsing, fingerprints, simhash,
-delay rules) import neither Redis nor Celery: they are unit-tested and reused alone, and
-the parse sandbox's child is only as big as what it imports."""
+delay rules) import neither Redis nor Celery: they are unit-tested and reused alone."""
 from __future__ import annotations
 
 import subprocess
