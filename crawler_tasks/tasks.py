@@ -36,21 +36,25 @@ from crawler_tasks.stages.worker import Worker
 log = logging.getLogger(__name__)
 
 _worker: Worker | None = None
+_worker_lock = threading.Lock()
 MAX_LEASES_PER_MESSAGE = 1024
 
 
 def get_worker() -> Worker:
-    """This process's stage state (created after fork: sockets are never shared)."""
+    """This process's stage state (created after fork: sockets are never shared). Once:
+    the first tasks of a threads pool arrive together, and each used to build its own
+    (a WARC file, robots and DNS caches each)."""
     global _worker
-    if _worker is None:
-        _worker = Worker.create(get_settings())
-    return _worker
+    with _worker_lock:
+        if _worker is None:
+            _worker = Worker.create(get_settings())
+        return _worker
 
 
 @worker_process_init.connect
 def _reset_after_fork(**_: object) -> None:
-    global _worker
-    _worker = None
+    global _worker, _worker_lock
+    _worker, _worker_lock = None, threading.Lock()
 
 
 _REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)

@@ -519,3 +519,29 @@ def test_a_parse_task_redelivered_after_its_spool_was_removed_fetches_its_pages_
         recs = [json.loads(line) for line in (Path(fast.OUT_DIR) / "pages.jsonl").read_text().splitlines()]
         assert not [r for r in recs if r.get("error_kind") == "parse"]
         assert Counter(r["url"] for r in recs if r["url"] in replayed) == Counter({u: 2 for u in replayed})
+
+
+def test_first_tasks_of_a_threads_pool_share_one_stage_state(settings):
+    """A fetch worker's sessions start together: they must get one Worker (one WARC file,
+    one robots and DNS cache per process), not one each."""
+    import threading
+
+    from crawler_tasks import tasks
+
+    tasks._reset_after_fork()
+    start = threading.Barrier(8)
+    got: list[Worker] = []
+
+    def take() -> None:
+        start.wait()
+        got.append(tasks.get_worker())
+
+    threads = [threading.Thread(target=take) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    try:
+        assert len(got) == 8 and len({id(w) for w in got}) == 1
+    finally:
+        tasks._reset_after_fork()
