@@ -157,6 +157,9 @@ def test_frontier_contract_on_cluster(csettings):
     bits, _ = f.bloom_fill()
     assert bits > 0
     assert f.top_hosts(3)
+    # one client serves every shard, but a cluster pipeline refuses scripts: the fetch
+    # stage must not queue its finish on one
+    assert not any(f.same_server(shard, f.client(0)) for shard in range(4))
 
 
 def test_lease_expiry_and_retry_on_cluster(csettings):

@@ -228,3 +228,31 @@ def test_a_url_fetched_again_skips_the_seen_test_and_the_host_budget(settings):
     assert frontier.put_discovered([again]) == [ENQUEUED]
     assert frontier.put_discovered([d("http://a.test/1")]) == [SEEN]
     assert Counter(drain(frontier)) == Counter({"http://a.test/1": 2, "http://a.test/2": 1})
+
+
+def test_finish_queued_on_a_callers_pipeline_shares_its_round_trip(settings, rclient):
+    """queue_finish on a pipeline with other commands gives what finish gives (held, then
+    done), and still works when the server lost its scripts (SCRIPT FLUSH, a restart)."""
+    from crawler_tasks.connection import global_client
+    from crawler_tasks.records import Action
+
+    s = dataclasses.replace(settings, SHARDS=1)
+    f = Frontier(s)
+    client = global_client(s)
+    assert f.same_server(0, client)
+    f.put_discovered([Discovered(url=f"http://q.test/{i}", host="q.test") for i in range(3)])
+    lease = f.get_urls(0, 1)[0]
+    now = time.time()
+    pipe = client.pipeline(transaction=False)
+    pipe.incr(f"{s.KEY_PREFIX}:probe")
+    read = f.queue_finish(pipe, lease, now, Action.DONE, {"fails": "0"}, hold_until=now + 60)
+    replies = pipe.execute(raise_on_error=False)
+    assert replies[0] == 1
+    held = read(replies[-1])
+    assert held.ok and held.held is not None and held.held.entry.url == "http://q.test/1"
+    rclient.script_flush()
+    pipe = client.pipeline(transaction=False)
+    read = f.queue_finish(pipe, held.held, now, Action.DONE)
+    done = read(pipe.execute(raise_on_error=False)[-1])
+    assert done.ok and done.held is None
+    assert [e.url for e in f.host_queue(0, "q.test")] == ["http://q.test/2"]

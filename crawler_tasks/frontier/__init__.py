@@ -129,6 +129,14 @@ class Lease:
         return Entry.decode(self.raw)
 
 
+def _completion(lease: Lease, reply: object) -> Completion:
+    """complete.lua's reply: 1 done, 0 lease lost, 2 held (then the next head and token)."""
+    out = list(reply)  # type: ignore[call-overload]
+    if int(out[0]) == 2:
+        return Completion(True, Lease(lease.shard, lease.host, out[1], out[2]))
+    return Completion(int(out[0]) == 1, None)
+
+
 class Frontier:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -249,6 +257,34 @@ class Frontier:
         head URL, to be fetched at ``te`` by the caller itself. With ``handoff_until`` > 0
         a ``done`` URL stays parked (still queued) until ``ack``ed: its page is not yet
         handed on, and it is fetched again if that never happens (``return_handoffs``)."""
+        keys, args = self._finish_call(lease, te, action, host_state, hold_until, handoff_until)
+        return _completion(lease, self._run(lease.shard, "complete", keys, args))
+
+    def queue_finish(self, pipe: redis.client.Pipeline, lease: Lease, te: float, action: Action = Action.DONE,
+                     host_state: dict[str, str] | None = None, hold_until: float = 0.0,
+                     handoff_until: float = 0.0) -> Callable[[object], Completion]:
+        """``finish`` queued on ``pipe``, a pipeline to the shard's server that the caller
+        runs with its own commands (``same_server``): one round trip for both. The returned
+        function reads its reply (and runs ``finish`` again if the server lost the script)."""
+        keys, args = self._finish_call(lease, te, action, host_state, hold_until, handoff_until)
+        pipe.evalsha(self._script(self.client(lease.shard), "complete").sha, len(keys), *keys, *args)
+
+        def read(reply: object) -> Completion:
+            if isinstance(reply, redis.exceptions.NoScriptError):
+                reply = self._run(lease.shard, "complete", keys, args)
+            elif isinstance(reply, Exception):
+                raise reply
+            return _completion(lease, reply)
+
+        return read
+
+    def same_server(self, shard: int, client: redis.Redis) -> bool:
+        """Whether the shard's keys live on ``client``'s server, so that one pipeline
+        reaches both (a cluster's pipelines refuse scripts)."""
+        return self.client(shard) is client and not isinstance(client, redis.cluster.RedisCluster)
+
+    def _finish_call(self, lease: Lease, te: float, action: Action, host_state: dict[str, str] | None,
+                     hold_until: float, handoff_until: float) -> tuple[list[str], list[str | float]]:
         action = Action(action)
         k = self.keys(lease.shard)
         retry_raw = ""
@@ -256,16 +292,13 @@ class Frontier:
             e = lease.entry
             retry_raw = Entry(e.url, e.depth, e.tries + 1, e.hops, e.kind).encode()
         keys = [k.active, k.ready, k.lease, k.te, k.queue(lease.host), k.queued, k.handoff]
-        args: list[object] = [lease.host, lease.token, action.value, te, lease.raw, retry_raw, hold_until,
+        args: list[str | float] = [lease.host, lease.token, action.value, te, lease.raw, retry_raw, hold_until,
                               handoff_until]
         if host_state:   # saved by the same script (one slot: cluster-safe, one round trip)
             keys.append(k.host_state(lease.host))
             for name, value in host_state.items():
                 args += [name, value]
-        out = list(self._run(lease.shard, "complete", keys, args))  # type: ignore[call-overload]
-        if int(out[0]) == 2:
-            return Completion(True, Lease(lease.shard, lease.host, out[1], out[2]))
-        return Completion(int(out[0]) == 1, None)
+        return keys, args
 
     def ack(self, shard: int, entries: list[str]) -> int:
         """Fetched entries whose pages were handed on: they leave the frontier for good."""

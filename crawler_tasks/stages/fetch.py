@@ -31,7 +31,7 @@ from crawler_tasks.counters import Counters, bump
 from crawler_tasks.fetch.http import FetchResult
 from crawler_tasks.fetch.netsafety import AddressRefused, ResolveError
 from crawler_tasks.fetch.politeness import FetchOutcome, HostState, crawl_delay_verdict, next_contact
-from crawler_tasks.frontier import ENQUEUED, Discovered, Entry, Lease
+from crawler_tasks.frontier import ENQUEUED, Completion, Discovered, Entry, Lease
 from crawler_tasks.ops.control import Control, ControlView, CrawlState
 from crawler_tasks.ops.metrics import record_latencies
 from crawler_tasks.output.spool import new_batch_id, write_spool
@@ -103,7 +103,19 @@ class Turn:
     body: bytes = b""
     state: HostState | None = None   # the host's new politeness state (None: unchanged)
     last: bool = False               # give the host back whatever its next te
-    counted: int = 0                 # pages fetched so far, when this turn counted its page
+    exchange: FetchResult | None = None   # stored in WARC once the turn is finished
+    digest: str = ""                      # the exchange's payload digest
+    conversion: tuple[bytes, str] | None = None   # rendered DOM and its date: a conversion record
+
+
+@dataclass(slots=True)
+class _End:
+    """How a turn ended in the frontier."""
+
+    done: Completion | None            # None: the lease was lost before
+    parked: str | None = None          # the fetched entry, parked until its page is handed on
+    spent: bool = False                # the page budget is spent with this page
+    earlier: tuple[str, str] | None = None   # an earlier capture of the same payload (url, date)
 
 
 @dataclass(slots=True)
@@ -304,30 +316,19 @@ class FetchSession:
                     turn = Turn(time.time() + w.settings.MIN_DELAY_S, Action.KEEP, last=True)
                 if turn.state is not None:
                     state = turn.state
-                last = turn.last
-                if w.settings.MAX_PAGES and turn.page is not None and _requested(turn.page):
-                    # counted at once, so that no session holds a host past the budget
-                    last = last or (turn.counted or w.control.count_page()) + self.leased > w.settings.MAX_PAGES
-                hold = 0.0 if last else self._hold_until(turn.te)
-                # a fetched URL stays parked in the frontier until its page is handed on
-                park = turn.action == Action.DONE and turn.page is not None
-                with self.lock:
-                    lease = self.leases.get(host)
-                    if lease is None:
-                        return
-                    done = w.frontier.finish(lease, turn.te, turn.action,
-                                             turn.state.to_fields() if turn.state is not None else None, hold,
-                                             time.time() + w.settings.LEASE_S if park else 0.0)
-                    parked = lease.raw if park and done.ok else None
-                    if done.held is not None:
-                        self.leases[host] = done.held
-                    else:
-                        self.leases.pop(host, None)
-                if not done.ok:
+                end = self._finish(host, turn)
+                record_id = self._archive(turn, end.earlier)
+                if end.done is None:   # lost: another worker may hold it now
+                    return
+                if not end.done.ok:
                     self._bump("frontier/lease_lost")
                 if turn.page is not None:
-                    self.results.put((turn.page, turn.body, parked))
-                if done.held is None:
+                    turn.page.warc_id = record_id
+                    self.results.put((turn.page, turn.body, end.parked))
+                if end.done.held is None:
+                    return
+                if end.spent:   # the page budget is spent: no next turn
+                    self._give_back(host, turn.te)
                     return
                 if self.stop.wait(max(0.0, turn.te - time.time())) or not self._wait_for_parse():
                     self._give_back(host, turn.te)
@@ -340,6 +341,66 @@ class FetchSession:
         False when the session stops first."""
         self.flowing.wait()
         return not self.stop.is_set()
+
+    def _finish(self, host: str, turn: Turn) -> _End:
+        """End a turn in the frontier, with the exchange's revisit test and the page
+        budget's count: one round trip where the shard and the crawl's counters share a
+        server (the common case), the count first otherwise. On one round trip the count
+        cannot decide the hold, so a held host is given back after it when the budget is
+        spent (``_End.spent``)."""
+        w, s = self.w, self.w.settings
+        res = turn.exchange
+        date = warc_date(res.started) if res is not None else ""
+        capture = bool(s.WARC_DEDUP_REVISITS and res is not None and res.status == 200 and res.body
+                       and not res.truncated)
+        # counted at once, so that no session holds a host past the budget
+        count = bool(s.MAX_PAGES) and turn.page is not None and _requested(turn.page)
+        # a fetched URL stays parked in the frontier until its page is handed on
+        park = turn.action == Action.DONE and turn.page is not None
+        fields = turn.state.to_fields() if turn.state is not None else None
+        with self.lock:
+            lease = self.leases.get(host)
+            if lease is None:
+                return _End(None)
+            one_trip = w.frontier.same_server(lease.shard, w.control.client)
+            park_until = time.time() + s.LEASE_S if park else 0.0
+            pipe = w.control.client.pipeline(transaction=False)
+            if capture:
+                assert res is not None
+                w.content.queue_capture(pipe, res.url, turn.digest, date)
+            if count:
+                w.control.queue_count_page(pipe)
+            read = None
+            if one_trip:
+                read = w.frontier.queue_finish(pipe, lease, turn.te, turn.action, fields,
+                                               0.0 if turn.last else self._hold_until(turn.te), park_until)
+            replies = pipe.execute(raise_on_error=False) if len(pipe) else []
+            for reply in replies[:2 * capture + count]:
+                if isinstance(reply, Exception):
+                    raise reply
+            spent = count and int(replies[2 * capture]) + self.leased > s.MAX_PAGES
+            if read is not None:
+                done = read(replies[-1])
+            else:
+                done = w.frontier.finish(lease, turn.te, turn.action, fields,
+                                         0.0 if turn.last or spent else self._hold_until(turn.te), park_until)
+            if done.held is not None:
+                self.leases[host] = done.held
+            else:
+                self.leases.pop(host, None)
+        earlier = w.content.earlier_of(replies, res.url, date) if capture and res is not None else None
+        return _End(done, lease.raw if park and done.ok else None, spent, earlier)
+
+    def _archive(self, turn: Turn, earlier: tuple[str, str] | None) -> str | None:
+        """The turn's exchange (and the DOM its page rendered to) in WARC, once the turn
+        is finished; the response's record id."""
+        res = turn.exchange
+        if res is None:
+            return None
+        record_id = self.w.warc.write_exchange(res, earlier, turn.digest)
+        if turn.conversion is not None:
+            self.w.warc.write_conversion(res.url, record_id, *turn.conversion)
+        return record_id
 
     def _hold_until(self, te: float) -> float:
         s = self.w.settings
@@ -416,17 +477,12 @@ class FetchSession:
         retryable = res.error_kind in RETRYABLE_ERRORS or (
             res.status is not None and (res.status >= 500 or res.status == 429))
         action = Action.RETRY if retryable and entry.tries < s.MAX_RETRIES else Action.DONE
-        record_id, counted = None, 0
-        if res.status is not None:
-            digest = warc_digest(res.body)
-            earlier, counted = self._earlier_capture(res, digest, count=bool(s.MAX_PAGES) and action != Action.RETRY)
-            record_id = w.warc.write_exchange(res, earlier, digest)
         turn = self._decide(state, res, action)
-        turn.counted = counted
+        if res.status is not None:   # archived once the turn is finished (``_archive``)
+            turn.exchange, turn.digest = res, warc_digest(res.body)
         if action == Action.RETRY:
             return turn
         turn.page = _page(entry, res)
-        turn.page.warc_id = record_id
         ok = res.status is not None and 200 <= res.status < 300
         if ok and (entry.kind == EntryKind.SITEMAP or is_html(res.content_type, res.content[:512])):
             turn.body = res.content
@@ -454,7 +510,7 @@ class FetchSession:
             self._bump(f"render/error/{(rendered.error or 'empty').split(':')[0]}")
             return
         html = rendered.html.encode("utf-8")
-        w.warc.write_conversion(res.url, turn.page.warc_id, html, warc_date(time.time()))
+        turn.conversion = (html, warc_date(time.time()))
         turn.body, turn.page.rendered = html, why
         # the host's next contact follows its last request, the browser's included
         turn.te = max(turn.te, last[0] + w.policy.min_delay_s)
@@ -518,20 +574,6 @@ class FetchSession:
             failed=False))
         self.stop.wait(max(0.0, min(te - time.time(), self.w.settings.HOLD_HORIZON_S)))
         self._renew()
-
-    def _earlier_capture(self, res: FetchResult, digest: str, count: bool) -> tuple[tuple[str, str] | None, int]:
-        """The earlier capture of this payload (a revisit), and with ``count`` the page
-        counted for the budget in the same round trip (then the new total, else 0)."""
-        w = self.w
-        if not w.settings.WARC_DEDUP_REVISITS or res.status != 200 or not res.body or res.truncated:
-            return None, 0
-        pipe = w.control.client.pipeline(transaction=False)
-        date = warc_date(res.started)
-        w.content.queue_capture(pipe, res.url, digest, date)
-        if count:
-            w.control.queue_count_page(pipe)
-        replies = pipe.execute()
-        return w.content.earlier_of(replies, res.url, date), int(replies[2]) if count else 0
 
 
 def first_contact(w: Worker, lease: Lease, scheme: str, sitemaps: list[str]) -> None:
