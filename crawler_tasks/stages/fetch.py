@@ -3,11 +3,12 @@
 One fetch task is one session. Each held host has a thread that takes turns: refuse a
 private target before anything is sent; check robots.txt (fetching robots.txt itself uses
 the host's turn, and each of its redirect hops waits out the host's delay); download
-within the fetcher's limits; write the exchange to WARC; compute the host's next contact
-``te`` (politeness rules) and finish the turn in the frontier, which either gives the
-host back or, when its next turn is near (``HOLD_HORIZON_S``), keeps it leased to this
-session so the thread sleeps until ``te`` and goes on: a host's pace is its delay, not
-the Beat cadence. The frontier's lease (renewed while work runs) stays the authority: one
+within the fetcher's limits; compute the host's next contact ``te`` (politeness rules)
+and finish the turn in the frontier (on the same round trip as the payload's revisit
+test and the page budget's count), which either gives the host back or, when its next
+turn is near (``HOLD_HORIZON_S``), keeps it leased to this session so the thread sleeps
+until ``te`` and goes on: a host's pace is its delay, not the Beat cadence; then write
+the exchange to WARC. The frontier's lease (renewed while work runs) stays the authority: one
 connection per host, a lost lease ends the host's thread before any further request.
 
 Finished pages never wait for the others: every ``PARSE_GROUP_S`` (or
