@@ -437,6 +437,25 @@ def test_warc_revisits_for_identical_payloads_and_outlink_metadata(fast):
         assert check.returncode == 0, check.stdout + check.stderr
 
 
+def test_robots_txt_and_each_of_its_redirect_hops_are_archived(fast):
+    from warcio.archiveiterator import ArchiveIterator
+
+    routes = {"/robots.txt": (301, {"Location": "/rules.txt"}, b""),
+              "/rules.txt": (200, {"Content-Type": "text/plain"}, b"User-agent: *\nDisallow: /private/\n")}
+    with TestWeb(n_hosts=1, pages_per_host=2,
+                 host_specs={0: HostSpec(extra_routes=routes, link_extra_routes=False)}) as web:
+        crawl_inline(fast, web.seeds())
+        responses: dict[str, int] = {}
+        for path in (Path(fast.OUT_DIR) / "warc").glob("*.warc.gz"):
+            with open(path, "rb") as fh:
+                for rec in ArchiveIterator(fh):
+                    if rec.rec_type == "response":
+                        uri = rec.rec_headers.get_header("WARC-Target-URI")
+                        responses[uri.split("/", 3)[3]] = int(rec.http_headers.get_statuscode())
+        assert responses["robots.txt"] == 301 and responses["rules.txt"] == 200
+        assert responses[""] == 200   # and the pages, as before
+
+
 APP_JS = b"""
 fetch('/data.json').then(r => r.json()).then(d => {
   const root = document.getElementById('root');

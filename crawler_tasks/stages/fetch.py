@@ -458,6 +458,8 @@ class FetchSession:
                     if skip:
                         return Turn(time.time() + w.policy.park_s, Action.KEEP, last=True)
                 turn = self._decide(state, res, Action.KEEP)
+                if res.status is not None:   # robots.txt is archived like any exchange
+                    turn.exchange, turn.digest = res, warc_digest(res.body)
                 if answer.entry.kind == UNREACHABLE:  # the host's URLs wait for the next attempt
                     turn.te, turn.last = max(turn.te, answer.entry.expires), True
                 else:
@@ -568,8 +570,10 @@ class FetchSession:
         return Turn(te, action, state=new_state)
 
     def _pace_hop(self, host: str, state: HostState, previous: FetchResult) -> None:
-        """Before a robots.txt redirect hop: the host's delay after the previous hop, and
-        a fresh lease (a chain of slow hops must not outlive it)."""
+        """Before a robots.txt redirect hop: the previous hop into WARC, the host's delay
+        after it, and a fresh lease (a chain of slow hops must not outlive it)."""
+        if previous.status is not None:
+            self.w.warc.write_exchange(previous)
         te, _, _ = next_contact(self.w.policy, state, FetchOutcome(
             end=previous.ended, duration_s=previous.duration_s, status=previous.status, retry_after=None,
             failed=False))
