@@ -564,3 +564,27 @@ def test_first_tasks_of_a_threads_pool_share_one_stage_state(settings):
         assert len(got) == 8 and len({id(w) for w in got}) == 1
     finally:
         tasks._reset_after_fork()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")   # the injected error
+def test_a_host_whose_turn_failed_to_finish_is_given_back_not_stuck(fast, monkeypatch):
+    """A Redis error while a turn is finished ends its host's thread; the host must go
+    back to the frontier then, not stay leased (and renewed) until the lease runs out."""
+    import redis
+
+    from crawler_tasks.stages import fetch as fetch_module
+
+    finish = fetch_module.FetchSession._finish
+    failed: list[str] = []
+
+    def flaky(self, host, turn):
+        if not failed:
+            failed.append(host)
+            raise redis.ConnectionError("injected: the store went away")
+        return finish(self, host, turn)
+
+    monkeypatch.setattr(fetch_module.FetchSession, "_finish", flaky)
+    with TestWeb(n_hosts=1, pages_per_host=4, seed=3) as web:
+        records = crawl_inline(dataclasses.replace(fast, LEASE_S=120.0), web.seeds(), seconds=10.0)
+        fetched = {r["url"] for r in records if r.get("status") == 200}
+        assert failed and web.reachable(web.seeds()) <= fetched

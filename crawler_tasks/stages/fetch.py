@@ -335,6 +335,13 @@ class FetchSession:
                     self._give_back(host, turn.te)
                     return
         finally:
+            # still held only when finishing a turn raised (a Redis error, a full disk): give
+            # the host back, or at least stop renewing its lease, so that it is not stuck
+            # with this session until the session and then the lease run out
+            try:
+                self._give_back(host, time.time() + max(w.settings.MIN_DELAY_S, state.crawl_delay_s or 0.0))
+            except Exception:  # noqa: BLE001 - the lease is dropped already; it expires
+                log_once("fetch/give_back", "could not give back %s; its lease expires", host)
             self.results.put(None)
 
     def _wait_for_parse(self) -> bool:
