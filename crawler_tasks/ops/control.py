@@ -86,14 +86,10 @@ class Control:
             pipe.hincrby(self.keys.stats, name, n)
         pipe.execute()
 
-    def count_page(self) -> int:
-        """One more page fetched, now (the page budget must not trail the fetches);
-        returns the new total."""
-        return int(self.client.hincrby(self.keys.stats, "fetch/pages", 1))
-
     def queue_count_page(self, pipe: redis.client.Pipeline) -> None:
-        """``count_page`` on a pipeline of the global client that the caller runs; its
-        reply is the new total."""
+        """One more page fetched, counted at once (the page budget must not trail the
+        fetches), on a pipeline of the global client that the caller runs; its reply is
+        the new total."""
         pipe.hincrby(self.keys.stats, "fetch/pages", 1)
 
     def stats(self) -> dict[str, int]:
