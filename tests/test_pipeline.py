@@ -588,3 +588,27 @@ def test_a_host_whose_turn_failed_to_finish_is_given_back_not_stuck(fast, monkey
         records = crawl_inline(dataclasses.replace(fast, LEASE_S=120.0), web.seeds(), seconds=10.0)
         fetched = {r["url"] for r in records if r.get("status") == 200}
         assert failed and web.reachable(web.seeds()) <= fetched
+
+
+def test_a_host_that_runs_dry_gets_its_links_without_waiting_for_the_group(fast):
+    """A host whose queue runs dry waits for links in pages not yet handed on: the
+    session hands its group on at once and leases the host again as soon as they are
+    queued, though another host keeps the session busy and the group would not be due
+    for a long while (PARSE_GROUP_S). A chain (each page links the next) needs one such
+    round per page: without it, one page a session."""
+    chain = 6
+    page = "<html><body><p>chain page {i}</p><a href='/c/{n}.html'>next</a></body></html>"
+    routes = {"/": (200, HTML, page.format(i=0, n=1).encode())}
+    routes.update({f"/c/{i}.html": (200, HTML, page.format(i=i, n=i + 1 if i < chain else 1).encode())
+                   for i in range(1, chain + 1)})
+    specs = {0: HostSpec(pages=1, extra_routes=routes, link_extra_routes=False),
+             1: HostSpec(pages=100, robots_txt="User-agent: *\nCrawl-delay: 0.3\n")}
+    s = dataclasses.replace(fast, SHARDS=1, PARSE_GROUP_S=60.0, PARSE_GROUP_PAGES=1000, SOFT404_PROBE=False,
+                            PROBE_SITEMAP_XML=False)
+    with TestWeb(n_hosts=2, pages_per_host=1, cross_host_ratio=0.0, host_specs=specs) as web:
+        crawl_inline(s, web.seeds(all_hosts=True), seconds=8.0)
+        assert {f"/c/{i}.html" for i in range(1, chain + 1)} <= set(paths(web, 0))
+        # the busy host kept its pace meanwhile (one session held both hosts)
+        busy = sorted((r for r in web.requests if r.host == web.hosts[1]), key=lambda r: r.start)
+        assert len(busy) > 10
+        assert min(b.start - a.end for a, b in zip(busy, busy[1:])) >= 0.3 - 0.02

@@ -53,6 +53,7 @@ PROBE_MARK = "soft404-probe"
 _NO_REQUEST = frozenset({ErrorKind.REFUSED, ErrorKind.BAD_URL, ErrorKind.URL_TOO_LONG})
 _TICK_S = 0.1             # the session's loop: results, groups, control checks
 _CONTROL_EVERY_S = 0.25   # crawl state, page budget, room for more hosts
+_DRY_POLL_S = 0.5         # after a host ran dry, ready hosts are looked for every tick this long
 _IDLE_END_S = 0.5         # a session with no host and nothing ready for this long ends (at once
                           # when its shard has nothing queued: the end of a crawl is not delayed)
 
@@ -117,6 +118,7 @@ class _End:
     parked: str | None = None          # the fetched entry, parked until its page is handed on
     spent: bool = False                # the page budget is spent with this page
     earlier: tuple[str, str] | None = None   # an earlier capture of the same payload (url, date)
+    dry: bool = False                  # held on, but the host had no URL left: it waits for parse
 
 
 @dataclass(slots=True)
@@ -149,7 +151,9 @@ class FetchSession:
         # without waking every tick, and are released at once when it is set
         self.flowing = threading.Event()
         self.flowing.set()
+        self.dry = threading.Event()         # a held host ran out of URLs: hand on the group at once
         self.leased = 0                      # hosts leased over the crawl, as last read
+        self.groups_inflight = 0             # page groups on their way through parse, as last read
         self.renew_every = max(1.0, s.LEASE_S / 4)
 
     # -- the session loop -------------------------------------------------------------
@@ -166,9 +170,12 @@ class FetchSession:
         group, handed = _Group(), 0
         next_control = next_renew = time.monotonic()
         idle_since = time.monotonic() if not self.threads else None
+        poll_until = 0.0   # until then, look for ready hosts every tick (not only on the grid)
         while True:
-            # a tick's results at once: a wake-up per page (each put) cost a context switch
-            time.sleep(_TICK_S)
+            # a tick's results at once: a wake-up per page (each put) cost a context switch;
+            # a host that ran dry wakes the loop at once (its last page is in the results)
+            dry = self.dry.wait(_TICK_S)
+            self.dry.clear()
             for item in self._arrived():
                 if item is None:
                     self.threads -= 1
@@ -185,22 +192,29 @@ class FetchSession:
                     handed += self._flush(group)
                     group = _Group()
             now = time.monotonic()
-            if group.pages and (now - group.since >= s.PARSE_GROUP_S or not self.threads):
+            if dry:   # its next URLs may be in pages not yet handed on: their links come back soon
+                poll_until = now + _DRY_POLL_S
+            if group.pages and (dry or now - group.since >= s.PARSE_GROUP_S or not self.threads):
                 handed += self._flush(group)
                 group = _Group()
             if now >= next_renew:
                 self._renew()
                 next_renew = now + self.renew_every
-            if now >= next_control:
+            on_grid = now >= next_control
+            if on_grid:
                 # on a grid shared by the sessions of this process: they read one fresh view
                 next_control = (now // _CONTROL_EVERY_S + 1) * _CONTROL_EVERY_S
                 self._check_control()
-                if not self.stop.is_set() and self.flowing.is_set() and self.threads < s.FETCH_BATCH:
-                    self._start(w.frontier.get_urls(self.shard, self._room()))
+            if ((on_grid or now < poll_until) and not self.stop.is_set() and self.flowing.is_set()
+                    and self.threads < s.FETCH_BATCH):
+                self._start(w.frontier.get_urls(self.shard, self._room()))
+            polling = now < poll_until
+            if on_grid or (polling and not self.threads):
                 if self.threads:
                     idle_since = None
-                elif w.frontier.queued(self.shard) == 0:
-                    break   # idle with nothing queued in the shard: no reason to linger
+                elif w.frontier.queued(self.shard) == 0 and (
+                        not polling or not (self.groups_inflight if on_grid else w.control.view().inflight)):
+                    break   # idle with nothing queued in the shard (nor on its way): no reason to linger
                 elif idle_since is None:
                     idle_since = now
             if not self.threads and (self.stop.is_set() or (idle_since is not None and now - idle_since >= _IDLE_END_S)):
@@ -235,6 +249,7 @@ class FetchSession:
             return
         # parse is behind: hosts wait (leases kept) and no new host is taken, so fetched
         # pages never pile up in spool files faster than parse can take them
+        self.groups_inflight = view.inflight
         if view.inflight > s.MAX_INFLIGHT_BATCHES:
             self.flowing.clear()
         else:
@@ -327,6 +342,8 @@ class FetchSession:
                     turn.page.warc_id = record_id
                     self.results.put((turn.page, turn.body, end.parked))
                 if end.done.held is None:
+                    if end.dry:
+                        self.dry.set()
                     return
                 if end.spent:   # the page budget is spent: no next turn
                     self._give_back(host, turn.te)
@@ -379,9 +396,9 @@ class FetchSession:
             if count:
                 w.control.queue_count_page(pipe)
             read = None
+            hold_until = 0.0 if turn.last else self._hold_until(turn.te)
             if one_trip:
-                read = w.frontier.queue_finish(pipe, lease, turn.te, turn.action, fields,
-                                               0.0 if turn.last else self._hold_until(turn.te), park_until)
+                read = w.frontier.queue_finish(pipe, lease, turn.te, turn.action, fields, hold_until, park_until)
             replies = pipe.execute(raise_on_error=False) if len(pipe) else []
             for reply in replies[:2 * capture + count]:
                 if isinstance(reply, Exception):
@@ -390,14 +407,15 @@ class FetchSession:
             if read is not None:
                 done = read(replies[-1])
             else:
-                done = w.frontier.finish(lease, turn.te, turn.action, fields,
-                                         0.0 if turn.last or spent else self._hold_until(turn.te), park_until)
+                hold_until = 0.0 if spent else hold_until
+                done = w.frontier.finish(lease, turn.te, turn.action, fields, hold_until, park_until)
             if done.held is not None:
                 self.leases[host] = done.held
             else:
                 self.leases.pop(host, None)
         earlier = w.content.earlier_of(replies, res.url, date) if capture and res is not None else None
-        return _End(done, lease.raw if park and done.ok else None, spent, earlier)
+        return _End(done, lease.raw if park and done.ok else None, spent, earlier,
+                    dry=bool(hold_until) and done.ok and done.held is None)
 
     def _archive(self, turn: Turn, earlier: tuple[str, str] | None) -> str | None:
         """The turn's exchange (and the DOM its page rendered to) in WARC, once the turn
