@@ -353,9 +353,11 @@ class CrawlRunner:
             self.status.update(line, now)
             if progress.state == CrawlState.FINISHED:
                 return progress
-            ending = (progress.state == CrawlState.STOPPING or (progress.queued == 0 and not s.CONTINUOUS)
-                      # a limit is this close: the stop is decided here, so look more often
-                      or bool(s.MAX_PAGES and s.MAX_PAGES - progress.pages <= 2 * WATCH_S * max(rate, recent))
+            # the end is this close (the frontier could be exhausted or a limit reached within
+            # two looks): the stop is decided here, so look more often
+            soon = 2 * WATCH_S * max(rate, recent)
+            ending = (progress.state == CrawlState.STOPPING or (progress.queued <= soon and not s.CONTINUOUS)
+                      or bool(s.MAX_PAGES and s.MAX_PAGES - progress.pages <= soon)
                       or bool(s.MAX_SECONDS and elapsed >= s.MAX_SECONDS - WATCH_S))
             interval = WATCH_ENDING_S if ending else WATCH_S
             for i, child in enumerate(self.children):
