@@ -612,3 +612,22 @@ def test_a_host_that_runs_dry_gets_its_links_without_waiting_for_the_group(fast)
         busy = sorted((r for r in web.requests if r.host == web.hosts[1]), key=lambda r: r.start)
         assert len(busy) > 10
         assert min(b.start - a.end for a, b in zip(busy, busy[1:])) >= 0.3 - 0.02
+
+
+@pytest.mark.parametrize(("wait_s", "soon"), [(0.0, True), (0.2, True), (100.0, False)])
+def test_an_idle_session_lingers_only_for_hosts_ready_soon(fast, wait_s, soon):
+    """An idle session waits a little for hosts about to be ready; one that only has hosts
+    waiting long (for robots.txt, a long delay) ends at once, and so does the crawl."""
+    from crawler_tasks.records import Action
+    from crawler_tasks.stages.fetch import FetchSession
+
+    s = dataclasses.replace(fast, SHARDS=1)
+    reset_settings(s)
+    seed_urls(s, ["http://127.0.0.9:9/a.html"])
+    worker = Worker.create(s)
+    (lease,) = worker.frontier.get_urls(0, 1)
+    assert worker.frontier.finish(lease, time.time() + wait_s, Action.KEEP).ok
+    session = FetchSession(worker, 0, "b1", lambda pages, group_id: None)
+    assert session._nothing_ready_soon() is not soon
+    worker.frontier.get_urls(0, 1, now=time.time() + wait_s + 1)   # leased: nothing left waiting
+    assert session._nothing_ready_soon()

@@ -354,9 +354,10 @@ class CrawlRunner:
             if progress.state == CrawlState.FINISHED:
                 return progress
             # the end is this close (the frontier could be exhausted or a limit reached within
-            # two looks): the stop is decided here, so look more often
+            # two looks, or no host is being fetched): the stop is decided here, so look more often
             soon = 2 * WATCH_S * max(rate, recent)
-            ending = (progress.state == CrawlState.STOPPING or (progress.queued <= soon and not s.CONTINUOUS)
+            ending = (progress.state == CrawlState.STOPPING
+                      or ((progress.queued <= soon or not progress.leased) and not s.CONTINUOUS)
                       or bool(s.MAX_PAGES and s.MAX_PAGES - progress.pages <= soon)
                       or bool(s.MAX_SECONDS and elapsed >= s.MAX_SECONDS - WATCH_S))
             interval = WATCH_ENDING_S if ending else WATCH_S

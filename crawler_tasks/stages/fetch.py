@@ -212,9 +212,9 @@ class FetchSession:
             if on_grid or (polling and not self.threads):
                 if self.threads:
                     idle_since = None
-                elif w.frontier.queued(self.shard) == 0 and (
-                        not polling or not (self.groups_inflight if on_grid else w.control.view().inflight)):
-                    break   # idle with nothing queued in the shard (nor on its way): no reason to linger
+                elif (not (polling and (self.groups_inflight if on_grid else w.control.view().inflight))
+                        and self._nothing_ready_soon()):
+                    break   # idle, nothing of the shard ready soon nor on its way: no reason to linger
                 elif idle_since is None:
                     idle_since = now
             if not self.threads and (self.stop.is_set() or (idle_since is not None and now - idle_since >= _IDLE_END_S)):
@@ -227,6 +227,15 @@ class FetchSession:
         w.count(counters)
         w.control.end_session(self.shard, self.batch_id)
         return handed
+
+    def _nothing_ready_soon(self) -> bool:
+        """Whether no host of the shard becomes ready within ``_IDLE_END_S`` (hosts that wait
+        for robots.txt or a long delay do not keep an idle session, nor the crawl's end)."""
+        frontier = self.w.frontier
+        if frontier.queued(self.shard) == 0:
+            return True
+        wait = frontier.next_ready_in(self.shard)
+        return wait is None or wait > _IDLE_END_S
 
     def _arrived(self) -> list[tuple[FetchedPage, bytes, str | None] | None]:
         items = []
