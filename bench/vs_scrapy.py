@@ -13,13 +13,16 @@ fresh copy of the (deterministic) test web for every run; medians are quoted.
 2. few hosts, delay-bound: 3 hosts x 400 pages of ~20 kB, delay 0.1 s, crawled to
    exhaustion. The ideal time is the largest host's page count x delay; both wall
    time and the span from first to last response are compared to it.
+3. real documentation sites (``--docs DIR ...``, e.g. the HTML manuals a system ships),
+   each folder its own host served by nginx (or Python's http.server), delay-bound, to
+   exhaustion: both crawl times, pages, and each against its ideal.
 
 Scrapy runs from its own venv (bench/.venv-scrapy, made on first use; never in
 requirements.txt) with bench/scrapy_spider.py: one connection per host, robots.txt
 obeyed, no autothrottle, no cache, its default scheduler and dupefilter. Only
 loopback traffic; every server the script starts, it stops.
 
-    python bench/vs_scrapy.py [--pages 5000] [--runs 3] [--quick] [--only many|few]
+    python bench/vs_scrapy.py [--pages 5000] [--runs 3] [--quick] [--only many|few|docs] [--docs DIR ...]
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -38,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import psutil
@@ -191,6 +196,94 @@ class TestWebProcess:
                 self.proc.wait()
 
 
+class Web(Protocol):
+    """A local web for one run: its seed URLs, stopped on exit."""
+
+    seeds: list[str]
+
+    def __enter__(self) -> Web: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+class DocsWeb:
+    """Real documentation folders, each served as its own host (127.0.0.20, .21, ...) by
+    nginx when it is installed (``apt-get install nginx``), else by Python's
+    http.server; seeds are the hosts' roots. Stopped on exit."""
+
+    FIRST_IP = 20
+
+    def __init__(self, dirs: list[Path]) -> None:
+        self.dirs = dirs
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.tmp: Path | None = None
+        self.seeds: list[str] = []
+
+    def __enter__(self) -> DocsWeb:
+        addrs = [(f"127.0.0.{self.FIRST_IP + i}", free_port(f"127.0.0.{self.FIRST_IP + i}"))
+                 for i in range(len(self.dirs))]
+        nginx = shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.path.exists(p)), None)
+        try:
+            if nginx:
+                self.tmp = Path(tempfile.mkdtemp(prefix="vs-scrapy-nginx-"))
+                servers = "".join(f"  server {{ listen {ip}:{port}; root {d}; }}\n"
+                                  for (ip, port), d in zip(addrs, self.dirs, strict=True))
+                mime = "include /etc/nginx/mime.types;" if os.path.exists("/etc/nginx/mime.types") else ""
+                conf = self.tmp / "nginx.conf"
+                # as root, its workers would run as nobody, who may not read the folders
+                user = "user root;\n" if os.geteuid() == 0 else ""
+                conf.write_text(f"{user}daemon off; worker_processes 1; pid {self.tmp}/nginx.pid;\n"
+                                f"error_log {self.tmp}/error.log;\nevents {{}}\n"
+                                f"http {{ {mime} access_log off; keepalive_requests 100000;\n{servers}}}\n")
+                self.procs.append(subprocess.Popen([nginx, "-c", str(conf), "-p", str(self.tmp)],
+                                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                                   preexec_fn=die_with_parent))
+            else:
+                for (ip, port), d in zip(addrs, self.dirs, strict=True):
+                    self.procs.append(subprocess.Popen(
+                        [sys.executable, "-m", "http.server", str(port), "--bind", ip, "--directory", str(d)],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=die_with_parent))
+            for ip, port in addrs:
+                wait_listening(ip, port, self.procs)
+        except BaseException:
+            self.__exit__()
+            raise
+        self.seeds = [f"http://{ip}:{port}/" for ip, port in addrs]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.procs.clear()
+        if self.tmp is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = None
+
+
+def free_port(ip: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((ip, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_listening(ip: str, port: int, procs: list[subprocess.Popen[bytes]], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(p.poll() is not None for p in procs):
+            raise BenchError(f"the docs server exited with {[p.returncode for p in procs]}")
+        try:
+            socket.create_connection((ip, port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise BenchError(f"the docs server did not listen on {ip}:{port} within {timeout_s:g} s")
+
+
 class LineCounter:
     """Lines in a growing file, read incrementally."""
 
@@ -305,16 +398,16 @@ def run_scrapy(args: argparse.Namespace, python: Path, seeds: list[str], cap: in
     return Run("scrapy", m.start, m.wall_s, m.cpu_s, m.peak_rss, sorted(times), hosts, m.written)
 
 
-def alternate(args: argparse.Namespace, python: Path, web: tuple[int, int, int], cap: int,
+def alternate(args: argparse.Namespace, python: Path, make_web: Callable[[], Web], cap: int,
               delay: float) -> tuple[list[Run], list[Run]]:
-    """R runs per side, ours then Scrapy then ours ..., each on a fresh test web."""
+    """R runs per side, ours then Scrapy then ours ..., each on a fresh web."""
     ours: list[Run] = []
     theirs: list[Run] = []
     for i in range(args.runs):
         for side in ("ours", "scrapy"):
             tmp = Path(tempfile.mkdtemp(prefix=f"vs-scrapy-{side}-"))
             try:
-                with TestWebProcess(*web) as tw:
+                with make_web() as tw:
                     if side == "ours":
                         run = run_ours(args, tw.seeds, cap, delay, tmp)
                         ours.append(run)
@@ -351,7 +444,7 @@ def many_hosts(args: argparse.Namespace, python: Path) -> None:
     web = (args.hosts, args.host_pages, args.mean_bytes)
     print(f"\n== many hosts: {args.hosts} hosts x {args.host_pages} pages, mean {args.mean_bytes} B; "
           f"cap {args.pages} pages, delay {args.delay} s", file=sys.stderr)
-    ours, theirs = alternate(args, python, web, args.pages, args.delay)
+    ours, theirs = alternate(args, python, lambda: TestWebProcess(*web), args.pages, args.delay)
     print(f"\nmany hosts (CPU-bound): {args.hosts} hosts x {args.host_pages} pages, mean {args.mean_bytes} B, "
           f"cap {args.pages}, delay {args.delay} s; median of {args.runs} run(s) each")
     table([
@@ -375,7 +468,7 @@ def few_hosts(args: argparse.Namespace, python: Path) -> None:
     ideal = (args.few_pages + 1) * args.few_delay
     print(f"\n== few hosts: {args.few_hosts} hosts x {args.few_pages} pages, mean {args.few_mean_bytes} B; "
           f"to exhaustion, delay {args.few_delay} s", file=sys.stderr)
-    ours, theirs = alternate(args, python, web, cap, args.few_delay)
+    ours, theirs = alternate(args, python, lambda: TestWebProcess(*web), cap, args.few_delay)
     print(f"\nfew hosts (delay-bound): {args.few_hosts} hosts x {args.few_pages} pages (+ home), mean "
           f"{args.few_mean_bytes} B, delay {args.few_delay} s, to exhaustion; median of {args.runs} run(s) each")
     print(f"  ideal time: {args.few_pages + 1} pages on the largest host x {args.few_delay} s = {ideal:.1f} s")
@@ -393,12 +486,39 @@ def few_hosts(args: argparse.Namespace, python: Path) -> None:
     ], ours, theirs)
 
 
+def docs_sites(args: argparse.Namespace, python: Path) -> None:
+    dirs = [Path(d).resolve() for d in args.docs]
+    missing = [str(d) for d in dirs if not (d / "index.html").is_file()]
+    if missing:
+        raise BenchError(f"--docs: no index.html in {', '.join(missing)}")
+    delay = args.few_delay
+    print(f"\n== real documentation sites: {', '.join(d.name for d in dirs)}; to exhaustion, delay {delay} s",
+          file=sys.stderr)
+    ours, theirs = alternate(args, python, lambda: DocsWeb(dirs), 100_000, delay)
+    print(f"\nreal documentation sites (delay-bound): {len(dirs)} hosts ({', '.join(str(d) for d in dirs)}), "
+          f"delay {delay} s, to exhaustion; median of {args.runs} run(s) each")
+    print("  ideal time: each side's largest host's responses x the delay")
+    table([
+        ("pages (responses)", ".0f", lambda r: r.pages, False),
+        ("pages on largest host", ".0f", lambda r: max(r.per_host.values(), default=0), False),
+        ("wall s (start to exit)", ".1f", lambda r: r.wall_s, True),
+        ("span s (first-last page)", ".1f", lambda r: r.span_s, True),
+        ("wall / ideal", ".2f", lambda r: r.wall_s / max(1e-9, max(r.per_host.values(), default=0) * delay), False),
+        ("start-up s (to 1st page)", ".1f", lambda r: r.startup_s, True),
+        ("shutdown s (last page-exit)", ".1f", lambda r: r.shutdown_s, True),
+        ("CPU ms/page", ".2f", lambda r: r.cpu_ms_per_page, True),
+    ], ours, theirs)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pages", type=int, default=5000, help="page cap N for both sides (many hosts)")
     ap.add_argument("--runs", type=int, default=3, help="runs per side, alternating (medians quoted)")
     ap.add_argument("--quick", action="store_true", help="smoke check: 600 pages, 100 pages per few-host, 1 run")
-    ap.add_argument("--only", choices=("many", "few"), help="run one scenario")
+    ap.add_argument("--only", choices=("many", "few", "docs"), help="run one scenario")
+    ap.add_argument("--docs", nargs="+", default=[], metavar="DIR",
+                    help="documentation folders (each with an index.html) to serve as hosts: a few-host "
+                         "scenario on real sites (run by default when given)")
     ap.add_argument("--hosts", type=int, default=100)
     ap.add_argument("--host-pages", type=int, default=50, help="pages per host (many hosts)")
     ap.add_argument("--mean-bytes", type=int, default=60_000)
@@ -428,6 +548,10 @@ def main() -> int:
             many_hosts(args, python)
         if args.only in (None, "few"):
             few_hosts(args, python)
+        if args.only == "docs" and not args.docs:
+            raise BenchError("--only docs needs --docs DIR [DIR ...]")
+        if args.only in (None, "docs") and args.docs:
+            docs_sites(args, python)
     except BenchError as exc:
         print(f"vs_scrapy: {exc}", file=sys.stderr)
         return 1
