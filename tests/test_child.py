@@ -95,3 +95,23 @@ def test_runner_finishes_a_stopping_idle_crawl_without_maintenance(settings):
     progress = runner._watch()
     assert progress.state == CrawlState.FINISHED
     assert control.state()[:2] == (CrawlState.FINISHED, "stopped by SIGINT")
+
+
+def test_fork_server_writes_the_packages_bytecode_even_if_told_not_to(settings, tmp_path, monkeypatch):
+    """Run from its source folder under PYTHONDONTWRITEBYTECODE, the package was compiled
+    again by every crawl's fork server (0.2 s that every process of the crawl waits for)."""
+    import importlib.util
+
+    source = ROOT / "crawler_tasks" / "records.py"
+    cached = Path(importlib.util.cache_from_source(str(source)))
+    cached.unlink(missing_ok=True)
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    server = start_server(settings, tmp_path)
+    try:   # it answers a spawn once it has imported everything
+        proc = server.spawn(worker_args(settings, f"pyc{os.getpid()}"), tmp_path / "w.log")
+        assert proc is not None
+        assert cached.is_file() and cached.stat().st_mtime >= source.stat().st_mtime
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(60)
+    finally:
+        server.stop()
