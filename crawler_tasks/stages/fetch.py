@@ -55,7 +55,8 @@ _TICK_S = 0.1             # the session's loop: results, groups, control checks
 _CONTROL_EVERY_S = 0.25   # crawl state, page budget, room for more hosts
 _DRY_POLL_S = 0.5         # after a host ran dry, ready hosts are looked for every tick this long
 _IDLE_END_S = 0.5         # a session with no host and nothing ready for this long ends (at once
-                          # when its shard has nothing queued: the end of a crawl is not delayed)
+                          # when no host of its shard is ready that soon: the end of a crawl is
+                          # not delayed)
 
 Emit = Callable[[list[FetchedPage], str], None]
 
@@ -153,7 +154,6 @@ class FetchSession:
         self.flowing.set()
         self.dry = threading.Event()         # a held host ran out of URLs: hand on the group at once
         self.leased = 0                      # hosts leased over the crawl, as last read
-        self.groups_inflight = 0             # page groups on their way through parse, as last read
         self.renew_every = max(1.0, s.LEASE_S / 4)
 
     # -- the session loop -------------------------------------------------------------
@@ -200,20 +200,17 @@ class FetchSession:
             if now >= next_renew:
                 self._renew()
                 next_renew = now + self.renew_every
-            on_grid = now >= next_control
+            on_grid, polling = now >= next_control, now < poll_until
             if on_grid:
                 # on a grid shared by the sessions of this process: they read one fresh view
                 next_control = (now // _CONTROL_EVERY_S + 1) * _CONTROL_EVERY_S
                 self._check_control()
-            if ((on_grid or now < poll_until) and not self.stop.is_set() and self.flowing.is_set()
-                    and self.threads < s.FETCH_BATCH):
+            if (on_grid or polling) and not self.stop.is_set() and self.flowing.is_set() and self.threads < s.FETCH_BATCH:
                 self._start(w.frontier.get_urls(self.shard, self._room()))
-            polling = now < poll_until
             if on_grid or (polling and not self.threads):
                 if self.threads:
                     idle_since = None
-                elif (not (polling and (self.groups_inflight if on_grid else w.control.view().inflight))
-                        and self._nothing_ready_soon()):
+                elif not (polling and w.control.view().inflight) and self._nothing_ready_soon():
                     break   # idle, nothing of the shard ready soon nor on its way: no reason to linger
                 elif idle_since is None:
                     idle_since = now
@@ -231,10 +228,7 @@ class FetchSession:
     def _nothing_ready_soon(self) -> bool:
         """Whether no host of the shard becomes ready within ``_IDLE_END_S`` (hosts that wait
         for robots.txt or a long delay do not keep an idle session, nor the crawl's end)."""
-        frontier = self.w.frontier
-        if frontier.queued(self.shard) == 0:
-            return True
-        wait = frontier.next_ready_in(self.shard)
+        wait = self.w.frontier.next_ready_in(self.shard)
         return wait is None or wait > _IDLE_END_S
 
     def _arrived(self) -> list[tuple[FetchedPage, bytes, str | None] | None]:
@@ -258,7 +252,6 @@ class FetchSession:
             return
         # parse is behind: hosts wait (leases kept) and no new host is taken, so fetched
         # pages never pile up in spool files faster than parse can take them
-        self.groups_inflight = view.inflight
         if view.inflight > s.MAX_INFLIGHT_BATCHES:
             self.flowing.clear()
         else:
