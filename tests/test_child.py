@@ -47,8 +47,9 @@ def test_forked_worker_has_its_own_session_and_title_and_stops_warm_on_sigterm(s
     try:
         proc = server.spawn(worker_args(settings, f"childtest{os.getpid()}"), log)
         assert proc is not None
+        # its group exists as soon as it is reported: a signal sent at once reaches it
+        assert os.getsid(proc.pid) == proc.pid
         assert wait_for(lambda: log.exists() and " ready." in log.read_text()), log.read_text()
-        assert os.getsid(proc.pid) == proc.pid  # the runner signals its group
         assert psutil.Process(proc.pid).ppid() == server.proc.pid
         assert f"childtest{os.getpid()}@" in " ".join(psutil.Process(proc.pid).cmdline())
         assert proc.poll() is None

@@ -142,9 +142,17 @@ def serve() -> int:
             # what was imported stays out of every collection in the children: their
             # collector never walks (nor copies, by touching) the shared pages
             gc.freeze()
+            # "spawned" is said once the child is its own session: the runner may signal
+            # its group at once (a Ctrl-C during start-up), and a group not yet made is
+            # no group (ESRCH), so that signal would be lost
+            settled, told = os.pipe()
             pid = os.fork()
             if pid == 0:
-                _run_forked(me, request["args"], request["log"])
+                os.close(settled)
+                _run_forked(me, request["args"], request["log"], told)
+            os.close(told)
+            os.read(settled, 1)  # EOF: the child closed its end after setsid (or died)
+            os.close(settled)
             children.add(pid)
             _say(out, f"spawned {pid}")
 
@@ -188,12 +196,14 @@ def _say(out: IO[str], line: str) -> None:
     out.flush()
 
 
-def _run_forked(server: int, argv: list[str], log: str) -> None:
-    """In the forked process: own session, dies with the server, output to its log, and
-    a process title that names it (not the server's)."""
+def _run_forked(server: int, argv: list[str], log: str, settled: int) -> None:
+    """In the forked process: own session (then ``settled`` is closed: the server waits
+    for it), dies with the server, output to its log, and a process title that names it
+    (not the server's)."""
     code = 1
     try:
         os.setsid()
+        os.close(settled)
         from crawler_tasks.ops.embedded import die_with_parent
 
         die_with_parent()
