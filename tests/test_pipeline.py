@@ -247,6 +247,24 @@ def test_canonical_is_a_hint_and_noindex_a_verdict(fast):
         assert paths(web, 0).count("/c") == 1
 
 
+def test_pages_without_text_are_not_duplicates_of_one_another(fast):
+    """Empty text has no fingerprint: two image-only pages (or two bombs cut to nothing)
+    are neither each other's duplicate nor indexable; pages with text still dedup."""
+    routes = {"/": (200, HTML, b'<html><body><a href="/i1">1</a><a href="/i2">2</a><a href="/t1">t</a>'
+                               b'<a href="/t2">t</a></body></html>'),
+              "/i1": (200, HTML, b'<html><body><img src="/a.png"></body></html>'),
+              "/i2": (200, HTML, b'<html><body><img src="/b.png"><div></div></body></html>'),
+              "/t1": (200, HTML, b'<html><body><p>the same words on two pages</p></body></html>'),
+              "/t2": (200, HTML, b'<html><body><p>the same words on two pages</p></body></html>')}
+    spec = HostSpec(pages=0, extra_routes=routes, link_extra_routes=False)
+    with TestWeb(n_hosts=1, pages_per_host=1, host_specs={0: spec}) as web:
+        recs = {r["url"].rsplit("/", 1)[1]: r for r in crawl_inline(fast, web.seeds())}
+    for name in ("i1", "i2"):
+        assert recs[name]["status"] == 200 and not recs[name].get("fingerprint"), recs[name]
+        assert not recs[name].get("duplicate_of") and not recs[name]["indexable"]
+    assert [bool(recs[n].get("duplicate_of")) for n in ("t1", "t2")].count(True) == 1
+
+
 def test_host_budget_and_query_variant_trap(fast):
     links = "".join(f'<a href="/facet?color={i}">{i}</a>' for i in range(30))
     links += "".join(f'<a href="/deep/{i}.html">d{i}</a>' for i in range(30))

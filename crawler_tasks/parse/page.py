@@ -18,7 +18,7 @@ from crawler_tasks.parse.text import PageText, extract_text
 class Analysis:
     parsed: ParsedPage
     text: PageText            # in TEXT_MODE "body" built from parse_html's body text
-    fingerprint: str = ""     # of the text, case-folded and whitespace-collapsed
+    fingerprint: str = ""     # of the text, case-folded and whitespace-collapsed ("": no text)
     simhash: int = 0
     simhash_words: int = 0    # distinct features behind the simhash (0: not computed)
 
@@ -40,7 +40,9 @@ def analyse(body: bytes, url: str, html_options: dict[str, Any], text_mode: str,
                             content_type=html_options.get("content_type"), headers=html_options.get("headers"),
                             count_words=False)
         flat, text.word_count = collapse_words(text.text)
-    result = Analysis(parsed, text, fingerprint_collapsed(flat))
+    # no text, no fingerprint: empty pages (a bomb cut to nothing, an image page, an app
+    # shell) are not copies of one another, nor evidence that two URLs spell one page
+    result = Analysis(parsed, text, fingerprint_collapsed(flat) if flat else "")
     if simhash_max_chars > 0:
         result.simhash, result.simhash_words = simhash64_with_count(flat[:simhash_max_chars])
     return result

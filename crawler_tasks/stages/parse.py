@@ -173,7 +173,7 @@ def _parse_into(w: Worker, rec: PageRecord, body: bytes, extra: list[PageRecord]
     if parsed.limited and not rec.error_kind:
         rec.error_kind, rec.error = ErrorKind.PARSE_LIMIT, f"parse budget cut the page: {parsed.limited}"
     rec.title = parsed.title or text.title
-    rec.fingerprint = result.fingerprint
+    rec.fingerprint = result.fingerprint or None
     if s.NEAR_DUPLICATES and result.simhash_words >= s.SIMHASH_MIN_WORDS:
         rec.simhash = to_hex(result.simhash)
     rec.text_chars = len(text.text)
