@@ -66,6 +66,8 @@ class ErrorKind(StrEnum):
     TOO_MANY_HEADERS = "too_many_headers"
     BODY_TOO_LARGE = "body_too_large"      # truncated="length"; status and body kept
     DECODED_TOO_LARGE = "decoded_too_large"  # truncated="decoded-length"; a bomb
+    ABORTED = "aborted"                    # the crawl stopped during the exchange: never recorded,
+                                           # the URL stays queued
     # policy and content (stages)
     ROBOTS = "robots"                      # disallowed by robots.txt
     FILTERED = "filtered"                  # queued, then dropped at fetch time (a learned rule, a trap)

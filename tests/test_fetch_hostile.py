@@ -153,6 +153,111 @@ def test_stale_connection_is_retried_once(fetcher, monkeypatch):
         assert srv.connections == 2
 
 
+def test_request_sent_again_only_after_the_hosts_delay(fetcher):
+    """A server that takes a second request on a kept-alive connection and resets it: it
+    saw a request, so the same request on a new connection waits the host's delay."""
+    gap = 0.4
+    seen: list[tuple[int, float]] = []   # (connection number, time its request arrived)
+    reset_at: list[float] = []
+    listener = socket.create_server(("127.0.0.7", 0))
+    port = listener.getsockname()[1]
+    answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\n\r\nok"
+
+    def serve() -> None:
+        for number in range(2):
+            sock, _ = listener.accept()
+            with sock:
+                for i in range(2):
+                    if not sock.recv(65536):
+                        break
+                    seen.append((number, time.time()))
+                    if number == 0 and i == 1:   # the second request on the first connection
+                        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
+                        reset_at.append(time.time())
+                        break                    # closed with linger 0: an RST
+                    sock.sendall(answer)
+                    if number == 1:
+                        break
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        assert fetcher.fetch(f"http://127.0.0.7:{port}/a", gap_s=gap).status == 200
+        res = fetcher.fetch(f"http://127.0.0.7:{port}/b", gap_s=gap)
+        assert res.status == 200 and res.error is None, res.error
+        thread.join(5)
+    finally:
+        listener.close()
+    assert [n for n, _ in seen] == [0, 0, 1]
+    assert seen[2][1] - reset_at[0] >= gap - 0.01
+
+
+def test_no_second_try_past_the_deadline(fetcher, hostile):
+    """A delay longer than what is left of the exchange: the hang-up is the answer."""
+    monkey = http._Conn.alive
+    try:
+        http._Conn.alive = lambda self: True  # type: ignore[method-assign]
+        assert fetcher.fetch(hostile.base_url + "/page").status == 200
+        t0 = time.monotonic()
+        res = fetcher.fetch(hostile.base_url + "/reset", gap_s=DEADLINE_S + 1)
+        assert res.error_kind == ErrorKind.PROTOCOL and time.monotonic() - t0 < 1.0
+    finally:
+        http._Conn.alive = monkey  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("scheme", ["http", "https"])
+def test_cancel_ends_exchanges_in_flight_and_refuses_new_ones(fetcher, hostile, cert, scheme):
+    """A stopping crawl does not wait for tricklers: the exchange ends at once, aborted."""
+    fetcher._tls.load_verify_locations(cert)
+    with start_hostile("127.0.0.6", certfile=cert) if scheme == "https" else hostile_nullcontext(hostile) as srv:
+        cancel = http.Cancel()
+        results: dict[str, object] = {}
+
+        def run(path: str) -> None:
+            results[path] = fetcher.fetch(srv.base_url + path, cancel=cancel)
+
+        threads = [threading.Thread(target=run, args=(p,)) for p in ("/trickle-body", "/trickle-headers")]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        cancel.set()
+        for t in threads:
+            t.join(DEADLINE_S)
+        assert time.monotonic() - t0 < 0.5
+        for path, res in results.items():
+            assert res.error_kind == ErrorKind.ABORTED, (path, res.error)  # type: ignore[attr-defined]
+        before = srv.connections
+        late = fetcher.fetch(srv.base_url + "/page", cancel=cancel)
+        assert late.error_kind == ErrorKind.ABORTED and late.status is None
+        assert srv.connections == before   # nothing was sent
+        assert fetcher.fetch(srv.base_url + "/page").content == PAGE   # others go on
+
+
+class hostile_nullcontext:  # noqa: N801 - a context manager like start_hostile's, for a running server
+    def __init__(self, srv: HostileServer) -> None:
+        self.srv = srv
+
+    def __enter__(self) -> HostileServer:
+        return self.srv
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def test_release_closes_the_hosts_idle_connection(fetcher):
+    """A host given back: its idle keep-alive connection is closed, so the next worker's
+    connection is the only one the server sees."""
+    with start_hostile("127.0.0.3") as srv:
+        assert fetcher.fetch(srv.base_url + "/page").status == 200
+        fetcher.release("127.0.0.9:1")   # another host: nothing happens
+        assert len(fetcher._idle) == 1
+        fetcher.release(srv.base_url.split("//", 1)[1])
+        assert not fetcher._idle
+        assert fetcher.fetch(srv.base_url + "/page").status == 200
+        assert srv.connections == 2
+
+
 def test_connection_refused(fetcher):
     s = socket.socket()
     s.bind(("127.0.0.4", 0))

@@ -76,6 +76,24 @@ def test_hostile_server_costs_only_its_own_urls(hostile, tmp_path):
         assert elapsed < 100, elapsed
 
 
+def test_a_stopping_crawl_does_not_wait_for_a_trickling_server(hostile, tmp_path):
+    """The time limit passes while an exchange trickles (its deadline 30 s, the default):
+    the crawl is down in seconds, and the URL in flight has no record: it stays queued."""
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
+    env.update({"CRAWLER_SOFT404_PROBE": "0", "CRAWLER_PROBE_SITEMAP_XML": "0"})
+    cmd = [sys.executable, str(ROOT / "manage.py"), "crawl", hostile.base_url + "/trickle-body", "--out", str(out),
+           "--allow-private", "--min-delay", "0.05", "--max-seconds", "3",
+           "--user-agent", "testbot/1.0 (+http://127.0.0.1/bot)"]
+    started = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "max seconds" in proc.stderr and "still queued 1" in proc.stderr, proc.stderr[-2000:]
+    assert not (out / "pages.jsonl").read_text().strip()
+    assert elapsed < 15, elapsed
+
+
 def test_an_over_long_link_is_recorded_once_with_its_reason(settings):
     """A page linking a 100 KB URL: the link is not followed, and one record says why."""
     from crawler_tasks.records import page_from_message, to_message

@@ -112,6 +112,45 @@ class _Fail(Exception):
         self.unanswered = unanswered
 
 
+class Cancel:
+    """Ends the exchanges started with it: ``set`` shuts their sockets down (whatever the
+    peer trickles) and none starts after it. A stopping crawl uses it, so that no server
+    holds the shutdown for an exchange's whole deadline; an aborted exchange comes back
+    as ``ErrorKind.ABORTED``, which its caller must not record (its URL stays queued)."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._conns: set[_Conn] = set()
+
+    def set(self) -> None:
+        with self._lock:
+            self._event.set()
+            conns = list(self._conns)
+        for conn in conns:
+            conn.abort()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout_s: float) -> bool:
+        return self._event.wait(timeout_s)
+
+    def enter(self, conn: _Conn) -> None:
+        with self._lock:
+            if self._event.is_set():
+                raise _aborted()
+            self._conns.add(conn)
+
+    def leave(self, conn: _Conn) -> None:
+        with self._lock:
+            self._conns.discard(conn)
+
+
+def _aborted() -> _Fail:
+    return _Fail(ErrorKind.ABORTED, "the crawl stopped during the exchange")
+
+
 _STATUS_LINE = re.compile(rb"HTTP/1\.([0-9]) +([1-9][0-9][0-9])(?: ([^\r\n]*))?\r?", re.IGNORECASE)
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -123,16 +162,18 @@ _TARGET_SAFE = "/?#[]@!$&'()*+,;=:%~-._"
 class _Conn:
     """One socket and its read buffer, with the deadline of the exchange it serves."""
 
-    __slots__ = ("sock", "buf", "deadline", "read_timeout_s", "budget_s", "phase", "got_bytes")
+    __slots__ = ("sock", "ip", "buf", "deadline", "read_timeout_s", "budget_s", "phase", "got_bytes", "aborted")
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, ip: str) -> None:
         self.sock = sock
+        self.ip = ip
         self.buf = bytearray()
         self.deadline = 0.0
         self.read_timeout_s = 0.0
         self.budget_s = 0.0
         self.phase = ""
         self.got_bytes = False
+        self.aborted = False
 
     def start(self, deadline: float, read_timeout_s: float, budget_s: float) -> None:
         self.deadline, self.read_timeout_s, self.budget_s = deadline, read_timeout_s, budget_s
@@ -197,6 +238,15 @@ class _Conn:
             pass
         self.sock.close()
 
+    def abort(self) -> None:
+        """From another thread: the exchange's blocked read returns at once. The plain
+        socket's shutdown, not SSLSocket's, which drops the TLS object under the reader."""
+        self.aborted = True
+        try:
+            socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
+        except OSError:
+            pass
+
     def alive(self) -> bool:
         """An idle connection is usable when nothing (EOF, stray bytes) is waiting on it."""
         try:
@@ -260,7 +310,8 @@ class Fetcher:
         self.settings = settings
         self._resolver = _BoundedResolver(resolver, min(settings.CONNECT_TIMEOUT_S, settings.TOTAL_TIMEOUT_S))
         self.dns = DnsCache(overrides=parse_resolve_overrides(settings.RESOLVE), resolver=self._resolver)
-        self._idle: OrderedDict[tuple[str, str, int, str], _Conn] = OrderedDict()
+        # one idle keep-alive connection per origin (scheme, ASCII host, port)
+        self._idle: OrderedDict[tuple[str, str, int], _Conn] = OrderedDict()
         self._lock = threading.Lock()
         # the verdict on each address, which depends on nothing but the settings
         # (parsing an address with ipaddress costs ~0.1 ms a turn otherwise)
@@ -296,8 +347,11 @@ class Fetcher:
         return ip
 
     def fetch(self, url: str, extra_headers: dict[str, str] | None = None,
-              max_body_bytes: int | None = None, max_decoded_bytes: int | None = None) -> FetchResult:
-        """GET one URL under every limit and one deadline; never raises, never hangs."""
+              max_body_bytes: int | None = None, max_decoded_bytes: int | None = None, *,
+              cancel: Cancel | None = None, gap_s: float | None = None) -> FetchResult:
+        """GET one URL under every limit and one deadline; never raises, never hangs.
+        ``gap_s``: the host's politeness delay (default MIN_DELAY_S), waited before the
+        request goes again on a new connection when a reused one was hung up on."""
         s = self.settings
         result = FetchResult(url=url, started=time.time())
         deadline = time.monotonic() + s.TOTAL_TIMEOUT_S
@@ -320,7 +374,8 @@ class Fetcher:
                                 *(f"{k}: {v}\r\n" for k, v in result.request_headers), "\r\n"])).encode("latin-1", "replace")
             key = (scheme, host, port, ip)
             self._exchange(key, request, deadline, result, max_body_bytes or s.MAX_BODY_BYTES,
-                           max_decoded_bytes or s.MAX_DECODED_BYTES)
+                           max_decoded_bytes or s.MAX_DECODED_BYTES, cancel,
+                           s.MIN_DELAY_S if gap_s is None else gap_s)
         except _Fail as exc:
             result.error_kind, result.error = exc.kind, exc.message
         except AddressRefused as exc:
@@ -333,36 +388,80 @@ class Fetcher:
         return result
 
     def _exchange(self, key: tuple[str, str, int, str], request: bytes, deadline: float,
-                  result: FetchResult, cap: int, decoded_cap: int) -> None:
+                  result: FetchResult, cap: int, decoded_cap: int, cancel: Cancel | None, gap_s: float) -> None:
+        if cancel is not None and cancel.is_set():   # not even a connection
+            raise _aborted()
         conn = self._take(key)
         if conn is not None:
             try:
-                self._round_trip(conn, key, request, deadline, result, cap, decoded_cap)
+                self._guarded(conn, key, request, deadline, result, cap, decoded_cap, cancel)
                 return
             except _Fail as exc:
                 conn.close()
                 if not exc.unanswered:
                     raise
-                # the server had closed the idle connection: once more on a new one
+                # hung up on before any answer: the server had closed the idle connection
+                # (or it refuses the request). Once more on a new one, but the server saw a
+                # request: the host's delay first, as before any request to it
+                if time.monotonic() + gap_s >= deadline:
+                    raise
+                if cancel is None:
+                    time.sleep(gap_s)
+                elif cancel.wait(gap_s):
+                    raise _aborted() from None
         conn = self._connect(key, deadline)
         try:
-            self._round_trip(conn, key, request, deadline, result, cap, decoded_cap)
+            self._guarded(conn, key, request, deadline, result, cap, decoded_cap, cancel)
         except _Fail:
             conn.close()
             raise
 
+    def _guarded(self, conn: _Conn, key: tuple[str, str, int, str], request: bytes, deadline: float,
+                 result: FetchResult, cap: int, decoded_cap: int, cancel: Cancel | None) -> None:
+        """One round trip that ``cancel`` can end; whatever it read is void then."""
+        if cancel is None:
+            self._round_trip(conn, key, request, deadline, result, cap, decoded_cap)
+            return
+        cancel.enter(conn)
+        try:
+            self._round_trip(conn, key, request, deadline, result, cap, decoded_cap)
+        except _Fail:
+            if conn.aborted:
+                raise _aborted() from None
+            raise
+        finally:
+            cancel.leave(conn)
+        if conn.aborted:
+            raise _aborted()
+
+    def release(self, authority: str) -> None:
+        """Close the idle connections to a host (``host[:port]``, as ``host_key`` spells it)
+        that its fetcher gives back: the next worker to take the host opens its own, and
+        the server never sees two connections from the crawl."""
+        origins = []
+        for scheme in ("http", "https"):
+            try:
+                origins.append(_split(f"{scheme}://{authority}/")[:3])
+            except _Fail:
+                return
+        with self._lock:
+            conns = [conn for conn in (self._idle.pop(origin, None) for origin in origins) if conn is not None]
+        for conn in conns:
+            conn.close()
+
     def _take(self, key: tuple[str, str, int, str]) -> _Conn | None:
         with self._lock:
-            conn = self._idle.pop(key, None)
-        if conn is not None and not conn.alive():
+            conn = self._idle.pop(key[:3], None)
+        if conn is not None and (conn.ip != key[3] or not conn.alive()):  # the name moved, or the peer hung up
             conn.close()
             return None
         return conn
 
     def _give_back(self, key: tuple[str, str, int, str], conn: _Conn) -> None:
+        origin = key[:3]
         with self._lock:
-            old = self._idle.pop(key, None)
-            self._idle[key] = conn
+            old = self._idle.pop(origin, None)
+            self._idle[origin] = conn
             evicted = [self._idle.popitem(last=False)[1] for _ in range(len(self._idle) - MAX_POOLS)]
         for c in ([old] if old else []) + evicted:
             c.close()
@@ -384,7 +483,7 @@ class Fetcher:
         except OSError as exc:
             raise _Fail(ErrorKind.CONNECT, f"cannot connect to {ip}:{port}: {exc.strerror or exc}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = _Conn(sock)
+        conn = _Conn(sock, ip)
         if scheme == "https":
             conn.start(deadline, s.READ_TIMEOUT_S, s.TOTAL_TIMEOUT_S)
             conn.phase = "in the TLS handshake"

@@ -23,6 +23,7 @@ __all__ = [
     "crawl_delay_verdict",
     "next_contact",
     "parse_retry_after",
+    "request_gap",
 ]
 
 #: Every value ``next_contact`` can return as its reason, in tie-break order.
@@ -316,6 +317,15 @@ def crawl_delay_verdict(
             return None, True
         return policy.max_crawl_delay_s, False
     return delay, False
+
+
+def request_gap(policy: PolitenessPolicy, state: HostState) -> float:
+    """The least time between two requests to a host: min_delay, or its capped
+    Crawl-delay when larger (the factor term needs a fetch's duration)."""
+    delay = state.crawl_delay_s
+    if not policy.honour_crawl_delay or delay is None or not delay >= 0:
+        return policy.min_delay_s
+    return max(policy.min_delay_s, min(delay, policy.max_crawl_delay_s))
 
 
 def _backoff(policy: PolitenessPolicy, failures: int, rng: random.Random | None) -> float:

@@ -24,7 +24,8 @@ from enum import StrEnum
 from typing import Protocol
 from urllib.parse import urljoin, urlsplit
 
-from crawler_tasks.fetch.http import Fetcher, FetchResult
+from crawler_tasks.fetch.http import Cancel, Fetcher, FetchResult
+from crawler_tasks.records import ErrorKind
 from crawler_tasks.robots.rules import MAX_ROBOTS_BYTES, RobotsRules, Verdict, parse_robots
 
 MAX_ROBOTS_REDIRECTS = 5
@@ -93,7 +94,8 @@ class RobotsCache:
         self._local: OrderedDict[str, RobotsEntry] = OrderedDict()
 
     def check(self, store: RobotsStore, fetcher: Fetcher, url: str, agent: str,
-              *, explain: bool = False, before_hop: HopHook | None = None) -> RobotsAnswer:
+              *, explain: bool = False, before_hop: HopHook | None = None,
+              cancel: Cancel | None = None) -> RobotsAnswer:
         """May ``agent`` fetch ``url``? Fetches robots.txt first when the cached copy is
         missing or stale (the answer is then FETCHED, and the caller spends its turn on
         it); UNREACHABLE while the last attempt failed."""
@@ -101,7 +103,7 @@ class RobotsCache:
         host = parts.netloc
         entry = self.get(store, host)
         if entry is None:
-            entry, res = self.fetch_and_store(fetcher, store, parts.scheme, host, before_hop)
+            entry, res = self.fetch_and_store(fetcher, store, parts.scheme, host, before_hop, cancel)
             if not explain:
                 return RobotsAnswer(Check.FETCHED if entry.kind != UNREACHABLE else Check.UNREACHABLE, entry, res)
         else:
@@ -129,12 +131,15 @@ class RobotsCache:
         return entry
 
     def fetch_and_store(self, fetcher: Fetcher, store: RobotsStore, scheme: str, host: str,
-                        before_hop: HopHook | None = None) -> tuple[RobotsEntry, FetchResult]:
+                        before_hop: HopHook | None = None,
+                        cancel: Cancel | None = None) -> tuple[RobotsEntry, FetchResult]:
         """Fetch robots.txt for ``scheme://host`` (following redirects) and cache it.
         ``before_hop(previous)`` runs before each redirect hop: the fetch stage waits out
-        the host's delay there and renews its lease, as for any request to the host."""
+        the host's delay there and renews its lease, as for any request to the host. An
+        exchange ``cancel`` ended is not an answer: nothing is cached (UNREACHABLE, due
+        again at once)."""
         url = f"{scheme}://{host}/robots.txt"
-        res = fetcher.fetch(url, max_body_bytes=MAX_ROBOTS_BYTES)
+        res = fetcher.fetch(url, max_body_bytes=MAX_ROBOTS_BYTES, cancel=cancel)
         for _ in range(MAX_ROBOTS_REDIRECTS):
             if not (res.status and 300 <= res.status < 400 and res.location):
                 break
@@ -143,7 +148,10 @@ class RobotsCache:
                 break
             if before_hop is not None:
                 before_hop(res)
-            res = fetcher.fetch(target, max_body_bytes=MAX_ROBOTS_BYTES)
+            res = fetcher.fetch(target, max_body_bytes=MAX_ROBOTS_BYTES, cancel=cancel)
+        if res.error_kind == ErrorKind.ABORTED:
+            now = time.time()
+            return RobotsEntry(UNREACHABLE, RobotsRules.disallow_all(), now, now, None, res.error), res
         entry = self._classify(res, time.time())
         # the host's next contact follows from the last hop (each hop was paced)
         fields: dict[str, str | float | int] = {

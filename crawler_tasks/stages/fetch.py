@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from crawler_tasks.counters import Counters, bump
-from crawler_tasks.fetch.http import FetchResult
+from crawler_tasks.fetch.http import Cancel, FetchResult
 from crawler_tasks.fetch.netsafety import AddressRefused, ResolveError
-from crawler_tasks.fetch.politeness import FetchOutcome, HostState, crawl_delay_verdict, next_contact
+from crawler_tasks.fetch.politeness import FetchOutcome, HostState, crawl_delay_verdict, next_contact, request_gap
 from crawler_tasks.frontier import ENQUEUED, Completion, Discovered, Entry, Lease
 from crawler_tasks.ops.control import Control, ControlView, CrawlState
 from crawler_tasks.ops.metrics import record_latencies
@@ -142,6 +142,7 @@ class FetchSession:
         s = w.settings
         self.started = time.monotonic()
         self.stop = threading.Event()       # no more holds; sleeping hosts give up now
+        self.halt = Cancel()                # the crawl stops: exchanges in flight end now, URLs stay queued
         self.lock = threading.Lock()         # leases and counters
         self.leases: dict[str, Lease] = {}   # the current token of every held host
         self.results: queue.Queue[tuple[FetchedPage, bytes, str | None] | None] = queue.Queue()
@@ -247,6 +248,8 @@ class FetchSession:
     def _check_control(self) -> None:
         s = self.w.settings
         view, leased = _crawl_view(self.w)
+        if view.state != CrawlState.RUNNING:
+            self.halt.set()   # a trickling server must not hold the crawl's end for its deadline
         if view.state != CrawlState.RUNNING or time.monotonic() - self.started >= s.SESSION_MAX_S:
             self._stop()
             return
@@ -358,9 +361,10 @@ class FetchSession:
             # the host back, or at least stop renewing its lease, so that it is not stuck
             # with this session until the session and then the lease run out
             try:
-                self._give_back(host, time.time() + max(w.settings.MIN_DELAY_S, state.crawl_delay_s or 0.0))
+                self._give_back(host, time.time() + request_gap(w.policy, state))
             except Exception:  # noqa: BLE001 - the lease is dropped already; it expires
                 log_once("fetch/give_back", "could not give back %s; its lease expires", host)
+            w.fetcher.release(host)   # whoever takes the host next opens its own connection
             self.results.put(None)
 
     def _wait_for_parse(self) -> bool:
@@ -472,10 +476,12 @@ class FetchSession:
         if dropped is not None:
             return Turn(time.time(), Action.DONE, _page(entry, None, error_kind=ErrorKind.FILTERED, error=dropped))
         if s.OBEY_ROBOTS:
-            answer = w.robots.check(w.frontier, w.fetcher, url, s.robots_agent,
+            answer = w.robots.check(w.frontier, w.fetcher, url, s.robots_agent, cancel=self.halt,
                                     before_hop=lambda prev: self._pace_hop(lease.host, state, prev))
             if answer.exchange is not None:  # this turn went to robots.txt
                 res = answer.exchange
+                if res.error_kind == ErrorKind.ABORTED:
+                    return self._aborted(state)
                 self._bump(f"robots/{answer.entry.kind}")
                 if res.status:
                     self._bump(f"robots/status/{res.status}")
@@ -500,10 +506,14 @@ class FetchSession:
                 page = _page(entry, None, error_kind=ErrorKind.ROBOTS, error="disallowed by robots.txt")
                 return Turn(time.time(), Action.DONE, page)
         validators = w.recrawler.conditional_headers(lease.shard, [url])[0] if s.CONTINUOUS else None
+        gap = request_gap(w.policy, state)
         if entry.kind == EntryKind.SITEMAP:
-            res = w.fetcher.fetch(url, max_body_bytes=MAX_SITEMAP_BYTES, max_decoded_bytes=MAX_SITEMAP_BYTES)
+            res = w.fetcher.fetch(url, max_body_bytes=MAX_SITEMAP_BYTES, max_decoded_bytes=MAX_SITEMAP_BYTES,
+                                  cancel=self.halt, gap_s=gap)
         else:
-            res = w.fetcher.fetch(url, extra_headers=validators or None)
+            res = w.fetcher.fetch(url, extra_headers=validators or None, cancel=self.halt, gap_s=gap)
+        if res.error_kind == ErrorKind.ABORTED:
+            return self._aborted(state)
         retryable = res.error_kind in RETRYABLE_ERRORS or (
             res.status is not None and (res.status >= 500 or res.status == 429))
         action = Action.RETRY if retryable and entry.tries < s.MAX_RETRIES else Action.DONE
@@ -543,7 +553,7 @@ class FetchSession:
         turn.conversion = (html, warc_date(time.time()))
         turn.body, turn.page.rendered = html, why
         # the host's next contact follows its last request, the browser's included
-        turn.te = max(turn.te, last[0] + w.policy.min_delay_s)
+        turn.te = max(turn.te, last[0] + request_gap(w.policy, state))
 
     def _browser_fetch(self, lease: Lease, state: HostState, last: list[float], url: str) -> FetchResult | None:
         """A request of the browser: same host only, robots.txt obeyed, the host's delay
@@ -556,12 +566,14 @@ class FetchSession:
             if entry is None or not entry.rules.is_allowed(url, s.robots_agent):
                 self._bump("render/refused/robots")
                 return None
-        wait = last[0] + w.policy.min_delay_s - time.time()
+        wait = last[0] + request_gap(w.policy, state) - time.time()
         if wait > 0 and self.stop.wait(wait):
             return None
         self._renew()
-        res = w.fetcher.fetch(url)
+        res = w.fetcher.fetch(url, cancel=self.halt, gap_s=request_gap(w.policy, state))
         last[0] = res.ended or time.time()
+        if res.error_kind == ErrorKind.ABORTED:
+            return None
         if res.status is not None:
             w.warc.write_exchange(res, None)
         return res
@@ -585,6 +597,11 @@ class FetchSession:
         self._bump("dust/dropped_queued")
         return (f"a variant of {spelled} by this host's learned URL rules"
                 + (" (queued in its place)" if queued[0] == ENQUEUED else ""))
+
+    def _aborted(self, state: HostState) -> Turn:
+        """The crawl stopped during this turn's exchange: no record, the URL stays at the
+        head of its host's queue (no try spent), the host waits its delay as after any request."""
+        return Turn(time.time() + request_gap(self.w.policy, state), Action.KEEP, last=True)
 
     def _decide(self, state: HostState, res: FetchResult, action: Action) -> Turn:
         """The host's next contact after this exchange (politeness rules)."""
