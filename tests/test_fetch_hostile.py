@@ -245,6 +245,21 @@ class hostile_nullcontext:  # noqa: N801 - a context manager like start_hostile'
         pass
 
 
+def test_not_before_holds_the_request_until_then(fetcher):
+    """Prepared early, sent on time: the host sees nothing before ``not_before``."""
+    with start_hostile("127.0.0.3") as srv:
+        at = time.time() + 0.3
+        res = fetcher.fetch(srv.base_url + "/page", not_before=at)
+        assert res.status == 200 and srv.connections == 1
+        assert res.started >= at and res.ended >= res.started
+        cancel = http.Cancel()
+        threading.Timer(0.1, cancel.set).start()
+        t0 = time.monotonic()
+        late = fetcher.fetch(srv.base_url + "/page", not_before=time.time() + 5, cancel=cancel)
+        assert late.error_kind == ErrorKind.ABORTED and time.monotonic() - t0 < 1
+        assert srv.connections == 1
+
+
 def test_release_closes_the_hosts_idle_connection(fetcher):
     """A host given back: its idle keep-alive connection is closed, so the next worker's
     connection is the only one the server sees."""

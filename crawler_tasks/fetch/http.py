@@ -348,10 +348,14 @@ class Fetcher:
 
     def fetch(self, url: str, extra_headers: dict[str, str] | None = None,
               max_body_bytes: int | None = None, max_decoded_bytes: int | None = None, *,
-              cancel: Cancel | None = None, gap_s: float | None = None) -> FetchResult:
+              cancel: Cancel | None = None, gap_s: float | None = None,
+              not_before: float = 0.0) -> FetchResult:
         """GET one URL under every limit and one deadline; never raises, never hangs.
         ``gap_s``: the host's politeness delay (default MIN_DELAY_S), waited before the
-        request goes again on a new connection when a reused one was hung up on."""
+        request goes again on a new connection when a reused one was hung up on.
+        ``not_before`` (epoch s): nothing reaches the host before then; what needs no
+        contact (the URL, the DNS cache, the address check) is done first, so a caller
+        that wakes a little early sends at its host's ``te`` exactly."""
         s = self.settings
         result = FetchResult(url=url, started=time.time())
         deadline = time.monotonic() + s.TOTAL_TIMEOUT_S
@@ -373,6 +377,13 @@ class Fetcher:
             request = ("".join([f"GET {target} HTTP/1.1\r\n",
                                 *(f"{k}: {v}\r\n" for k, v in result.request_headers), "\r\n"])).encode("latin-1", "replace")
             key = (scheme, host, port, ip)
+            early = not_before - time.time()
+            if early > 0:
+                if cancel is None:
+                    time.sleep(early)
+                elif cancel.wait(early):
+                    raise _aborted()
+                result.started, deadline = time.time(), time.monotonic() + s.TOTAL_TIMEOUT_S
             self._exchange(key, request, deadline, result, max_body_bytes or s.MAX_BODY_BYTES,
                            max_decoded_bytes or s.MAX_DECODED_BYTES, cancel,
                            s.MIN_DELAY_S if gap_s is None else gap_s)
@@ -384,7 +395,7 @@ class Fetcher:
             result.error_kind, result.error = ErrorKind.DNS, exc.reason
         except OSError as exc:  # a socket call outside the mapped ones: still a result
             result.error_kind, result.error = ErrorKind.PROTOCOL, _os_reason(exc)
-        result.ended = time.time()
+        result.ended = result.ended or time.time()
         return result
 
     def _exchange(self, key: tuple[str, str, int, str], request: bytes, deadline: float,
@@ -521,6 +532,7 @@ class Fetcher:
                         unanswered=True) from None
         version, keep_alive = self._read_head(conn, result)
         reusable = self._read_body(conn, result, cap, version, keep_alive)
+        result.ended = time.time()   # the answer's end, which the host's delay runs from (not the decoding's)
         if reusable and not conn.buf:  # bytes past the body would pose as the next answer
             self._give_back(key, conn)
         else:

@@ -95,7 +95,7 @@ class RobotsCache:
 
     def check(self, store: RobotsStore, fetcher: Fetcher, url: str, agent: str,
               *, explain: bool = False, before_hop: HopHook | None = None,
-              cancel: Cancel | None = None) -> RobotsAnswer:
+              cancel: Cancel | None = None, not_before: float = 0.0) -> RobotsAnswer:
         """May ``agent`` fetch ``url``? Fetches robots.txt first when the cached copy is
         missing or stale (the answer is then FETCHED, and the caller spends its turn on
         it); UNREACHABLE while the last attempt failed."""
@@ -103,7 +103,7 @@ class RobotsCache:
         host = parts.netloc
         entry = self.get(store, host)
         if entry is None:
-            entry, res = self.fetch_and_store(fetcher, store, parts.scheme, host, before_hop, cancel)
+            entry, res = self.fetch_and_store(fetcher, store, parts.scheme, host, before_hop, cancel, not_before)
             if not explain:
                 return RobotsAnswer(Check.FETCHED if entry.kind != UNREACHABLE else Check.UNREACHABLE, entry, res)
         else:
@@ -131,15 +131,15 @@ class RobotsCache:
         return entry
 
     def fetch_and_store(self, fetcher: Fetcher, store: RobotsStore, scheme: str, host: str,
-                        before_hop: HopHook | None = None,
-                        cancel: Cancel | None = None) -> tuple[RobotsEntry, FetchResult]:
+                        before_hop: HopHook | None = None, cancel: Cancel | None = None,
+                        not_before: float = 0.0) -> tuple[RobotsEntry, FetchResult]:
         """Fetch robots.txt for ``scheme://host`` (following redirects) and cache it.
         ``before_hop(previous)`` runs before each redirect hop: the fetch stage waits out
         the host's delay there and renews its lease, as for any request to the host. An
         exchange ``cancel`` ended is not an answer: nothing is cached (UNREACHABLE, due
         again at once)."""
         url = f"{scheme}://{host}/robots.txt"
-        res = fetcher.fetch(url, max_body_bytes=MAX_ROBOTS_BYTES, cancel=cancel)
+        res = fetcher.fetch(url, max_body_bytes=MAX_ROBOTS_BYTES, cancel=cancel, not_before=not_before)
         for _ in range(MAX_ROBOTS_REDIRECTS):
             if not (res.status and 300 <= res.status < 400 and res.location):
                 break

@@ -52,6 +52,8 @@ PROBE_MARK = "soft404-probe"
 # no request reached the host: its previous te (<= now) still holds
 _NO_REQUEST = frozenset({ErrorKind.REFUSED, ErrorKind.BAD_URL, ErrorKind.URL_TOO_LONG})
 _TICK_S = 0.1             # the session's loop: results, groups, control checks
+_EARLY_S = 0.002          # a held host's thread wakes this much before te and prepares its
+                          # turn (~0.4 ms) while the request itself waits for te (fetch's not_before)
 _CONTROL_EVERY_S = 0.25   # crawl state, page budget, room for more hosts
 _DRY_POLL_S = 0.5         # after a host ran dry, ready hosts are looked for every tick this long
 _IDLE_END_S = 0.5         # a session with no host and nothing ready for this long ends (at once
@@ -323,6 +325,7 @@ class FetchSession:
     def _host(self, host: str, state: HostState) -> None:
         """Turns of one host until it is given back (its only connection is this thread)."""
         w = self.w
+        not_before = 0.0   # the host's te: its next request goes then, not a moment before
         try:
             while True:
                 with self.lock:
@@ -330,11 +333,14 @@ class FetchSession:
                 if lease is None:   # lost: another worker may hold it now
                     return
                 try:
-                    turn = self._turn(lease, state)
+                    turn = self._turn(lease, state, not_before)
                 except Exception as exc:  # noqa: BLE001 - a bug must not cost the session or the URL
                     log_once(f"fetch/{type(exc).__name__}", "unexpected error fetching %s", lease.entry.url)
                     self._bump(f"error/{type(exc).__name__}")
                     turn = Turn(time.time() + w.settings.MIN_DELAY_S, Action.KEEP, last=True)
+                # a turn that sent nothing (a URL filtered, disallowed, refused) says te = now,
+                # which may be just before the te it was woken for: that one still holds
+                turn.te = max(turn.te, not_before)
                 if turn.state is not None:
                     state = turn.state
                 end = self._finish(host, turn)
@@ -353,9 +359,10 @@ class FetchSession:
                 if end.spent:   # the page budget is spent: no next turn
                     self._give_back(host, turn.te)
                     return
-                if self.stop.wait(max(0.0, turn.te - time.time())) or not self._wait_for_parse():
+                if self.stop.wait(max(0.0, turn.te - _EARLY_S - time.time())) or not self._wait_for_parse():
                     self._give_back(host, turn.te)
                     return
+                not_before = turn.te
         finally:
             # still held only when finishing a turn raised (a Redis error, a full disk): give
             # the host back, or at least stop renewing its lease, so that it is not stuck
@@ -446,7 +453,7 @@ class FetchSession:
             if lease is not None:
                 self.w.frontier.complete(lease, te=te, action=Action.KEEP)
 
-    def _turn(self, lease: Lease, state: HostState) -> Turn:
+    def _turn(self, lease: Lease, state: HostState, not_before: float) -> Turn:
         """One request's worth of work for a held host (or the decision to wait)."""
         w, s = self.w, self.w.settings
         entry = lease.entry
@@ -458,18 +465,18 @@ class FetchSession:
         except ResolveError:
             pass  # the fetch below records the DNS failure and the retry policy applies
         if not (s.PER_IP_POLITENESS and ip):
-            return self._checked_turn(lease, state, entry)
+            return self._checked_turn(lease, state, entry, not_before)
         free_at = w.frontier.claim_ip(ip)
         if free_at:  # another host on this address was contacted too recently
             return Turn(free_at, Action.KEEP)
         turn = Turn(time.time(), Action.KEEP, last=True)
         try:
-            turn = self._checked_turn(lease, state, entry)
+            turn = self._checked_turn(lease, state, entry, not_before)
             return turn
         finally:  # the address waits as long as the host just contacted
             w.frontier.release_ip(ip, turn.te)
 
-    def _checked_turn(self, lease: Lease, state: HostState, entry: Entry) -> Turn:
+    def _checked_turn(self, lease: Lease, state: HostState, entry: Entry, not_before: float) -> Turn:
         w, s = self.w, self.w.settings
         url = entry.url
         dropped = self._learned_since_queued(lease, entry)
@@ -477,6 +484,7 @@ class FetchSession:
             return Turn(time.time(), Action.DONE, _page(entry, None, error_kind=ErrorKind.FILTERED, error=dropped))
         if s.OBEY_ROBOTS:
             answer = w.robots.check(w.frontier, w.fetcher, url, s.robots_agent, cancel=self.halt,
+                                    not_before=not_before,
                                     before_hop=lambda prev: self._pace_hop(lease.host, state, prev))
             if answer.exchange is not None:  # this turn went to robots.txt
                 res = answer.exchange
@@ -509,9 +517,10 @@ class FetchSession:
         gap = request_gap(w.policy, state)
         if entry.kind == EntryKind.SITEMAP:
             res = w.fetcher.fetch(url, max_body_bytes=MAX_SITEMAP_BYTES, max_decoded_bytes=MAX_SITEMAP_BYTES,
-                                  cancel=self.halt, gap_s=gap)
+                                  cancel=self.halt, gap_s=gap, not_before=not_before)
         else:
-            res = w.fetcher.fetch(url, extra_headers=validators or None, cancel=self.halt, gap_s=gap)
+            res = w.fetcher.fetch(url, extra_headers=validators or None, cancel=self.halt, gap_s=gap,
+                                  not_before=not_before)
         if res.error_kind == ErrorKind.ABORTED:
             return self._aborted(state)
         retryable = res.error_kind in RETRYABLE_ERRORS or (
