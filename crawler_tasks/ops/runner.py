@@ -71,7 +71,7 @@ WATCH_S = 0.5
 # The same once the end is near (stopping, a finite crawl with nothing queued, the page
 # budget or the time limit within a second): the runner makes the stop decision itself,
 # so the limit and the last batch's end are seen this soon.
-WATCH_ENDING_S = 0.1
+WATCH_ENDING_S = 0.05
 UNBLOCK_EVERY_S = 0.02   # how often a stopping worker's BRPOP is ended for it (see _unblock_workers)
 
 

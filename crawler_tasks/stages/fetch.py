@@ -55,7 +55,9 @@ _TICK_S = 0.1             # the session's loop: results, groups, control checks
 _EARLY_S = 0.002          # a held host's thread wakes this much before te and prepares its
                           # turn (~0.4 ms) while the request itself waits for te (fetch's not_before)
 _CONTROL_EVERY_S = 0.25   # crawl state, page budget, room for more hosts
-_DRY_POLL_S = 0.5         # after a host ran dry, ready hosts are looked for every tick this long
+_DRY_POLL_S = 0.5         # after a host ran dry, ready hosts are looked for every tick this long,
+_DRY_TICK_S = 0.02        # on a shorter tick: the host's links come back from parse in ~20 ms,
+                          # and the end of a crawl is seen as soon
 _IDLE_END_S = 0.5         # a session with no host and nothing ready for this long ends (at once
                           # when no host of its shard is ready that soon: the end of a crawl is
                           # not delayed)
@@ -177,7 +179,7 @@ class FetchSession:
         while True:
             # a tick's results at once: a wake-up per page (each put) cost a context switch;
             # a host that ran dry wakes the loop at once (its last page is in the results)
-            dry = self.dry.wait(_TICK_S)
+            dry = self.dry.wait(_DRY_TICK_S if time.monotonic() < poll_until else _TICK_S)
             self.dry.clear()
             for item in self._arrived():
                 if item is None:
