@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from crawler_tasks.ops.embedded import die_with_parent  # noqa: E402
+from crawler_tasks.ops.child import die_with_parent  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -49,7 +49,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from crawler_tasks.ops.embedded import die_with_parent  # noqa: E402
+from crawler_tasks.ops.child import die_with_parent  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from crawl_bench import sample_tree  # noqa: E402

@@ -20,8 +20,9 @@ from crawler_tasks.dedup.nearindex import NearDupIndex
 from crawler_tasks.exceptions import ConfigError
 from crawler_tasks.frontier import ENQUEUED, SEEN, Discovered, Frontier
 from crawler_tasks.keys import GlobalKeys
+from crawler_tasks.ops.child import die_with_parent
 from crawler_tasks.ops.control import Control
-from crawler_tasks.ops.embedded import die_with_parent, free_port, redis_server_binary
+from crawler_tasks.ops.embedded import free_port, redis_server_binary
 from crawler_tasks.ops.maintenance import read_samples, run_maintenance
 from crawler_tasks.records import Action
 from crawler_tasks.settings import Settings, reset_settings

@@ -32,6 +32,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from crawler_tasks.exceptions import ConfigError
+from crawler_tasks.ops.child import die_with_parent
 
 # Commands no crawl needs and an intruder would love (CONFIG SET dir + SAVE writes files).
 # SHUTDOWN is not among them but renamed to a secret of the server's own (``stop``).
@@ -59,17 +60,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         sock.bind((host, 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def die_with_parent() -> None:
-    """preexec_fn: the child gets SIGTERM when the process that started it dies."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:  # pragma: no cover - not Linux
-        pass
 
 
 def private_dir(path: Path) -> Path:

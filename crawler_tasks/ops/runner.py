@@ -38,9 +38,9 @@ import redis
 from crawler_tasks.connection import broker_url, global_client, ping_once, redact, unblock_consumers
 from crawler_tasks.exceptions import ConfigError, CrawlerError
 from crawler_tasks.frontier import Frontier
-from crawler_tasks.ops.child import ForkedProc, ForkServer
+from crawler_tasks.ops.child import ForkedProc, ForkServer, die_with_parent
 from crawler_tasks.ops.control import Control, CrawlState
-from crawler_tasks.ops.embedded import EmbeddedRedis, die_with_parent, log_tail, private_dir, write_private
+from crawler_tasks.ops.embedded import EmbeddedRedis, log_tail, private_dir, write_private
 from crawler_tasks.ops.maintenance import Progress, read_progress, settle
 from crawler_tasks.ops.metrics import serve_metrics
 from crawler_tasks.ops.metrics import stop as stop_metrics
