@@ -63,6 +63,8 @@ def test_hostile_server_costs_only_its_own_urls(hostile, tmp_path):
             assert path in by_path, f"no record for {path}"
             assert by_path[path]["error_kind"] == kind, (path, by_path[path])
             assert by_path[path].get("truncated") == truncated or truncated is None, (path, by_path[path])
+        # what came before a stalled transfer is not the page: not for the indexer
+        assert by_path["/trickle-body"]["status"] == 200 and not by_path["/trickle-body"]["indexable"]
         loops = [r for r in records if "/redirect-loop" in r["url"]]
         assert any(r["error_kind"] == "redirects" for r in loops), loops
         # the ordinary site beside it: every reachable page, one request at a time per host

@@ -103,15 +103,17 @@ def _fetch_again(w: Worker, pages: list[FetchedPage], batch_id: str, exc: OSErro
 
 
 def _indexable(rec: PageRecord) -> bool:
-    """Whether an indexer should take this page: a 200 HTML page that is not noindex,
-    not a duplicate or near-duplicate of a page already taken, not a soft 404.
+    """Whether an indexer should take this page: a 200 HTML page that came whole or was
+    cut at a size cap (its start is the page, as search engines index the first bytes;
+    a transfer that stalled or broke is not), not noindex, not a duplicate or
+    near-duplicate of a page already taken, not a soft 404.
 
     ``rel=canonical`` is a hint, not a verdict: a page whose canonical is elsewhere (off
     site, out of scope, never fetched, or with other content) stays in the feed with
     ``canonical`` set for the indexer to key on; it drops out only when it duplicates
     content already taken, which is what a canonical target with the same text means."""
     return bool(rec.status == 200 and rec.fingerprint and not rec.noindex
-                and not rec.duplicate_of and not rec.near_duplicate_of
+                and rec.truncated not in ("time", "disconnect") and not rec.duplicate_of and not rec.near_duplicate_of
                 and not rec.soft_404 and rec.kind == EntryKind.PAGE)
 
 
