@@ -412,6 +412,39 @@ def test_pool_from_threads(server, fetcher):
     assert len(_marked_chromium()) == before
 
 
+def _driver_processes() -> list[psutil.Process]:
+    """Playwright's node drivers started by this test process."""
+    out = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and "run-driver" in proc.cmdline():
+                out.append(proc)
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+@needs_chromium
+def test_an_idle_pool_gives_its_browser_back_and_renders_again(server, fetcher):
+    """One app shell among thousands of pages kept a browser and its driver (~0.5 GB) to
+    the end of the crawl: after ``idle_s`` without a render both are gone."""
+    from crawler_tasks.render.browser import Renderer, RenderPool
+
+    chromium, drivers = len(_marked_chromium()), len(_driver_processes())
+    pool = RenderPool(lambda: Renderer(CHROMIUM), size=1, idle_s=0.5)
+    try:
+        assert "XMLHttpRequest" in pool.render(server.base + "/xhr.html", Recorder(fetcher)).html
+        assert len(_marked_chromium()) == chromium + 1
+        deadline = time.monotonic() + 20
+        while (len(_marked_chromium()), len(_driver_processes())) != (chromium, drivers):
+            assert time.monotonic() < deadline, "the idle browser was not closed"
+            time.sleep(0.1)
+        assert "XMLHttpRequest" in pool.render(server.base + "/xhr.html", Recorder(fetcher)).html
+    finally:
+        pool.close()
+    assert len(_marked_chromium()) == chromium
+
+
 CHILD = """
 import sys, time
 from crawler_tasks.render.browser import Renderer

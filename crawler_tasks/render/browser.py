@@ -195,6 +195,10 @@ class Renderer:
     def close(self) -> None:
         """Close the browser and stop the driver; Chromium's process group is killed too."""
         self._closed = True
+        self.rest()
+
+    def rest(self) -> None:
+        """Close the browser and stop the driver until the next render launches them."""
         self._drop_browser()
         if self._pw is not None:
             try:
@@ -338,11 +342,14 @@ class Renderer:
 class RenderPool:
     """``size`` renderers on their own threads; ``render`` may be called from any
     thread and blocks until done. The callback runs on a render thread while the
-    caller waits. A render still queued after ``queue_wait_s`` is given up."""
+    caller waits. A render still queued after ``queue_wait_s`` is given up; a renderer
+    with no job for ``idle_s`` closes its browser (the next job launches it again)."""
 
-    def __init__(self, make: Callable[[], Renderer], size: int = 1, queue_wait_s: float = 30.0) -> None:
+    def __init__(self, make: Callable[[], Renderer], size: int = 1, queue_wait_s: float = 30.0,
+                 idle_s: float = 60.0) -> None:
         self._jobs: queue.Queue[tuple[concurrent.futures.Future[Rendered], str, FetchFn, Any] | None] = queue.Queue()
         self.queue_wait_s = queue_wait_s
+        self.idle_s = idle_s
         self._threads = [threading.Thread(target=self._worker, args=(make,), name=f"render-{i}", daemon=True)
                          for i in range(size)]
         for thread in self._threads:
@@ -367,7 +374,14 @@ class RenderPool:
     def _worker(self, make: Callable[[], Renderer]) -> None:
         renderer = make()
         try:
-            while (item := self._jobs.get()) is not None:
+            while True:
+                try:
+                    item = self._jobs.get(timeout=self.idle_s)
+                except queue.Empty:
+                    renderer.rest()
+                    continue
+                if item is None:
+                    break
                 future, url, fetch, document = item
                 if not future.set_running_or_notify_cancel():
                     continue

@@ -69,7 +69,8 @@ class RenderPolicy:
 
                 path, settings = self.executable, self.settings
                 self._pool = RenderPool(lambda: Renderer.from_settings(settings, path),
-                                        size=settings.RENDER_BROWSERS, queue_wait_s=settings.RENDER_TIMEOUT_S)
+                                        size=settings.RENDER_BROWSERS, queue_wait_s=settings.RENDER_TIMEOUT_S,
+                                        idle_s=settings.RENDER_IDLE_S)
                 atexit.register(self._pool.close)
             return self._pool
 
