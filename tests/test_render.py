@@ -37,11 +37,16 @@ NOSCRIPT_SHELL = ("<html><body><div class=wrap><noscript>This site requires Java
                   "<script src=/bundle.js></script></body></html>")
 THIN_SHELL = "<html><body><div class=x></div><script src=/a.js></script><script src=/b.js></script></body></html>"
 HEAVY_SHELL = ("<html><body><h1>Shop</h1><p>" + "Loading the catalogue of our shop. " * 10 + "</p><script>"
-               + "var state = {items: []};" * 400
+               + "var state = {items: []};" * 800
                + "</script><a href=/a>a</a></body></html>")
 ARTICLE = ("<html><head><script src=/analytics.js></script></head><body><div id=app>"
            + "<p>" + "Static article text that is readable without any script. " * 60 + "</p>"
            + "".join(f"<a href=/p{i}>page {i}</a>" for i in range(20)) + "</div></body></html>")
+ASCIIDOC = ("<html><head><title>git-stage(1)</title><script>" + "var asciidoc = {toc: function(levels) {}};" * 140
+            + "</script></head><body><h1>git-stage(1)</h1><div id=content><p>git-stage - Add file contents "
+            "to the staging area. This command is a synonym for git-add. Part of the git suite; see "
+            "the manual page of git-add for its options and the examples of its use.</p></div>"
+            "<a href=git-add.html>git-add(1)</a></body></html>")
 SSR_NEXT = ('<html><body><div id="__next"><main><h1>Title</h1><p>' + "Rendered on the server. " * 80
             + '</p></main></div><script id="__NEXT_DATA__" type="application/json">{"props":{}}</script>'
             '<script src="/_next/main.js"></script></body></html>')
@@ -60,7 +65,7 @@ def test_app_shells_are_flagged(html, reason):
     assert needs_render(html.encode()) == reason
 
 
-@pytest.mark.parametrize("html", [ARTICLE, SSR_NEXT, NO_SCRIPT_AT_ALL, WIDGET_MOUNT, "", "<html>", b"\xff\xfe<script"])
+@pytest.mark.parametrize("html", [ARTICLE, ASCIIDOC, SSR_NEXT, NO_SCRIPT_AT_ALL, WIDGET_MOUNT, "", "<html>", b"\xff\xfe<script"])
 def test_static_pages_are_not_flagged(html):
     assert needs_render(html) is None
 

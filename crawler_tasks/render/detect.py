@@ -8,7 +8,8 @@ signals are tried, the first that holds is the reason:
   ``#__nuxt``, ...) on a page with little text;
 - ``noscript``: a ``<noscript>`` saying JavaScript is required, little text, few links;
 - ``thin``: almost no text and hardly a link, but scripts to run;
-- ``script-heavy``: inline script code dwarfs the visible text, and few links.
+- ``script-heavy``: inline script code (an inlined bundle, 16 kB or more) dwarfs the
+  visible text, and few links.
 
 The thresholds lean towards "no": a render costs a browser and, per subresource, a
 host delay, while a static page with a bit of script is the common case.
@@ -30,6 +31,9 @@ FEW_LINKS = 5
 SCRIPT_HEAVY_LINKS = 10
 SCRIPT_HEAVY_TEXT_CHARS = 1500
 SCRIPT_TO_TEXT_RATIO = 20
+# an inlined bundle, not a page's helper: AsciiDoc's table-of-contents script (5.9 kB)
+# sits on short static pages of real text (git's manual pages)
+SCRIPT_HEAVY_MIN_CHARS = 16_384
 # only the head of a huge page is looked at (the shell signals sit near the top)
 MAX_SCAN_BYTES = 512 * 1024
 
@@ -79,6 +83,7 @@ def needs_render(html: bytes | str, parsed_text_chars: int | None = None, n_link
     if parsed_text_chars < THIN_TEXT_CHARS and n_links < FEW_LINKS:
         return "thin"
     if (parsed_text_chars < SCRIPT_HEAVY_TEXT_CHARS and n_links < SCRIPT_HEAVY_LINKS
+            and inline_chars >= SCRIPT_HEAVY_MIN_CHARS
             and inline_chars > SCRIPT_TO_TEXT_RATIO * max(parsed_text_chars, 1)):
         return "script-heavy"
     return None
