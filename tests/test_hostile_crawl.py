@@ -34,6 +34,16 @@ EXPECTED = {
 }
 
 
+def crawl(urls: list[str], out: Path, env: dict[str, str], *flags: str) -> tuple[subprocess.CompletedProcess[str], float]:
+    """``manage.py crawl`` with only the given CRAWLER_* settings; the run and its wall time."""
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}, **env}
+    cmd = [sys.executable, str(ROOT / "manage.py"), "crawl", *urls, "--out", str(out), "--allow-private",
+           "--user-agent", "testbot/1.0 (+http://127.0.0.1/bot)", *flags]
+    started = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT, env=env)
+    return proc, time.monotonic() - started
+
+
 @pytest.fixture(scope="module")
 def hostile():
     srv = start_hostile("127.0.0.40")
@@ -45,16 +55,10 @@ def test_hostile_server_costs_only_its_own_urls(hostile, tmp_path):
     out = tmp_path / "out"
     with TestWeb(n_hosts=2, pages_per_host=6, seed=21, mean_page_bytes=4000, first_ip=41) as web:
         seeds = [hostile.base_url + path for path in EXPECTED] + [hostile.base_url + "/redirect-loop"]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
-        env.update({"CRAWLER_TOTAL_TIMEOUT_S": "3", "CRAWLER_READ_TIMEOUT_S": "10", "CRAWLER_CONNECT_TIMEOUT_S": "1",
-                    "CRAWLER_MAX_FACTOR_DELAY_S": "0.5", "CRAWLER_BACKOFF_BASE_S": "0.1", "CRAWLER_BACKOFF_MAX_S": "0.5",
-                    "CRAWLER_LEASE_S": "10", "CRAWLER_MAX_RETRIES": "0", "CRAWLER_SOFT404_PROBE": "0"})
-        cmd = [sys.executable, str(ROOT / "manage.py"), "crawl", *web.seeds(), *seeds, "--out", str(out),
-               "--allow-private", "--min-delay", "0.05", "--max-seconds", "120",
-               "--user-agent", "testbot/1.0 (+http://127.0.0.1/bot)"]
-        started = time.monotonic()
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=ROOT, env=env)
-        elapsed = time.monotonic() - started
+        env = {"CRAWLER_TOTAL_TIMEOUT_S": "3", "CRAWLER_READ_TIMEOUT_S": "10", "CRAWLER_CONNECT_TIMEOUT_S": "1",
+               "CRAWLER_MAX_FACTOR_DELAY_S": "0.5", "CRAWLER_BACKOFF_BASE_S": "0.1", "CRAWLER_BACKOFF_MAX_S": "0.5",
+               "CRAWLER_LEASE_S": "10", "CRAWLER_MAX_RETRIES": "0", "CRAWLER_SOFT404_PROBE": "0"}
+        proc, elapsed = crawl(web.seeds() + seeds, out, env, "--min-delay", "0.05", "--max-seconds", "120")
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "frontier exhausted" in proc.stderr, proc.stderr[-2000:]
         records = [json.loads(line) for line in (out / "pages.jsonl").read_text().splitlines()]
@@ -82,14 +86,9 @@ def test_a_stopping_crawl_does_not_wait_for_a_trickling_server(hostile, tmp_path
     """The time limit passes while an exchange trickles (its deadline 30 s, the default):
     the crawl is down in seconds, and the URL in flight has no record: it stays queued."""
     out = tmp_path / "out"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
-    env.update({"CRAWLER_SOFT404_PROBE": "0", "CRAWLER_PROBE_SITEMAP_XML": "0"})
-    cmd = [sys.executable, str(ROOT / "manage.py"), "crawl", hostile.base_url + "/trickle-body", "--out", str(out),
-           "--allow-private", "--min-delay", "0.05", "--max-seconds", "3",
-           "--user-agent", "testbot/1.0 (+http://127.0.0.1/bot)"]
-    started = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT, env=env)
-    elapsed = time.monotonic() - started
+    proc, elapsed = crawl([hostile.base_url + "/trickle-body"], out,
+                          {"CRAWLER_SOFT404_PROBE": "0", "CRAWLER_PROBE_SITEMAP_XML": "0"},
+                          "--min-delay", "0.05", "--max-seconds", "3")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "max seconds" in proc.stderr and "still queued 1" in proc.stderr, proc.stderr[-2000:]
     assert not (out / "pages.jsonl").read_text().strip()

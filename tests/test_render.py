@@ -365,16 +365,26 @@ def _live_in_group(pgid: int) -> list[int]:
     return live
 
 
-def _marked_chromium() -> list[psutil.Process]:
-    """Live Chromium main processes of this test process (they carry the marker)."""
+def _live_children(match) -> list[psutil.Process]:
+    """Live (not zombie) descendants of this test process whose argv ``match`` accepts."""
     out = []
     for proc in psutil.Process().children(recursive=True):
         try:
-            if proc.status() != psutil.STATUS_ZOMBIE and any(a.startswith("--crawler-render-id=") for a in proc.cmdline()):
+            if proc.status() != psutil.STATUS_ZOMBIE and match(proc.cmdline()):
                 out.append(proc)
         except psutil.NoSuchProcess:
             continue
     return out
+
+
+def _marked_chromium() -> list[psutil.Process]:
+    """Live Chromium main processes of this test process (they carry the marker)."""
+    return _live_children(lambda argv: any(a.startswith("--crawler-render-id=") for a in argv))
+
+
+def _driver_processes() -> list[psutil.Process]:
+    """Playwright's node drivers started by this test process."""
+    return _live_children(lambda argv: "run-driver" in argv)
 
 
 @needs_chromium
@@ -415,18 +425,6 @@ def test_pool_from_threads(server, fetcher):
     pool.close()
     assert len(results) == 3 and all("XMLHttpRequest" in r.html for r in results)
     assert len(_marked_chromium()) == before
-
-
-def _driver_processes() -> list[psutil.Process]:
-    """Playwright's node drivers started by this test process."""
-    out = []
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            if proc.status() != psutil.STATUS_ZOMBIE and "run-driver" in proc.cmdline():
-                out.append(proc)
-        except psutil.NoSuchProcess:
-            continue
-    return out
 
 
 @needs_chromium
