@@ -53,6 +53,10 @@ def test_resume_continues_where_the_crawl_stopped(tmp_path):
         second = manage("crawl", "--resume", "--out", str(out), "--allow-private", "--min-delay", "0.1", *UA)
         assert second.returncode == 0, second.stderr[-2000:]
         assert "frontier exhausted" in second.stderr
+        # the summary counts this run's pages, and the whole crawl's beside them
+        answered = [r for r in records(out) if r.get("status") is not None]
+        assert f"pages fetched {len(answered) - len(fetched_first)} in " in second.stderr, second.stderr[-1500:]
+        assert f", {len(answered)} since the crawl began" in second.stderr
         all_fetched = [r["url"] for r in records(out) if r.get("status") == 200]
         assert len(all_fetched) == len(set(all_fetched))  # nothing fetched twice across the runs
         assert web.reachable(web.seeds()) | {extra} <= set(all_fetched)

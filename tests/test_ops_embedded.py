@@ -122,11 +122,16 @@ def test_summary_explains_every_queued_url():
 
     p = Progress(at=0, state=CrawlState.FINISHED, reason="", stats={},
                  shards=[{"front": 2, "back": 3, "leased_hosts": 0, "active_hosts": 1}], inflight=0)
-    waiting = [WaitingHost("dead.test", 3, 300, WaitReason.ROBOTS, "DNS lookup failed")]
+    waiting = [WaitingHost("dead.test", 3, 300, WaitReason.ROBOTS, "DNS lookup failed"),
+               WaitingHost("busy.test", 1, 0.2, WaitReason.DELAY, "")]
     lines = summarize_waiting(p, waiting, "max pages (5) reached")
     assert lines[0] == "hosts unreachable: 1 (dead.test: DNS lookup failed; next try in 300 s)"
     assert "not fetched: 3 URL(s) of 1 host(s) waiting for robots.txt (next in 300 s)" in lines
+    # a host between two requests when the limit struck: the limit, not its delay, kept its URL
     assert "not fetched: 2 URL(s) the crawl stopped first (max pages (5) reached)" in lines
+    assert not any("politeness" in line for line in lines)
+    ongoing = summarize_waiting(p, waiting, "frontier exhausted")
+    assert "not fetched: 1 URL(s) of 1 host(s) politeness delay (next in 0 s)" in ongoing
 
 
 def test_eta_and_progress_line():

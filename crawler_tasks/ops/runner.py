@@ -180,6 +180,7 @@ class CrawlRunner:
         self.started = time.time()
         self.unreachable: dict[str, WaitingHost] = {}
         self._unreachable_count = 0
+        self._pages_before = 0   # fetched by the runs this one resumes
         self._scan_from = self.started
         self._scan_until = 0.0
 
@@ -255,6 +256,8 @@ class CrawlRunner:
         elif not control.exists():
             raise ConfigError(f"--resume: no crawl state found in {redact(s.REDIS_URL)} (prefix {s.KEY_PREFIX!r})")
         control.start(started_at=self.started)
+        if self.resume:
+            self._pages_before = control.stats().get("fetch/pages", 0)
         Frontier(s).allocate_bloom()
         if self.seeds:
             added, rejected = seed_urls(s, self.seeds)
@@ -452,7 +455,9 @@ class CrawlRunner:
         elapsed = time.time() - self.started
         reason = Control(self.settings).state()[1] or progress.reason
         self._say(f"crawl finished: {reason}")
-        self._say(f"  pages fetched {progress.pages} in {elapsed:.1f} s ({progress.pages / max(elapsed, 1e-9):.1f} pages/s), "
+        pages = progress.pages - self._pages_before
+        since = f", {progress.pages} since the crawl began" if self._pages_before else ""
+        self._say(f"  pages fetched {pages} in {elapsed:.1f} s ({pages / max(elapsed, 1e-9):.1f} pages/s){since}, "
                   f"still queued {progress.queued}")
         statuses = {k.rsplit("/", 1)[1]: v for k, v in progress.stats.items() if k.startswith("fetch/status/")}
         if statuses:
@@ -530,6 +535,9 @@ def summarize_waiting(progress: Progress, waiting: list[WaitingHost], reason: st
         lines.append(f"hosts unreachable: {len(unreachable)} ({named}{more})")
     if not progress.queued:
         return lines
+    stopped = reason.startswith(("max ", "stopped"))
+    if stopped:   # a host waiting out its delay when a limit stopped the crawl was not held back by it
+        waiting = [h for h in waiting if h.reason != WaitReason.DELAY]
     by_reason: dict[WaitReason, list[WaitingHost]] = {}
     for host in waiting:
         by_reason.setdefault(host.reason, []).append(host)
@@ -540,6 +548,6 @@ def summarize_waiting(progress: Progress, waiting: list[WaitingHost], reason: st
     waiting_urls = sum(h.queued for h in waiting)
     rest = progress.queued - waiting_urls
     if rest > 0:
-        cause = f"the crawl stopped first ({reason})" if reason.startswith(("max ", "stopped")) else "not reached yet"
+        cause = f"the crawl stopped first ({reason})" if stopped else "not reached yet"
         lines.append(f"not fetched: {rest} URL(s) {cause}")
     return lines

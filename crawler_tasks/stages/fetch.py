@@ -54,6 +54,9 @@ _NO_REQUEST = frozenset({ErrorKind.REFUSED, ErrorKind.BAD_URL, ErrorKind.URL_TOO
 _TICK_S = 0.1             # the session's loop: results, groups, control checks
 _EARLY_S = 0.002          # a held host's thread wakes this much before te and prepares its
                           # turn (~0.4 ms) while the request itself waits for te (fetch's not_before)
+_SLACK_S = 0.001          # and goes this much after te: te runs from our read of the answer's last
+                          # byte, which a busy server may stamp as its end a little later (a
+                          # threaded Python server measured gaps up to 3 ms short of the delay)
 _CONTROL_EVERY_S = 0.25   # crawl state, page budget, room for more hosts
 _DRY_POLL_S = 0.5         # after a host ran dry, ready hosts are looked for every tick this long,
 _DRY_TICK_S = 0.02        # on a shorter tick: the host's links come back from parse in ~20 ms,
@@ -327,7 +330,7 @@ class FetchSession:
     def _host(self, host: str, state: HostState) -> None:
         """Turns of one host until it is given back (its only connection is this thread)."""
         w = self.w
-        not_before = 0.0   # the host's te: its next request goes then, not a moment before
+        not_before = 0.0   # the host's te (and slack): its next request goes then, not a moment before
         try:
             while True:
                 with self.lock:
@@ -364,7 +367,7 @@ class FetchSession:
                 if self.stop.wait(max(0.0, turn.te - _EARLY_S - time.time())) or not self._wait_for_parse():
                     self._give_back(host, turn.te)
                     return
-                not_before = turn.te
+                not_before = turn.te + _SLACK_S
         finally:
             # still held only when finishing a turn raised (a Redis error, a full disk): give
             # the host back, or at least stop renewing its lease, so that it is not stuck
