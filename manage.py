@@ -445,18 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
-def exit_now(code: int) -> None:
-    """Exit without the interpreter's teardown of every module a crawl imported (~0.1 s
-    that an operator and scripts wait for): the exit handlers run and output is flushed,
-    and nothing else is left to clean up (children, servers and files are closed)."""
-    import atexit
-
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):   # a reader gone, a stream closed
-            stream.flush()
-    os._exit(code)
-
-
 if __name__ == "__main__":
+    from crawler_tasks.ops.child import exit_now
+
     exit_now(main())

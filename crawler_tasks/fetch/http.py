@@ -151,6 +151,14 @@ def _aborted() -> _Fail:
     return _Fail(ErrorKind.ABORTED, "the crawl stopped during the exchange")
 
 
+def _pause(seconds: float, cancel: Cancel | None) -> None:
+    """Wait before contacting the host; _Fail(ABORTED) if ``cancel`` is set meanwhile."""
+    if cancel is None:
+        time.sleep(seconds)
+    elif cancel.wait(seconds):
+        raise _aborted()
+
+
 _STATUS_LINE = re.compile(rb"HTTP/1\.([0-9]) +([1-9][0-9][0-9])(?: ([^\r\n]*))?\r?", re.IGNORECASE)
 _HEAD_END = re.compile(rb"\r?\n\r?\n")
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -379,10 +387,7 @@ class Fetcher:
             key = (scheme, host, port, ip)
             early = not_before - time.time()
             if early > 0:
-                if cancel is None:
-                    time.sleep(early)
-                elif cancel.wait(early):
-                    raise _aborted()
+                _pause(early, cancel)
                 result.started, deadline = time.time(), time.monotonic() + s.TOTAL_TIMEOUT_S
             self._exchange(key, request, deadline, result, max_body_bytes or s.MAX_BODY_BYTES,
                            max_decoded_bytes or s.MAX_DECODED_BYTES, cancel,
@@ -416,10 +421,7 @@ class Fetcher:
                 # request: the host's delay first, as before any request to it
                 if time.monotonic() + gap_s >= deadline:
                     raise
-                if cancel is None:
-                    time.sleep(gap_s)
-                elif cancel.wait(gap_s):
-                    raise _aborted() from None
+                _pause(gap_s, cancel)
         conn = self._connect(key, deadline)
         try:
             self._guarded(conn, key, request, deadline, result, cap, decoded_cap, cancel)

@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 KEEP_HEADERS = ("x-robots-tag", "link", "content-language", "last-modified", "etag")
 MAX_SITEMAPS_PER_HOST = 20
 PROBE_MARK = "soft404-probe"
-# no request reached the host: its previous te (<= now) still holds
+# no request reached the host: the te its thread was woken for still holds
 _NO_REQUEST = frozenset({ErrorKind.REFUSED, ErrorKind.BAD_URL, ErrorKind.URL_TOO_LONG})
 _TICK_S = 0.1             # the session's loop: results, groups, control checks
 _EARLY_S = 0.002          # a held host's thread wakes this much before te and prepares its
@@ -580,11 +580,12 @@ class FetchSession:
             if entry is None or not entry.rules.is_allowed(url, s.robots_agent):
                 self._bump("render/refused/robots")
                 return None
-        wait = last[0] + request_gap(w.policy, state) - time.time()
+        gap = request_gap(w.policy, state)
+        wait = last[0] + gap - time.time()
         if wait > 0 and self.stop.wait(wait):
             return None
         self._renew()
-        res = w.fetcher.fetch(url, cancel=self.halt, gap_s=request_gap(w.policy, state))
+        res = w.fetcher.fetch(url, cancel=self.halt, gap_s=gap)
         last[0] = res.ended or time.time()
         if res.error_kind == ErrorKind.ABORTED:
             return None
