@@ -177,6 +177,11 @@ def _stats_lines(settings: Settings) -> tuple[list[str], bool]:
     if unreachable:
         lines.append(f"hosts unreachable: {len(unreachable)}")
         lines += [f"  {describe(h)}" for h in unreachable[:20]]
+    if settings.CONTINUOUS or "recrawl/revisits" in p.stats:
+        from crawler_tasks.frontier.recrawl import recrawl_lines
+        from crawler_tasks.ops.control import Control
+
+        lines += recrawl_lines(settings, p.stats, Control(settings).running_s())
     lines += [f"  {key:40s} {p.stats[key]}" for key in sorted(p.stats)]
     return lines, p.state == CrawlState.FINISHED
 

@@ -41,8 +41,14 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 ``shapes:<host>``         hash    per URL shape ``n:``/``d:``/``w:`` fetched, (near-)duplicates,
                                   numeric walk steps (capped)
 ``trapshapes:<host>``     hash    shape -> reason (dup, walk, facet): new URLs of it are dropped
-``hist``                  hash    URL -> change history and validators (continuous mode)
+``hist``                  hash    URL -> change history, rate estimate and validators (continuous mode)
 ``due``                   zset    "<level> <url>" -> next visit (continuous mode)
+``rates``                 hash    allocation class "<quarter octave>:<weight>" -> URLs in it
+                                  (the histogram the revisit budget is spread over)
+``hostrate``              hash    ``<host> c`` / ``<host> e``: changes seen and seconds watched on
+                                  the host's pages (the prior of its new URLs)
+``recrawl``               hash    the shard's revisit plan (``mu``, ``budget``, ``freshness``,
+                                  ``uniform_s``, ``urls``) and its limiter (``tokens``, ``refill_at``)
 ========================  ======  ===================================================
 
 Global (``<prefix>:{g}:...``): ``stats`` (hash of counters with slash paths),
@@ -173,6 +179,18 @@ class ShardKeys:
     @property
     def due(self) -> str:
         return f"{self.base}:due"
+
+    @property
+    def rates(self) -> str:
+        return f"{self.base}:rates"
+
+    @property
+    def host_rates(self) -> str:
+        return f"{self.base}:hostrate"
+
+    @property
+    def recrawl(self) -> str:
+        return f"{self.base}:recrawl"
 
     @property
     def queued(self) -> str:

@@ -301,9 +301,23 @@ class Settings:
     # Prometheus endpoint of manage.py crawl: -1 = off, 0 = a free port.
     METRICS_PORT: int = 0
     METRICS_ADDR: str = "127.0.0.1"
-    # Continuous crawl: every fetched URL is revisited, sooner if it changed; the crawl
-    # runs until a limit or a signal stops it.
+    # Continuous crawl: every fetched URL is revisited; the crawl runs until a limit or a
+    # signal stops it (frontier/recrawl.py; the rules are in crawler_tasks/freshness/).
     CONTINUOUS: bool = False
+    # Revisit rule: adaptive (estimated change rates, the budget spread to keep copies
+    # fresh), multiplicative (2x sooner after a change, 1.5x later if not), nutch (Nutch's
+    # AdaptiveFetchSchedule defaults) or uniform (the budget spread evenly).
+    RECRAWL_POLICY: str = "adaptive"
+    # What adaptive maximizes: freshness (share of copies equal to the live page; pages
+    # that change too fast to keep fresh are given up on) or age (how long copies are
+    # out of date; every page is revisited, faster ones more often).
+    RECRAWL_OBJECTIVE: str = "freshness"
+    # Revisits per second per shard; 0 = RECRAWL_HOST_SHARE of the politeness capacity of
+    # the shard's known hosts (one request per MIN_DELAY_S each). Discovery has the rest.
+    RECRAWL_BUDGET_PER_S: float = 0.0
+    RECRAWL_HOST_SHARE: float = 0.5
+    # The first visit's interval for the non-adaptive rules (adaptive starts from the
+    # host's pooled change rate, or 1 / this), and the bounds of every interval, seconds.
     RECRAWL_INITIAL_S: float = 86_400.0
     RECRAWL_MIN_S: float = 3_600.0
     RECRAWL_MAX_S: float = 30 * 86_400.0
@@ -366,6 +380,13 @@ class Settings:
             (self.PARSE_GROUP_S > 0, "PARSE_GROUP_S must be > 0"),
             (self.MAX_OUTLINKS_PER_PAGE >= 0, "MAX_OUTLINKS_PER_PAGE must be >= 0"),
             (self.MIN_DELAY_S >= 0, "MIN_DELAY_S must be >= 0"),
+            (self.RECRAWL_POLICY in ("adaptive", "multiplicative", "nutch", "uniform"),
+             "RECRAWL_POLICY must be adaptive, multiplicative, nutch or uniform"),
+            (self.RECRAWL_OBJECTIVE in ("freshness", "age"), "RECRAWL_OBJECTIVE must be freshness or age"),
+            (self.RECRAWL_BUDGET_PER_S >= 0 and 0 < self.RECRAWL_HOST_SHARE <= 1,
+             "RECRAWL_BUDGET_PER_S must be >= 0 and RECRAWL_HOST_SHARE in (0, 1]"),
+            (0 < self.RECRAWL_MIN_S <= self.RECRAWL_INITIAL_S <= self.RECRAWL_MAX_S,
+             "RECRAWL_MIN_S <= RECRAWL_INITIAL_S <= RECRAWL_MAX_S must hold, all > 0"),
             (self.DELAY_FACTOR >= 0, "DELAY_FACTOR must be >= 0"),
             (self.LEASE_S > self.TOTAL_TIMEOUT_S, "LEASE_S must exceed TOTAL_TIMEOUT_S"),
             (min(self.TOTAL_TIMEOUT_S, self.CONNECT_TIMEOUT_S, self.READ_TIMEOUT_S) > 0,

@@ -380,7 +380,9 @@ def test_per_ip_politeness_shares_one_gap(fast):
 def test_continuous_recrawl_adapts_to_change_and_uses_304(fast):
     import threading
 
+    # a budget that binds (5 pages could take 10 revisits/s); by age, a faster page is worth more visits
     s = dataclasses.replace(fast, CONTINUOUS=True, RECRAWL_INITIAL_S=1.0, RECRAWL_MIN_S=0.5, RECRAWL_MAX_S=30.0,
+                            RECRAWL_BUDGET_PER_S=2.0, RECRAWL_OBJECTIVE="age", RECRAWL_CHECK_S=0.5,
                             SOFT404_PROBE=False, PROBE_SITEMAP_XML=False, MIN_DELAY_S=0.05)
     with TestWeb(n_hosts=1, pages_per_host=3) as web:
         web.set_route(0, "/news.html", 200, HTML, b"<html><body>news 0</body></html>")

@@ -1,87 +1,92 @@
-"""Continuous crawling: every fetched URL gets a next visit from its change history.
+"""Continuous crawling: every fetched URL gets a next visit, within a revisit budget.
 
-Policy: a page whose content fingerprint changed since the last visit is revisited
-twice as soon, an unchanged one (or a 304 to our conditional GET) 1.5x later, within
-[RECRAWL_MIN_S, RECRAWL_MAX_S]; a new URL starts at RECRAWL_INITIAL_S. The priority of
-the revisit blends the change rate with quality, so fast-changing junk does not win:
-only indexable pages that change often get the top level; pages that are not
-indexable (duplicates, soft 404s, errors) are revisited at the lowest level.
+The rules are pure (``crawler_tasks.freshness``): by default (``RECRAWL_POLICY=adaptive``)
+each URL's change rate is estimated from its visits (a changed main-text fingerprint, a
+304, Last-Modified), and the shard's revisit budget is spread over its URLs so as to
+maximize the expected freshness (or minimize age, ``RECRAWL_OBJECTIVE``) of the copies,
+weighted by page value: an indexable page counts 1, a seed 2, anything else (duplicates,
+soft 404s, errors) 0.1.
 
-State per URL (``hist`` hash of the URL's shard): ``etag \\t last-modified \\t fingerprint
-\\t interval \\t visits \\t changes`` (about 60 bytes plus the URL as field name), and the
-``due`` sorted set (score = next visit). A Beat task (``crawler.recrawl``) moves due URLs
-back into the front queues with recrawl.lua.
+The budget is revisits per second per shard: ``RECRAWL_BUDGET_PER_S``, or, when 0, a share
+``RECRAWL_HOST_SHARE`` of the politeness capacity of the shard's known hosts (one request
+per ``MIN_DELAY_S`` each). How new URLs and revisits share a host: revisits enter the top
+front queue, but only as many as the budget allows (a token bucket in recrawl.lua, the most
+overdue first); discovery has the rest of every host's turns. So recrawl never takes more
+than its share, and discovery never starves revisits of theirs.
+
+State in the shard's Redis: ``hist`` (URL -> ``freshness.policy.History``), ``due``
+(``"<level> <url>"`` -> next visit), ``rates`` (allocation class -> URLs: the histogram the
+plan is solved over), ``hostrate`` (a host's pooled changes and exposure: the prior of its new
+URLs) and ``recrawl`` (the plan and the limiter). A Beat task (``crawler.recrawl``) solves the
+plan again and moves due URLs back into the front queues.
 """
 from __future__ import annotations
 
+import math
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
+from email.utils import parsedate_to_datetime
 
 from crawler_tasks.connection import shard_client
+from crawler_tasks.freshness.allocate import (
+    OVERBOOK,
+    Bounds,
+    FreqOf,
+    Objective,
+    PageClass,
+    expected_freshness,
+    solve_mu,
+)
+from crawler_tasks.freshness.policy import History, Plan, Policy, Visit, cell_rate, revisit
+from crawler_tasks.freshness.rate import pooled_rate
 from crawler_tasks.frontier import Frontier, group_by
 from crawler_tasks.records import EntryKind, PageRecord
 from crawler_tasks.settings import Settings
 from crawler_tasks.urls.normalize import host_key
 
-
-@dataclass(slots=True)
-class History:
-    etag: str = ""
-    last_modified: str = ""
-    fingerprint: str = ""
-    interval_s: float = 0.0
-    visits: int = 0
-    changes: int = 0
-
-    def encode(self) -> str:
-        return "\t".join([self.etag, self.last_modified, self.fingerprint, f"{self.interval_s:.0f}",
-                          str(self.visits), str(self.changes)])
-
-    @classmethod
-    def decode(cls, raw: str | None) -> "History":
-        if not raw:
-            return cls()
-        try:
-            etag, lm, fp, interval, visits, changes = raw.split("\t")
-            return cls(etag, lm, fp, float(interval), int(visits), int(changes))
-        except ValueError:  # an old or damaged entry: start the history again
-            return cls()
+WEIGHT_SEED = 2.0
+WEIGHT_PAGE = 1.0
+WEIGHT_OTHER = 0.1
+BURST_S = 2.0      # the limiter saves up at most this many seconds of budget
 
 
-def next_visit(settings: Settings, old: History, status: int | None, fingerprint: str | None,
-               etag: str | None, last_modified: str | None) -> tuple[History, bool]:
-    """The URL's new history after a visit, and whether its content changed (pure)."""
-    if status == 304:
-        changed = False
-        fingerprint = old.fingerprint
-    else:
-        changed = bool(old.visits) and (fingerprint or "") != old.fingerprint
-    if not old.visits:
-        interval = settings.RECRAWL_INITIAL_S
-    elif changed:
-        interval = old.interval_s / 2
-    else:
-        interval = old.interval_s * 1.5
-    interval = min(max(interval, settings.RECRAWL_MIN_S), settings.RECRAWL_MAX_S)
-    new = History(etag or (old.etag if status == 304 else ""),
-                  last_modified or (old.last_modified if status == 304 else ""),
-                  fingerprint or "", interval, old.visits + 1, old.changes + int(changed))
-    return new, changed
+def page_weight(rec: PageRecord) -> float:
+    """A page's value in the revisit plan."""
+    if not (rec.indexable or rec.status == 304):
+        return WEIGHT_OTHER
+    return WEIGHT_SEED if rec.depth == 0 else WEIGHT_PAGE
 
 
-def revisit_level(settings: Settings, hist: History, indexable: bool) -> int:
-    """Front-queue level of the revisit: change rate counts only for indexable pages."""
-    top = settings.PRIORITY_LEVELS - 1
-    if not indexable:
-        return top
-    rate = hist.changes / max(1, hist.visits - 1)
-    return 0 if rate >= 0.5 else min(1, top)
+def _epoch(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        if value[:4].isdigit():
+            return datetime.fromisoformat(value).timestamp()
+        return parsedate_to_datetime(value).timestamp()
+    except (ValueError, TypeError, IndexError, OverflowError):
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class RecrawlSummary:
+    """What ``stats`` and ``report`` show of a continuous crawl."""
+
+    urls: int
+    budget_per_s: float
+    expected_freshness: float
+    rate_histogram: list[tuple[str, int]]   # change period band -> URLs
 
 
 class Recrawler:
     def __init__(self, settings: Settings, frontier: Frontier) -> None:
         self.settings = settings
         self.frontier = frontier
+        self.policy = Policy(settings.RECRAWL_POLICY)
+        self.objective = Objective(settings.RECRAWL_OBJECTIVE)
+        self.bounds = Bounds(1.0 / settings.RECRAWL_MAX_S, 1.0 / settings.RECRAWL_MIN_S)
 
     def conditional_headers(self, shard: int, urls: list[str]) -> list[dict[str, str]]:
         """If-None-Match / If-Modified-Since for URLs we hold validators for."""
@@ -104,31 +109,138 @@ class Recrawler:
         """Update histories and schedule next visits (``revisit_s`` on each record);
         returns counters."""
         now = time.time() if now is None else now
-        counters = {"recrawl/changed": 0, "recrawl/unchanged": 0}
+        counters = {"recrawl/changed": 0, "recrawl/unchanged": 0, "recrawl/revisits": 0, "recrawl/not_modified": 0}
         visited = [r for r in records if r.status in (200, 304) and r.kind != EntryKind.PROBE]
         by_shard = group_by(visited, lambda rec: self.frontier.shard_of(host_key(rec.url)))
         for shard, group in by_shard.items():
             k = self.frontier.keys(shard)
             client = shard_client(self.settings, shard)
-            old: list[str | None] = client.hmget(k.history, [r.url for r in group])  # type: ignore[assignment]
+            hosts = [host_key(r.url) for r in group]
             pipe = client.pipeline(transaction=False)
-            for rec, raw in zip(group, old, strict=True):
-                hist, changed = next_visit(self.settings, History.decode(raw), rec.status, rec.fingerprint,
-                                           rec.headers.get("etag"), rec.headers.get("last-modified"))
-                counters["recrawl/changed" if changed else "recrawl/unchanged"] += 1
-                rec.revisit_s = round(hist.interval_s, 1)
-                level = revisit_level(self.settings, hist, rec.indexable or rec.status == 304)
+            pipe.hmget(k.history, [r.url for r in group])
+            pipe.hmget(k.host_rates, [f"{h} {f}" for h in hosts for f in "ce"])
+            pipe.hmget(k.recrawl, ["mu", "uniform_s"])
+            old, pooled, (mu, uniform_s) = pipe.execute()
+            pipe = client.pipeline(transaction=False)
+            for i, (rec, raw) in enumerate(zip(group, old, strict=True)):
+                prev = History.decode(raw)
+                host_c, host_e = float(pooled[2 * i] or 0), float(pooled[2 * i + 1] or 0)
+                plan = Plan(self.policy, self.bounds, self.settings.RECRAWL_INITIAL_S, mu=float(mu or 0),
+                            objective=self.objective, uniform_s=float(uniform_s or 0),
+                            prior_rate=pooled_rate(host_c, host_e, 1.0 / self.settings.RECRAWL_INITIAL_S))
+                if rec.status == 304:
+                    changed = False
+                    counters["recrawl/not_modified"] += 1
+                else:
+                    changed = bool(prev.visits) and (rec.fingerprint or "") != prev.fingerprint
+                visit = Visit(_epoch(rec.fetched_at) or now, changed, _epoch(rec.headers.get("last-modified")))
+                hist, due_at = revisit(plan, prev, visit, page_weight(rec))
+                hist.etag = rec.headers.get("etag") or (prev.etag if rec.status == 304 else "")
+                hist.last_modified = rec.headers.get("last-modified") or (
+                    prev.last_modified if rec.status == 304 else "")
+                hist.fingerprint = prev.fingerprint if rec.status == 304 else (rec.fingerprint or "")
+                if prev.visits:
+                    counters["recrawl/revisits"] += 1
+                    counters["recrawl/changed" if changed else "recrawl/unchanged"] += 1
+                    pipe.hincrbyfloat(k.host_rates, f"{hosts[i]} c", float(changed))
+                    pipe.hincrbyfloat(k.host_rates, f"{hosts[i]} e", max(0.0, visit.at - prev.visited_at))
+                if hist.cell != prev.cell:
+                    if prev.cell:
+                        pipe.hincrby(k.rates, prev.cell, -1)
+                    pipe.hincrby(k.rates, hist.cell, 1)
+                rec.revisit_s = round(hist.interval_s, 3)
+                level = 0 if hist.weight >= WEIGHT_PAGE else self.settings.PRIORITY_LEVELS - 1
                 pipe.hset(k.history, rec.url, hist.encode())
-                pipe.zadd(k.due, {f"{level} {rec.url}": now + hist.interval_s})
+                pipe.zadd(k.due, {f"{level} {rec.url}": due_at})
             pipe.execute()
         return counters
 
+    # -- the plan ---------------------------------------------------------------------
+    def budget(self, shard: int) -> float:
+        """Revisits per second this shard may spend."""
+        s = self.settings
+        if s.RECRAWL_BUDGET_PER_S > 0:
+            return s.RECRAWL_BUDGET_PER_S
+        hosts = shard_client(s, shard).hlen(self.frontier.keys(shard).host_rates) / 2
+        return max(hosts, 1) * s.RECRAWL_HOST_SHARE / max(s.MIN_DELAY_S, 0.01)
+
+    def classes(self, shard: int) -> list[PageClass]:
+        raw: dict[str, str] = shard_client(self.settings, shard).hgetall(  # type: ignore[assignment]
+            self.frontier.keys(shard).rates)
+        out = []
+        for cell, count in raw.items():
+            try:
+                rate, weight = cell_rate(cell)
+            except ValueError:
+                continue
+            if int(count) > 0:
+                out.append(PageClass(rate, weight, int(count)))
+        return out
+
+    def replan(self, shard: int) -> float:
+        """Solve the shard's allocation for its budget; returns the expected freshness."""
+        budget = self.budget(shard)
+        classes = self.classes(shard)
+        urls = sum(c.count for c in classes)
+        mu = solve_mu(classes, budget * OVERBOOK, self.objective, self.bounds)
+        fresh = expected_freshness(classes, FreqOf(mu, self.objective, self.bounds))
+        shard_client(self.settings, shard).hset(self.frontier.keys(shard).recrawl, mapping={
+            "mu": repr(mu), "budget": repr(budget), "freshness": f"{fresh:.4f}", "urls": int(urls),
+            "uniform_s": repr(urls / budget if budget else 0.0)})
+        return fresh
+
     def requeue_due(self, now: float | None = None, limit: int = 5000) -> int:
-        """Move due URLs of every shard back into the front queues."""
+        """Solve each shard's plan again and move its due URLs back into the front queues,
+        within its budget."""
         now = time.time() if now is None else now
         moved = 0
         for shard in range(self.settings.SHARDS):
+            self.replan(shard)
+            budget = self.budget(shard)
             k = self.frontier.keys(shard)
-            moved += int(self.frontier.run_script(shard, "recrawl", [k.due, k.queued] + k.fronts(self.frontier.levels),
-                                                  [now, limit]))  # type: ignore[call-overload]
+            moved += int(self.frontier.run_script(  # type: ignore[call-overload]
+                shard, "recrawl", [k.due, k.queued, k.recrawl] + k.fronts(self.frontier.levels),
+                [now, limit, budget, max(1.0, budget * max(BURST_S, self.settings.RECRAWL_CHECK_S))]))
         return moved
+
+    def summary(self) -> RecrawlSummary:
+        """The crawl's estimated change rates, budget and expected freshness, over all shards."""
+        bands: dict[int, int] = {}
+        urls = 0
+        budget = fresh_sum = 0.0
+        for shard in range(self.settings.SHARDS):
+            classes = self.classes(shard)
+            raw = shard_client(self.settings, shard).hmget(self.frontier.keys(shard).recrawl, ["budget", "freshness"])
+            n = sum(c.count for c in classes)
+            urls += int(n)
+            budget += float(raw[0] or 0)
+            fresh_sum += float(raw[1] or 0) * n
+            for c in classes:
+                band = math.floor(math.log10(1.0 / c.rate))
+                bands[band] = bands.get(band, 0) + int(c.count)
+        return RecrawlSummary(urls, budget, fresh_sum / urls if urls else 0.0,
+                              [(_band_label(b), bands[b]) for b in sorted(bands)])
+
+
+def _band_label(decade: int) -> str:
+    def fmt(seconds: float) -> str:
+        for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+            if seconds >= size:
+                return f"{seconds / size:g} {unit}"
+        return f"{seconds:g} s"
+    return f"changes every {fmt(10.0 ** decade)}-{fmt(10.0 ** (decade + 1))}"
+
+
+def recrawl_lines(settings: Settings, stats: Mapping[str, int], elapsed_s: float) -> list[str]:
+    """The recrawl part of ``stats`` and ``report``: estimated change rates (a histogram),
+    revisits/s, the share answered 304, and the collection's expected freshness."""
+    summary = Recrawler(settings, Frontier(settings)).summary()
+    if not summary.urls:
+        return []
+    revisits = stats.get("recrawl/revisits", 0)
+    lines = [f"recrawl: {summary.urls} URLs known, budget {summary.budget_per_s:.2f} revisits/s, "
+             f"revisits {revisits} ({revisits / elapsed_s if elapsed_s > 0 else 0.0:.2f}/s), "
+             f"answered 304 {stats.get('recrawl/not_modified', 0) / revisits if revisits else 0.0:.0%}, "
+             f"expected freshness {summary.expected_freshness:.1%}"]
+    lines += [f"  {label:40s} {n}" for label, n in summary.rate_histogram]
+    return lines

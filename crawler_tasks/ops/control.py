@@ -67,6 +67,11 @@ class Control:
         at = raw.get("state_at")
         return _state(raw.get("state")), raw.get("reason", ""), float(at) if at else None
 
+    def running_s(self) -> float:
+        """Seconds since the crawl started (0 when it never did)."""
+        raw = self.client.hget(self.keys.control, "started_at")
+        return max(0.0, time.time() - float(raw)) if raw else 0.0
+
     def view(self) -> ControlView:
         """State, page groups waiting for parse/enqueue, pages fetched: one round trip."""
         pipe = self.client.pipeline(transaction=False)

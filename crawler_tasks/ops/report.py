@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from crawler_tasks.frontier.recrawl import recrawl_lines
 from crawler_tasks.ops.control import Control
 from crawler_tasks.ops.maintenance import read_samples
 from crawler_tasks.output.jsonl import PAGES_FILE
@@ -299,6 +300,7 @@ class CrawlInputs:
     state: str = ""
     reason: str = ""
     note: str = ""
+    recrawl: list[str] = field(default_factory=list)   # a continuous crawl's revisit plan
 
 
 _CSS = """
@@ -403,6 +405,9 @@ def render(summary: Summary, inputs: CrawlInputs, *, title: str, trap_min_pages:
                 "earlier content (their new links are demoted to the lowest priority).</p>")
     body.append(_table(["host", "pages", "duplicates"], traps) if traps else "<p>none</p>")
 
+    if inputs.recrawl:
+        body.append("<h2>Recrawl</h2><pre>" + _e("\n".join(inputs.recrawl)) + "</pre>")
+
     body.append("<h2>Settings</h2>")
     if inputs.settings:
         body.append(_table(["setting", "value"], sorted(inputs.settings.items()), numeric_from=9))
@@ -422,9 +427,11 @@ def read_inputs(settings: Settings) -> CrawlInputs:
     control = Control(settings)
     state, reason, _ = control.state()
     recorded = control.client.hgetall(control.keys.settings)
-    return CrawlInputs(stats=control.stats(), samples=read_samples(settings),
+    stats = control.stats()
+    recrawl = recrawl_lines(settings, stats, control.running_s()) if "recrawl/revisits" in stats else []
+    return CrawlInputs(stats=stats, samples=read_samples(settings),
                        settings={str(k): str(v) for k, v in recorded.items()},
-                       state=str(state), reason=reason)
+                       state=str(state), reason=reason, recrawl=recrawl)
 
 
 def write_report(out_dir: str | os.PathLike[str], inputs: CrawlInputs, dest: str | os.PathLike[str] | None = None,
