@@ -46,7 +46,9 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 ``rates``                 hash    allocation class "<quarter octave>:<weight>" -> URLs in it
                                   (the histogram the revisit budget is spread over)
 ``hostrate``              hash    ``<host> c`` / ``<host> e``: changes seen and seconds watched on
-                                  the host's pages (the prior of its new URLs)
+                                  the host's pages (the prior of its new URLs); ``<host> n`` /
+                                  ``<host> y``: sitemap lastmod claims checked / confirmed
+``claims``                hash    URL -> sitemap lastmod (epoch s) claiming a change since our last visit
 ``recrawl``               hash    the shard's revisit plan (``mu``, ``budget``, ``freshness``,
                                   ``uniform_s``, ``urls``) and its limiter (``tokens``, ``refill_at``)
 ========================  ======  ===================================================
@@ -187,6 +189,10 @@ class ShardKeys:
     @property
     def host_rates(self) -> str:
         return f"{self.base}:hostrate"
+
+    @property
+    def claims(self) -> str:
+        return f"{self.base}:claims"
 
     @property
     def recrawl(self) -> str:

@@ -214,3 +214,30 @@ def test_shard_plan_limits_revisits_to_the_budget(settings, rclient):
     assert lines[0].startswith("recrawl: 40 URLs known, budget") and "revisits 10 (1.00/s)" in lines[0]
     assert "answered 304 90%" in lines[0] and "expected freshness" in lines[0]
     assert sum(int(line.split()[-1]) for line in lines[1:]) == 40   # the histogram covers every URL
+
+
+def test_sitemap_lastmod_counts_once_the_host_proved_honest(settings, rclient):
+    s = dataclasses.replace(settings, CONTINUOUS=True, RECRAWL_BUDGET_PER_S=1.0,
+                            RECRAWL_MIN_S=1.0, RECRAWL_INITIAL_S=100.0, RECRAWL_MAX_S=1000.0)
+    frontier = Frontier(s)
+    recrawler = Recrawler(s, frontier)
+    honest = [f"http://honest.test/p{i}" for i in range(8)]
+    liar = [f"http://liar.test/p{i}" for i in range(8)]
+    visit1, claim, visit2 = "2026-12-03T00:00:00Z", "2026-12-03T00:05:00Z", "2026-12-03T00:10:00Z"
+    recrawler.record_visits([_record(u, "v1", at=visit1) for u in honest + liar], now=0)
+    now = 1_900_000_000.0
+    # before any claim was checked, a lastmod makes nothing due
+    assert recrawler.sitemap_claims([(u, claim) for u in honest + liar], now=now) == 0
+    # the next visits check the claims: the honest host changed, the liar did not
+    recrawler.record_visits([_record(u, "v2", at=visit2) for u in honest]
+                            + [_record(u, "v1", at=visit2) for u in liar], now=0)
+    newer = "2026-12-03T00:15:00Z"
+    made_due = recrawler.sitemap_claims([(u, newer) for u in honest + liar], now=now)
+    assert made_due == len(honest)
+    due = {m: score for m, score in rclient.zrange(frontier.keys(frontier.shard_of("honest.test")).due, 0, -1,
+                                                   withscores=True)}
+    assert due[f"0 {honest[0]}"] == now
+    liar_due = rclient.zscore(frontier.keys(frontier.shard_of("liar.test")).due, f"0 {liar[0]}")
+    assert liar_due is not None and liar_due < now   # its own schedule: long before this test's clock
+    # a lastmod older than our last visit claims nothing
+    assert recrawler.sitemap_claims([(honest[1], visit1)], now=now) == 0

@@ -19,6 +19,10 @@ State in the shard's Redis: ``hist`` (URL -> ``freshness.policy.History``), ``du
 plan is solved over), ``hostrate`` (a host's pooled changes and exposure: the prior of its new
 URLs) and ``recrawl`` (the plan and the limiter). A Beat task (``crawler.recrawl``) solves the
 plan again and moves due URLs back into the front queues.
+
+A sitemap's ``<lastmod>`` later than our last visit claims a change. A claim is checked by the
+URL's next visit; once a host's claims have proved honest (``HONEST_SHARE`` of at least
+``HONEST_MIN`` confirmed), a claim makes its URL due at once.
 """
 from __future__ import annotations
 
@@ -50,6 +54,8 @@ WEIGHT_SEED = 2.0
 WEIGHT_PAGE = 1.0
 WEIGHT_OTHER = 0.1
 BURST_S = 2.0      # the limiter saves up at most this many seconds of budget
+HONEST_MIN = 5     # sitemap lastmod claims checked before a host's are believed
+HONEST_SHARE = 0.8
 
 
 def page_weight(rec: PageRecord) -> float:
@@ -57,6 +63,10 @@ def page_weight(rec: PageRecord) -> float:
     if not (rec.indexable or rec.status == 304):
         return WEIGHT_OTHER
     return WEIGHT_SEED if rec.depth == 0 else WEIGHT_PAGE
+
+
+def _level(weight: float, levels: int) -> int:
+    return 0 if weight >= WEIGHT_PAGE else levels - 1
 
 
 def _epoch(value: str | None) -> float | None:
@@ -120,7 +130,8 @@ class Recrawler:
             pipe.hmget(k.history, [r.url for r in group])
             pipe.hmget(k.host_rates, [f"{h} {f}" for h in hosts for f in "ce"])
             pipe.hmget(k.recrawl, ["mu", "uniform_s"])
-            old, pooled, (mu, uniform_s) = pipe.execute()
+            pipe.hmget(k.claims, [r.url for r in group])
+            old, pooled, (mu, uniform_s), claims = pipe.execute()
             pipe = client.pipeline(transaction=False)
             for i, (rec, raw) in enumerate(zip(group, old, strict=True)):
                 prev = History.decode(raw)
@@ -139,6 +150,10 @@ class Recrawler:
                 hist.last_modified = rec.headers.get("last-modified") or (
                     prev.last_modified if rec.status == 304 else "")
                 hist.fingerprint = prev.fingerprint if rec.status == 304 else (rec.fingerprint or "")
+                if claims[i]:   # a sitemap said it changed: did it?
+                    pipe.hdel(k.claims, rec.url)
+                    pipe.hincrby(k.host_rates, f"{hosts[i]} n", 1)
+                    pipe.hincrby(k.host_rates, f"{hosts[i]} y", int(changed))
                 if prev.visits:
                     counters["recrawl/revisits"] += 1
                     counters["recrawl/changed" if changed else "recrawl/unchanged"] += 1
@@ -149,11 +164,39 @@ class Recrawler:
                         pipe.hincrby(k.rates, prev.cell, -1)
                     pipe.hincrby(k.rates, hist.cell, 1)
                 rec.revisit_s = round(hist.interval_s, 3)
-                level = 0 if hist.weight >= WEIGHT_PAGE else self.settings.PRIORITY_LEVELS - 1
                 pipe.hset(k.history, rec.url, hist.encode())
-                pipe.zadd(k.due, {f"{level} {rec.url}": due_at})
+                pipe.zadd(k.due, {f"{_level(hist.weight, self.settings.PRIORITY_LEVELS)} {rec.url}": due_at})
             pipe.execute()
         return counters
+
+    def sitemap_claims(self, claims: list[tuple[str, str]], now: float | None = None) -> int:
+        """Take sitemap ``(url, lastmod)`` pairs: a lastmod after our last visit of a known URL
+        is a claim of change, kept for its next visit to check; where the host has proved
+        honest the URL is due now. Returns the URLs made due."""
+        now = time.time() if now is None else now
+        made_due = 0
+        by_shard = group_by([(url, _epoch(lastmod)) for url, lastmod in claims],
+                            lambda c: self.frontier.shard_of(host_key(c[0])))
+        for shard, group in by_shard.items():
+            k = self.frontier.keys(shard)
+            client = shard_client(self.settings, shard)
+            hosts = [host_key(url) for url, _ in group]
+            pipe = client.pipeline(transaction=False)
+            pipe.hmget(k.history, [url for url, _ in group])
+            pipe.hmget(k.host_rates, [f"{h} {f}" for h in hosts for f in "ny"])
+            raw, honesty = pipe.execute()
+            pipe = client.pipeline(transaction=False)
+            for i, ((url, when), value) in enumerate(zip(group, raw, strict=True)):
+                hist = History.decode(value)
+                if when is None or not hist.visits or when <= hist.visited_at or when > now:
+                    continue
+                pipe.hset(k.claims, url, f"{when:.0f}")
+                checked, confirmed = int(honesty[2 * i] or 0), int(honesty[2 * i + 1] or 0)
+                if checked >= HONEST_MIN and confirmed >= HONEST_SHARE * checked:
+                    pipe.zadd(k.due, {f"{_level(hist.weight, self.settings.PRIORITY_LEVELS)} {url}": now}, xx=True)
+                    made_due += 1
+            pipe.execute()
+        return made_due
 
     # -- the plan ---------------------------------------------------------------------
     def budget(self, shard: int) -> float:

@@ -27,6 +27,9 @@ def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
     counters: Counters = {}
     discovered: list[Discovered] = []
     redirects: dict[int, PageRecord] = {}   # index in discovered -> the redirect's record
+    claims = [(e.url, e.lastmod) for rec in records for e in rec.sitemap_urls if e.lastmod] if s.CONTINUOUS else []
+    if claims:   # before the entries go: a sitemap's lastmod is evidence of change
+        bump(counters, "recrawl/sitemap_due", w.recrawler.sitemap_claims(claims))
     for rec in records:
         found, redirect = _discoveries(w, rec, counters)
         discovered += found
