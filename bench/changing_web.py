@@ -108,9 +108,12 @@ class ChangingWeb:
                     self.send_header(k, v)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
+                # the end is stamped before the last write: a thread descheduled after it would
+                # stamp it late and make a gap look short (a small write takes microseconds)
+                end = time.time()
                 self.wfile.write(body)
                 with web.lock:
-                    web.log.append(Answer(host, page, start, time.time(), status, version))
+                    web.log.append(Answer(host, page, start, end, status, version))
 
         for h in range(len(self.pages)):
             server = ThreadingHTTPServer((f"127.0.0.{h + 2}", 0), Handler)
