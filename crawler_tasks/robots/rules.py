@@ -59,7 +59,7 @@ import math
 import re
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import cast
+from typing import NamedTuple, cast
 
 __all__ = [
     "MAX_ROBOTS_BYTES",
@@ -109,10 +109,20 @@ _sort_key = itemgetter(0)
 # Compiled-pattern modes.
 _PREFIX, _EXACT, _GLOB = 0, 1, 2
 
-# Matcher entry: (sort key, mode, data, is_allow, pattern, line, raw); data is the
-# literal for prefix/exact rules, (pieces, anchored, longest piece) for globs.
+# A glob's data: (pieces between the *s, anchored by $, the longest piece).
 _GlobData = tuple[tuple[str, ...], bool, str]
-_Entry = tuple[tuple[int, int, int], int, str | _GlobData, bool, str, int, bytes]
+
+
+class _Entry(NamedTuple):
+    """A compiled rule; a tuple so that sorting by ``key`` stays a C-level item lookup."""
+
+    key: tuple[int, int, int]   # priority order (see _compile)
+    mode: int                   # _PREFIX, _EXACT or _GLOB
+    data: str | _GlobData       # the literal for prefix and exact rules, the glob's data
+    allow: bool
+    pattern: str
+    line: int
+    raw: bytes
 
 # Bound on the per-agent caches (agents are few; this only stops abuse).
 _CACHE_MAX = 512
@@ -260,7 +270,7 @@ class _Group:
 
 
 def _compile(line: int, is_allow: bool, pattern: str, raw: bytes) -> _Entry:
-    """(sort key, mode, data, is_allow, pattern, line, raw) for the matcher.
+    """The matcher's entry for one rule.
 
     The sort key orders by priority: longest pattern first, allow before
     disallow on a tie (RFC 9309 2.2.2), then file order for a stable explain().
@@ -274,7 +284,7 @@ def _compile(line: int, is_allow: bool, pattern: str, raw: bytes) -> _Entry:
         pieces = tuple(body.split("*"))
         mode, data = _GLOB, (pieces, anchored, max(pieces, key=len))
     key = (-len(pattern), 0 if is_allow else 1, line)
-    return (key, mode, data, is_allow, pattern, line, raw)
+    return _Entry(key, mode, data, is_allow, pattern, line, raw)
 
 
 class _Resolved:
@@ -299,12 +309,12 @@ class _Resolved:
         entries = [_compile(*rule) for rule in rules]
         entries.sort(key=_sort_key)
         for entry in entries:
-            data = entry[2]
+            data = entry.data
             if not isinstance(data, str):  # a glob (mode _GLOB)
                 self.globs.setdefault(data[0][0], []).append(entry)
             else:
                 # Same pattern twice: the first in sort order (allow) wins.
-                (self.prefixes if entry[1] == _PREFIX else self.exact).setdefault(data, entry)
+                (self.prefixes if entry.mode == _PREFIX else self.exact).setdefault(data, entry)
         self.lengths = tuple(sorted({len(p) for p in self.prefixes}, reverse=True))
         self.glob_lengths = tuple(sorted({len(p) for p in self.globs}, reverse=True))
         self.agents = agents
@@ -350,7 +360,7 @@ def _first_match(resolved: _Resolved, path: str) -> _Entry | None:
             if best is not None:
                 break
     exact = resolved.exact.get(path)
-    if exact is not None and (best is None or exact[0] < best[0]):
+    if exact is not None and (best is None or exact.key < best.key):
         best = exact
     if not resolved.glob_lengths:
         return best
@@ -364,9 +374,9 @@ def _first_match(resolved: _Resolved, path: str) -> _Entry | None:
     if len(resolved.glob_lengths) > 1:
         candidates.sort(key=_sort_key)
     for entry in candidates:
-        if best is not None and entry[0] > best[0]:
+        if best is not None and entry.key > best.key:
             break
-        pieces, anchored, needle = cast(_GlobData, entry[2])  # only globs are indexed here
+        pieces, anchored, needle = cast(_GlobData, entry.data)  # only globs are indexed here
         if needle in path and _glob_match(pieces, anchored, path):
             return entry
     return best
@@ -375,8 +385,8 @@ def _first_match(resolved: _Resolved, path: str) -> _Entry | None:
 def _rule_of(entry: _Entry | None) -> Rule | None:
     if entry is None:
         return None
-    return Rule("allow" if entry[3] else "disallow", entry[4], entry[5],
-                entry[6].decode("utf-8", "replace"))
+    return Rule("allow" if entry.allow else "disallow", entry.pattern, entry.line,
+                entry.raw.decode("utf-8", "replace"))
 
 
 class RobotsRules:
@@ -443,7 +453,7 @@ class RobotsRules:
         if path == "/robots.txt":
             return True
         entry = _first_match(self._resolve(agent), path)
-        return entry is None or entry[3]
+        return entry is None or entry.allow
 
     def explain(self, url: str, agent: str) -> Verdict:
         """The decision for ``url`` with the rule and group behind it."""
@@ -453,7 +463,7 @@ class RobotsRules:
         if path == "/robots.txt":
             return Verdict(True, None, resolved.agents, resolved.agent_lines, path, token)
         entry = _first_match(resolved, path)
-        allowed = entry is None or entry[3]
+        allowed = entry is None or entry.allow
         return Verdict(allowed, _rule_of(entry), resolved.agents, resolved.agent_lines, path, token)
 
     def crawl_delay(self, agent: str) -> float | None:
