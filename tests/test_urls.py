@@ -115,6 +115,7 @@ CASES: list[tuple[str, str | None, str | None]] = [
     ("https://%e2%98%83", None, "https://xn--n3h/"),
     ("http://xn--n3h.ß/", None, "http://xn--n3h.xn--zca/"),  # a valid A-label beside Unicode
     ("http://xn--a.ß/", None, None),  # invalid punycode beside Unicode
+    ("http://xn---zca.ß/", None, None),  # not RFC 3492 (Python's decoder would take it as "ß")
     ("http://xn--a.com/", None, "http://xn--a.com/"),  # all ASCII: only lower-cased
     ("http://a\u200cb.com/", None, None),  # ZWNJ outside its context (CheckJoiners)
     ("http://نامه\u200cای.com/", None, "http://xn--mgba3gch31f060k.com/"),  # ZWNJ in context

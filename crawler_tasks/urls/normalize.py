@@ -633,7 +633,10 @@ def _decode_alabel(label: str) -> str | None:
     """The Unicode label behind an ``xn--`` label, or None when it is no valid A-label."""
     if not label.isascii():
         return None
-    text = label[4:].encode("ascii").decode("punycode")
+    code = label[4:].encode("ascii")
+    text = code.decode("punycode")
+    if text.encode("punycode") != code:
+        return None  # the stdlib decoder is lenient ("-zca"); RFC 3492 decoding is one-to-one
     if not text or text.isascii() or idna.uts46_remap(text, std3_rules=False) != text:
         return None  # UTS 46 4.1 step 4 and V7: only valid (or deviation) code points, NFC
     return text
