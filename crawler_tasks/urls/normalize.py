@@ -648,7 +648,7 @@ def _valid_label(label: str, bidi: bool) -> bool:
     NFC and the code point statuses hold by construction after the mapping,
     and are checked in :func:`_decode_alabel` for decoded labels.
     """
-    if label.startswith("xn--") or "." in label or unicodedata.category(label[0])[0] == "M":
+    if label.startswith("xn--") or unicodedata.category(label[0])[0] == "M":
         return False
     for i, ch in enumerate(label):
         if ch in "\u200c\u200d" and not idna.valid_contextj(label, i):
