@@ -383,6 +383,7 @@ _HOSTS = [
     "a.com", "A.COM", "www.example.com", "münchen.de", "xn--mnchen-3ya.de", "a.com.",
     "127.0.0.1", "0x7f.1", "[::1]", "[2001:DB8::1]", "%65x.com", "u:p@a.com", "a.com:80",
     "a.com:8080", "a.com:", "a.com:99999", "", "a b", "☃.net", "ｅｘ.com", "b.org", "1a.b",
+    "xn--n3h.net", "xn--a.ß", "faß.de", "-x.ß", "a\u200cb.com",
 ]
 _SEGMENTS = [
     "a", "B", ".", "..", "%2e", "%2E%2e", "", "%7e", "%7B", "%2F", "%zz", "%", "ä", " ",
@@ -390,7 +391,7 @@ _SEGMENTS = [
 ]
 _QUERIES = [
     "", "a=1", "utm_source=x", "sid=2", "PHPSESSID=3", "q=a+b", "q=%20", "x=%7e", "&", "b=?/",
-    "ü=1", "k", "fbclid=z",
+    "ü=1", "k", "fbclid=z", "q=it's", "q=it%27s",
 ]
 _FRAGMENTS = ["", "#", "#f", "#a b", "#\\x"]
 
