@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import ipaddress
-from urllib.parse import unquote_to_bytes, urljoin
+import json
+import re
+from pathlib import Path
+from urllib.parse import quote, unquote_to_bytes, urljoin
 
 import idna
 import pytest
@@ -106,7 +109,20 @@ CASES: list[tuple[str, str | None, str | None]] = [
     ("http://ｅｘａｍｐｌｅ.com/", None, "http://example.com/"),
     ("http://a\u3002b.com/", None, "http://a.b.com/"),
     ("http://my_host.bücher.de/", None, "http://my_host.xn--bcher-kva.de/"),
-    ("http://☃.net/", None, None),  # not valid IDNA 2008
+    # UTS 46 as the URL Standard applies it, not IDNA 2008: symbols are valid
+    ("http://☃.net/", None, "http://xn--n3h.net/"),
+    ("http://i❤.ws/", None, "http://xn--i-7iq.ws/"),
+    ("https://%e2%98%83", None, "https://xn--n3h/"),
+    ("http://xn--n3h.ß/", None, "http://xn--n3h.xn--zca/"),  # a valid A-label beside Unicode
+    ("http://xn--a.ß/", None, None),  # invalid punycode beside Unicode
+    ("http://xn---zca.ß/", None, None),  # not RFC 3492 (Python's decoder would take it as "ß")
+    ("http://xn--a.com/", None, "http://xn--a.com/"),  # all ASCII: only lower-cased
+    ("http://a\u200cb.com/", None, None),  # ZWNJ outside its context (CheckJoiners)
+    ("http://نامه\u200cای.com/", None, "http://xn--mgba3gch31f060k.com/"),  # ZWNJ in context
+    ("http://يa.com/", None, None),  # RTL then LTR in one label (CheckBidi)
+    ("http://-x.ß/", None, "http://-x.xn--zca/"),  # CheckHyphens false
+    ("http://\u0301a.ß/", None, None),  # leading combining mark
+    ("http://a\u00adb.com/", None, "http://ab.com/"),  # soft hyphen is ignored
     ("http://a\u200db.com/", None, None),  # ZWJ outside its context
     ("http://a／b.com/", None, None),  # fullwidth solidus maps to "/"
     ("http://a.com./x", None, "http://a.com/x"),
@@ -202,6 +218,9 @@ CASES: list[tuple[str, str | None, str | None]] = [
     ("http://a.com/?q=%7e&r=%2f", None, "http://a.com/?q=~&r=%2F"),
     ('http://a.com/?q="x y"', None, "http://a.com/?q=%22x%20y%22"),
     ("http://a.com/?a[]=1&b=?/", None, "http://a.com/?a%5B%5D=1&b=?/"),
+    ("http://a.com/?it's", None, "http://a.com/?it%27s"),  # as browsers send it
+    ("http://a.com/?it%27s", None, "http://a.com/?it%27s"),
+    ("/it's?it's", "http://a.com/", "http://a.com/it's?it%27s"),  # path keeps "'"
     ("http://a.com/?sid", None, "http://a.com/"),
     ("http://a.com/?side=1&ref=x", None, "http://a.com/?side=1&ref=x"),
     # resolution
@@ -336,14 +355,19 @@ def test_url_depth_of_path(url: str, depth: int) -> None:
 
 
 def test_idna_library_assumptions() -> None:
+    """What _idna_host takes from ``idna``: the UTS 46 table and the context and Bidi checks."""
     assert idna.uts46_remap("MÜNCHEN.ｄｅ", std3_rules=False) == "münchen.de"
-    assert idna.alabel("münchen") == b"xn--mnchen-3ya"
-    assert idna.alabel("faß") == b"xn--fa-hia"  # non-transitional: ß kept
-    assert idna.encode("münchen.de", uts46=True) == b"xn--mnchen-3ya.de"
+    assert idna.uts46_remap("faß_x.a\u00adb", std3_rules=False) == "faß_x.ab"  # ß kept, _ allowed, SHY ignored
+    assert idna.uts46_remap("☃", std3_rules=False) == "☃"  # valid in UTS 46 ...
     with pytest.raises(idna.IDNAError):
-        idna.alabel("☃")
+        idna.alabel("☃")  # ... but not in IDNA 2008: why alabel() is not used
     with pytest.raises(idna.IDNAError):
-        idna.encode("my_host.de")  # why ASCII labels bypass idna
+        idna.uts46_remap("a\u0378", std3_rules=False)  # unassigned: disallowed
+    assert not idna.valid_contextj("a\u200cb", 1)
+    assert idna.valid_contextj("\u0915\u094d\u200d", 2)  # after a virama
+    with pytest.raises(idna.IDNABidiError):
+        idna.check_bidi("1com", check_ltr=True)  # in a Bidi domain name an LTR label must start with L
+    assert "münchen".encode("punycode") == b"mnchen-3ya"
 
 
 def test_stdlib_assumptions() -> None:
@@ -359,6 +383,7 @@ _HOSTS = [
     "a.com", "A.COM", "www.example.com", "münchen.de", "xn--mnchen-3ya.de", "a.com.",
     "127.0.0.1", "0x7f.1", "[::1]", "[2001:DB8::1]", "%65x.com", "u:p@a.com", "a.com:80",
     "a.com:8080", "a.com:", "a.com:99999", "", "a b", "☃.net", "ｅｘ.com", "b.org", "1a.b",
+    "xn--n3h.net", "xn--a.ß", "faß.de", "-x.ß", "a\u200cb.com",
 ]
 _SEGMENTS = [
     "a", "B", ".", "..", "%2e", "%2E%2e", "", "%7e", "%7B", "%2F", "%zz", "%", "ä", " ",
@@ -366,7 +391,7 @@ _SEGMENTS = [
 ]
 _QUERIES = [
     "", "a=1", "utm_source=x", "sid=2", "PHPSESSID=3", "q=a+b", "q=%20", "x=%7e", "&", "b=?/",
-    "ü=1", "k", "fbclid=z",
+    "ü=1", "k", "fbclid=z", "q=it's", "q=it%27s",
 ]
 _FRAGMENTS = ["", "#", "#f", "#a b", "#\\x"]
 
@@ -450,5 +475,155 @@ def test_host_key_and_depth_never_raise(url: str) -> None:
     assert url_depth_of_path(url) >= 0
 
 
-# ----------------------------------------------------------------------- speed
+# ------------------------------------------ WHATWG URL Standard (web-platform-tests)
 
+WHATWG = Path(__file__).parent / "data" / "whatwg"  # source, commit, licence: README.md there
+
+# Where normalize_url differs from the URL Standard on purpose, as far as this
+# data shows it (the data has no tracking or session parameters and no empty
+# '&&' pairs, which normalize_url also drops).  Each rewrite is applied to the
+# Standard's expected href (by _as_ours below) before comparing, so one rule
+# covers every case it touches.
+DELIBERATE = {
+    "fragment": "dropped: never sent to the server, so it names no other resource",
+    "userinfo": "dropped: credentials are never sent, and never stored in a URL-seen key",
+    "empty query": "'/p?' is keyed as '/p': servers answer both alike",
+    "escapes": "RFC 3986 6.2.2: hex upper-cased, escapes of unreserved characters decoded",
+    "stray %": "'%' not followed by two hex digits becomes '%25', so the output is a valid URI",
+    "RFC 3986 set": "characters RFC 3986 forbids raw (e.g. [ ] { } | ^ ` \\) are percent-encoded in "
+    "path and query (the Standard leaves some raw): one resource, one valid spelling",
+    "trailing dot": "'a.com.' is keyed as 'a.com': the same DNS name (only the host data has such names)",
+}
+
+# Input the Standard accepts and normalize_url refuses on purpose, with the reason.
+REFUSED = {
+    "http://./": "a host of dots only: no name to look up",
+    "http://../": "a host of dots only: no name to look up",
+    "http://foo.09..": "empty DNS labels; without its dots 'foo.09' would be an invalid IPv4 address",
+    "http://!\"$&'()*+,-.;=_`{}~/": "host characters outside RFC 3986 reg-name: no DNS name has them",
+}
+
+_UNRESERVED_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~"
+_RFC_PATH = "!$&'()*+,;=:@/"
+_ESCAPE_OR_UNSAFE = {
+    "path": re.compile(r"%[0-9A-Fa-f]{2}|[^%" + re.escape(_UNRESERVED_CHARS + _RFC_PATH) + "]|%"),
+    "query": re.compile(r"%[0-9A-Fa-f]{2}|[^%" + re.escape(_UNRESERVED_CHARS + _RFC_PATH + "?") + "]|%"),
+}
+
+
+def _rfc3986(text: str, part: str) -> str:
+    """The "escapes", "stray %" and "RFC 3986 set" rules on an already serialized part."""
+
+    def one(m: re.Match[str]) -> str:
+        s = m.group(0)
+        if len(s) == 3:
+            ch = chr(int(s[1:], 16))
+            return ch if ch in _UNRESERVED_CHARS else s.upper()
+        return quote(s, safe="")
+
+    return _ESCAPE_OR_UNSAFE[part].sub(one, text)
+
+
+def _as_ours(href: str) -> str:
+    """The Standard's href (http or https) with every DELIBERATE rewrite applied."""
+    href = href.partition("#")[0]  # fragment
+    scheme, _, rest = href.partition("://")
+    authority, _, tail = rest.partition("/")  # a special URL's href always has a path
+    authority = authority.rpartition("@")[2]  # userinfo
+    path, _, query = ("/" + tail).partition("?")
+    path = _rfc3986(path, "path")
+    query = _rfc3986(query, "query")
+    return f"{scheme}://{authority}{path}" + (f"?{query}" if query else "")  # empty query
+
+
+def _whatwg_cases() -> list[dict[str, str | bool | None]]:
+    data = json.loads((WHATWG / "urltestdata.json").read_text("utf-8"))
+    return [case for case in data if isinstance(case, dict)]
+
+
+def _whatwg_disagreements() -> tuple[int, list[str]]:
+    """Run every case; return how many are http(s) or refusals, and the disagreements."""
+    counted, wrong = 0, []
+    for case in _whatwg_cases():
+        href, base = case["input"], case.get("base")
+        assert isinstance(href, str) and (base is None or isinstance(base, str))
+        got = normalize_url(href, base)
+        want_href = case.get("href")
+        if case.get("failure") or href in REFUSED:
+            want = None
+        elif isinstance(want_href, str) and want_href.startswith(("http:", "https:")):
+            want = _as_ours(want_href)
+        else:
+            want = None  # ftp:, file:, ws:, data:, ...: not for a web crawler
+        if case.get("failure") or want is not None or href in REFUSED:
+            counted += 1
+        if got != want:
+            wrong.append(f"{href!r} on {base!r}: want {want!r}, got {got!r}")
+    return counted, wrong
+
+
+def test_whatwg_urltestdata_agrees_except_deliberate_normalizations() -> None:
+    counted, wrong = _whatwg_disagreements()
+    assert counted >= 440, "the vendored data lost its http(s) cases"
+    assert wrong == []
+
+
+def test_whatwg_refused_table_is_current() -> None:
+    """Every REFUSED row is a case the data accepts: no row outlives its case."""
+    accepted = {c["input"] for c in _whatwg_cases() if not c.get("failure")}
+    assert set(REFUSED) <= accepted
+
+
+def _host_of(url: str | None) -> str | None:
+    return None if url is None else url[url.index("://") + 3:].partition("/")[0]
+
+
+@pytest.mark.parametrize("name", ["toascii.json", "IdnaTestV2.json"])
+def test_whatwg_hosts_to_ascii(name: str) -> None:
+    """The Standard's host tests, run the way wpt runs them: as ``https://<input>/x``.
+
+    Only the "trailing dot" rewrite of DELIBERATE applies to a host, and the
+    REFUSED reason "a host of dots only" (``。`` and ``.``).
+    """
+    data = json.loads((WHATWG / name).read_text("utf-8"))
+    cases = [c for c in data if isinstance(c, dict) and c["input"]]  # "" is no host (wpt skips it too)
+    wrong = []
+    for case in cases:
+        want = case["output"]
+        if want is not None:
+            want = want.rstrip(".") or None  # trailing dot
+        got = _host_of(normalize_url(f"https://{case['input']}/x"))
+        if got != want:
+            wrong.append(f"{case['input']!r}: want {want!r}, got {got!r}")
+    assert len(cases) > 80
+    assert wrong == []
+
+
+# Pieces that exercise the UTS 46 paths: mapped (upper case, fullwidth, ß
+# kept), ignored (soft hyphen), joiners, RTL scripts, combining marks, symbols,
+# A-labels valid and not.
+_IDN_LABEL = st.lists(
+    st.sampled_from(list("aZ-0_üÜßΣς☃❤Ａ\u00ad\u200c\u200dאבا1٣\u0301\u094dक日本") + ["xn--", "xn--zca", "xn--a"]),
+    min_size=1,
+    max_size=6,
+).map("".join)
+
+
+@settings(max_examples=400)
+@given(labels=st.lists(_IDN_LABEL, min_size=1, max_size=3))
+def test_idn_hosts_round_trip(labels: list[str]) -> None:
+    """An accepted host comes out as A-labels that the same rules accept again,
+    and their Unicode form maps back to the same A-labels.  (An all-ASCII host is
+    only lower-cased, as the Standard has it, so its A-labels were never checked.)"""
+    name = ".".join(labels)
+    host = _host_of(normalize_url(f"http://{name}/"))
+    if host is None:
+        return
+    assert host.isascii() and host == host.lower()
+    assert _host_of(normalize_url(f"http://{host}/")) == host
+    if name.isascii():
+        return
+    unicode_form = ".".join(
+        lab[4:].encode("ascii").decode("punycode") if lab.startswith("xn--") else lab for lab in host.split(".")
+    )
+    assert _host_of(normalize_url(f"http://{unicode_form}/")) == host

@@ -15,8 +15,15 @@ the page author tested with made of it:
 * ``http:g`` against an ``http:`` base is relative, ``http:g`` otherwise and
   ``http:///g`` mean host ``g`` (extra slashes are ignored);
 * ``%2e`` counts as ``.`` in dot segments (falls out of RFC 6.2.2.2 anyway);
-* the host is percent-decoded, mapped with UTS 46 and numeric IPv4 forms
-  (``0x7f.1``) are canonicalized to dotted decimal, IPv6 to RFC 5952 form.
+* the host is percent-decoded, then goes through UTS 46 as the URL Standard
+  applies it (CheckHyphens false, CheckBidi and CheckJoiners true,
+  nontransitional, no DNS length check), not IDNA 2008: ``☃.net`` is a host;
+  numeric IPv4 forms (``0x7f.1``) are canonicalized to dotted decimal, IPv6 to
+  RFC 5952 form;
+* ``'`` is percent-encoded in the query, as the URL Standard does for http(s).
+
+tests/test_urls.py runs the Standard's web-platform-tests data (vendored in
+tests/data/whatwg/) and lists there every deliberate difference with its reason.
 
 Where RFC 3986 is stricter than browsers we keep RFC 3986 for the output:
 every character outside the RFC 3986 set (including ``[ ] { } | ^ ` \\``)
@@ -36,6 +43,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import unicodedata
 from functools import lru_cache
 from typing import NamedTuple
 from urllib.parse import unquote_to_bytes
@@ -110,7 +118,9 @@ _SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 # RFC 3986: pchar = unreserved / pct-encoded / sub-delims / ":" / "@"
 _PATH_SAFE = r"A-Za-z0-9\-._~!$&'()*+,;=:@/"
-_QUERY_SAFE = _PATH_SAFE + "?"
+# The query also allows "?", but not "'": the URL Standard percent-encodes it in
+# the query of special schemes, so "?it's" and "?it%27s" are one URL.
+_QUERY_SAFE = r"A-Za-z0-9\-._~!$&()*+,;=:@/?"
 # One match per thing that needs rewriting: an escape, a stray "%", or a
 # character that is not allowed raw.
 _PATH_FIX_RE = re.compile(r"%([0-9A-Fa-f]{2})|%|[^" + _PATH_SAFE + "]")
@@ -120,7 +130,7 @@ _QUERY_FIX_RE = re.compile(r"%([0-9A-Fa-f]{2})|%|[^" + _QUERY_SAFE + "]")
 # No "%", "\\", ";" in the path, port, userinfo or upper-case host: those take
 # the full path so that there is only one place where they are handled.
 _CLEAN_PATH = r"A-Za-z0-9\-._~!$&'()*+,=:@/"
-_CLEAN_QUERY = _CLEAN_PATH + ";?"
+_CLEAN_QUERY = r"A-Za-z0-9\-._~!$&()*+,=:@/;?"
 _FAST_ABS_RE = re.compile(
     r"(?:(https?):)?//([a-z0-9][a-z0-9.\-]*)"
     r"(/[" + _CLEAN_PATH + r"]*)?"
@@ -588,22 +598,62 @@ def _normalize_host(host: str) -> str | None:
 
 
 def _idna_host(host: str) -> str | None:
-    """UTS 46 mapping, then punycode for each non-ASCII label.
+    """Domain to ASCII as the URL Standard has it, for a host with non-ASCII characters.
 
-    Labels that are ASCII after mapping are kept as they are, so that hosts
-    like ``my_site.bücher.de`` (underscore is not valid IDNA 2008) still work.
+    UTS 46 with UseSTD3ASCIIRules, CheckHyphens, Transitional_Processing and
+    VerifyDnsLength false, CheckBidi and CheckJoiners true.  The mapping table
+    is the ``idna`` package's; the validity rules are here, because ``idna``
+    applies IDNA 2008's stricter ones (it refuses ``☃.net``, which browsers
+    open).  Labels that are ASCII after mapping stay as they are, punycode
+    labels included once decoded and checked.  None: the URL is refused.
     """
     try:
-        mapped = idna.uts46_remap(host, std3_rules=False)
-        labels = []
-        for label in mapped.split("."):
-            if label.isascii():
-                labels.append(label)
-            else:
-                labels.append(idna.alabel(label).decode("ascii"))
+        labels = idna.uts46_remap(host, std3_rules=False).split(".")
+        decoded = [_decode_alabel(label) if label.startswith("xn--") else label for label in labels]
+        if any(label is None for label in decoded):
+            return None
+        uts = [label for label in decoded if label]
+        bidi = any(_is_rtl(label) for label in uts)
+        for label in uts:
+            if not _valid_label(label, bidi):
+                return None
+        return ".".join(
+            label if label.isascii() else "xn--" + label.encode("punycode").decode("ascii") for label in labels
+        )
     except (idna.IDNAError, UnicodeError, ValueError):
         return None
-    return ".".join(labels)
+
+
+def _is_rtl(label: str) -> bool:
+    """A label with a character of bidi class R, AL or AN makes a Bidi domain name (RFC 5893 1.4)."""
+    return any(unicodedata.bidirectional(ch) in ("R", "AL", "AN") for ch in label)
+
+
+def _decode_alabel(label: str) -> str | None:
+    """The Unicode label behind an ``xn--`` label, or None when it is no valid A-label."""
+    if not label.isascii():
+        return None
+    code = label[4:].encode("ascii")
+    text = code.decode("punycode")
+    if text.encode("punycode") != code:
+        return None  # the stdlib decoder is lenient ("-zca"); RFC 3492 decoding is one-to-one
+    if not text or text.isascii() or idna.uts46_remap(text, std3_rules=False) != text:
+        return None  # UTS 46 4.1 step 4 and V7: only valid (or deviation) code points, NFC
+    return text
+
+
+def _valid_label(label: str, bidi: bool) -> bool:
+    """UTS 46 validity criteria for one non-empty label (CheckHyphens false).
+
+    NFC and the code point statuses hold by construction after the mapping,
+    and are checked in :func:`_decode_alabel` for decoded labels.
+    """
+    if label.startswith("xn--") or unicodedata.category(label[0])[0] == "M":
+        return False
+    for i, ch in enumerate(label):
+        if ch in "\u200c\u200d" and not idna.valid_contextj(label, i):
+            return False
+    return not bidi or idna.check_bidi(label, check_ltr=True)
 
 
 def _ends_in_number(host: str) -> bool:
