@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
 
 from crawler_tasks.parse.budget import MAX_ATTRS, MAX_DEPTH, MAX_ELEMENTS, apply_budget
-from crawler_tasks.parse.html import parse_html
+from crawler_tasks.parse.html import parse_html, prepare_document
 from crawler_tasks.settings import Settings
+from tests import realpages
 
 URL = "https://bomb.example/"
 MIB = 1 << 20
@@ -169,3 +171,25 @@ def test_work_does_not_grow_with_pending_formatting_elements() -> None:
         return b"<div>" + b"".join(b"<i id=%d>" % i for i in range(pending)) + b"</div>" + b"</b>" * 20_000
 
     assert _cpu(body(500)) < 3 * _cpu(body(5))
+
+
+# --- real pages: the pinned corpus (tests/realpages.py) ------------------------------------
+
+_DECLARED = re.compile(rb"<meta[^>]*charset=[\"']?([A-Za-z0-9_-]+)", re.I)
+_AS_BROWSERS_READ = {"utf-8": "utf-8", "iso-8859-1": "windows-1252"}  # the labels the corpus declares
+
+
+@pytest.mark.parametrize("part", realpages.PARTS)
+def test_real_pages_are_decoded_as_declared_and_never_altered_by_the_budget(part: str) -> None:
+    """No page of the corpus is cut or changed by encoding sniffing or the budget. Its pass is
+    forced on every page here; a crawl runs it on a page only when its parse is late (or,
+    without a deadline, when the page is big, tag-dense or has a giant tag)."""
+    for path in realpages.corpus(part):
+        body = path.read_bytes()
+        declared = _DECLARED.search(body[:4096])
+        charset = _AS_BROWSERS_READ[declared.group(1).decode().lower() if declared else "utf-8"]
+        doc = prepare_document(body, "text/html")   # a server that names no charset
+        assert (doc.charset, doc.limited) == (charset, None), path
+        assert doc.data is body if charset == "utf-8" else doc.data == body.decode(charset), path
+        out, limited = apply_budget(doc.data)
+        assert limited is None and out is doc.data, path
