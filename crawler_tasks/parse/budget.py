@@ -16,7 +16,8 @@ of the formatting elements waiting for reconstruction, and enforces:
   included; the document is cut before the first one over the cap;
 * ``max_depth``: open elements plus pending formatting elements; start tags
   that would go deeper are dropped (replaced by a space);
-* ``max_attrs``: attributes of one element; the rest of that tag is dropped.
+* ``max_attrs``: attributes of one element; the rest of that tag is dropped but for
+  the first of each name the parser reads (href, rel, title...).
 
 Where the tokenizer cannot know what the tree builder will do (foreign
 content, script escapes, CDATA sections) it takes the reading that counts
