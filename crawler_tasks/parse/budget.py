@@ -16,7 +16,8 @@ of the formatting elements waiting for reconstruction, and enforces:
   included; the document is cut before the first one over the cap;
 * ``max_depth``: open elements plus pending formatting elements; start tags
   that would go deeper are dropped (replaced by a space);
-* ``max_attrs``: attributes of one element; the rest of that tag is dropped.
+* ``max_attrs``: attributes of one element; the rest of that tag is dropped but for
+  the first of each name the parser reads (href, rel, title...).
 
 Where the tokenizer cannot know what the tree builder will do (foreign
 content, script escapes, CDATA sections) it takes the reading that counts
@@ -24,11 +25,13 @@ more, so a contrived page may meet a cap early, but no markup hides from it.
 A document within the caps is returned unchanged (no copy).  Pure; never
 raises on any str or bytes.
 
-Cost: ~1 us a tag in Python, about 5 ms for a 93 KB page of 4,000 tags,
-several times lexbor's own parse. So it runs only on documents that could hold a
-bomb of consequence (``needs_budget``: large, tag-dense, or with a giant tag); the
-parse stage's hard per-page deadline (a child process, ``parse.sandbox``) bounds
-whatever a smaller document can still cost.
+Cost: linear in the document (no pattern here backtracks; every model step is O(1)
+but closing a pending formatting element), ~1-3 us a tag in Python: 50-300 ms on real
+pages of 0.5-8 MB, more than lexbor's own parse of them. So the parse stage, whose
+child process has a hard deadline (``parse.sandbox``), first parses every page as it
+is under a short deadline and runs this pass only on a late one (a bomb: lexbor takes
+2-3 s on 0.5 MiB of one). A parse without a deadline runs it on the documents that
+could hold a bomb of consequence (``needs_budget``: large, tag-dense, or with a giant tag).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["MAX_ATTRS", "MAX_DEPTH", "MAX_ELEMENTS", "apply_budget", "needs_budget", "tag_dense_only"]
+__all__ = ["MAX_ATTRS", "MAX_DEPTH", "MAX_ELEMENTS", "apply_budget", "needs_budget"]
 
 MAX_ELEMENTS = 100_000
 MAX_DEPTH = 512  # Blink's tree depth cap
@@ -50,11 +53,13 @@ _GIANT_TAG_B = re.compile(rb"<[^<>]{8192}")
 
 _WS = r"\t\n\f\r "
 # One attribute, as the tokenizer reads it: a name (its first character may be
-# "="), then maybe "=" and a value; an unterminated quote runs to the end.
-_ATTR = (
-    rf"[^{_WS}/>][^{_WS}/>=]*+"
-    rf"(?:[{_WS}]*+=[{_WS}]*+(?:\"[^\"]*+(?:\"|\Z)|'[^']*+(?:'|\Z)|[^{_WS}>]*+))?"
-)
+# "="), then maybe "=" and a value; an unterminated quote runs to the end. Every
+# quantifier is possessive: there is one reading, so no pattern here backtracks
+# (a value that may also be read as names was split into dozens of fake attributes,
+# exponentially slowly: 2.3 s for 15 attributes of 3 words, a real SVG path cut mid-quote).
+_NAME = rf"[^{_WS}/>][^{_WS}/>=]*+"
+_VALUE = rf"[{_WS}]*+=[{_WS}]*+(?:\"[^\"]*+(?:\"|\Z)|'[^']*+(?:'|\Z)|[^{_WS}>]*+)"
+_ATTR = rf"{_NAME}(?:{_VALUE})?+"
 _TOKEN = (
     r"<(?:"
     r"(!--(?:-?>|.*?(?:--!?>|\Z)))"  # 1: comment ("<!-->" and "<!--->" end at once)
@@ -106,36 +111,52 @@ def _closer(name: Any, is_bytes: bool) -> re.Pattern[Any]:
 
 @lru_cache(maxsize=16)
 def _first_attrs(n: int, is_bytes: bool) -> re.Pattern[Any]:
-    """Matches the first n attributes of an attribute section (with separators)."""
-    pattern = rf"(?:[{_WS}/]*+{_ATTR}){{{n}}}"
+    """Matches the first n attributes of an attribute section (with separators); each
+    one atomic, so a section with fewer fails in one pass."""
+    pattern = rf"(?>[{_WS}/]*+{_ATTR}){{{n}}}"
     return re.compile(pattern.encode() if is_bytes else pattern)
 
 
+# One attribute and the separators before it: name and value as groups 1 and 2.
+_ATTR_AT = rf"[{_WS}/]*+({_NAME})((?:{_VALUE})?+)"
+_ATTR_AT_S = re.compile(_ATTR_AT)
+_ATTR_AT_B = re.compile(_ATTR_AT.encode())
 # Attributes the parser reads: kept even past max_attrs (first of each name).
-_READ_ATTRS = "href|rel|name|content|http-equiv|charset|alt|title|aria-label|lang"
-_READ_ATTR = rf"(?<=[{_WS}/\"'])(?:{_READ_ATTRS})(?=[{_WS}/>=]|\Z){_ATTR[_ATTR.index('(?:'):]}"
-_READ_ATTR_S = re.compile(_READ_ATTR, re.I)
-_READ_ATTR_B = re.compile(_READ_ATTR.encode(), re.I)
+_READ_NAMES = "href rel name content http-equiv charset alt title aria-label lang".split()
+_READ: frozenset[Any] = frozenset(_READ_NAMES) | {n.encode() for n in _READ_NAMES}
 
 
 def _cap_attrs(attrs: Any, max_attrs: int, is_bytes: bool) -> Any:
-    """The first max_attrs attributes, then any later one the parser reads."""
+    """The first max_attrs attributes, then the first later one of each name the parser reads."""
     keep = _first_attrs(max_attrs, is_bytes).match(attrs)
     cut = keep.end() if keep is not None else 0
+    at = (_ATTR_AT_B if is_bytes else _ATTR_AT_S).match
     sep: Any = b" " if is_bytes else " "
-    extra = [sep + m.group(0) for m in (_READ_ATTR_B if is_bytes else _READ_ATTR_S).finditer(attrs, cut)]
-    return attrs[:cut] + attrs[:0].join(extra[: len(_READ_ATTRS.split("|"))])
+    extra: dict[Any, Any] = {}
+    pos = cut
+    while (m := at(attrs, pos)) is not None:
+        name = m.group(1).lower()
+        if name in _READ and name not in extra:
+            extra[name] = sep + m.group(1) + m.group(2)
+        pos = m.end()
+    return attrs[:cut] + attrs[:0].join(extra.values())
 
 
 class _Model:
-    """Open elements (name, and for formatting ones a key) and pending formatting ones."""
+    """Open elements (name, and for formatting ones a key) and pending formatting ones.
 
-    __slots__ = ("foreign", "open", "pending", "stack")
+    Counts by name and key make each step O(1) but for closing a pending element, which
+    costs its distance from the top: a stray end tag of another name must not walk the
+    list (1 MiB of ``</b>`` after 505 pending ``<i>`` took 4.6 s)."""
+
+    __slots__ = ("foreign", "open", "pending", "pending_keys", "pending_names", "stack")
 
     def __init__(self) -> None:
         self.stack: list[tuple[Any, Any]] = []
         self.open: dict[Any, int] = {}
         self.pending: list[tuple[Any, Any]] = []
+        self.pending_keys: dict[Any, int] = {}
+        self.pending_names: dict[Any, int] = {}
         self.foreign = 0  # open <svg>/<math>: raw-text rules do not apply inside
 
     def push(self, name: Any, key: Any, kind: int) -> None:
@@ -150,7 +171,7 @@ class _Model:
         Formatting elements popped on the way wait for reconstruction, unless a
         marker element (a cell, a table...) is closed: then they are dropped.
         """
-        stack, open_, pending = self.stack, self.open, self.pending
+        stack, open_, keys = self.stack, self.open, self.pending_keys
         while stack:
             name, key = stack.pop()
             open_[name] -= 1
@@ -158,8 +179,10 @@ class _Model:
                 self.foreign -= 1
             if name in names:
                 return
-            if key is not None and not marker and sum(1 for _, k in pending if k == key) < 3:
-                pending.append((name, key))  # Noah's ark: at most 3 identical ones
+            if key is not None and not marker and keys.get(key, 0) < 3:  # Noah's ark: at most 3 identical ones
+                self.pending.append((name, key))
+                keys[key] = keys.get(key, 0) + 1
+                self.pending_names[name] = self.pending_names.get(name, 0) + 1
 
     def reconstruct(self) -> int:
         """Put the pending formatting elements back on the stack; returns how many."""
@@ -167,6 +190,8 @@ class _Model:
         for name, key in self.pending:
             self.push(name, key, _FORMAT)
         self.pending.clear()
+        self.pending_keys.clear()
+        self.pending_names.clear()
         return n
 
     def cell_open(self) -> bool:
@@ -179,11 +204,13 @@ class _Model:
             self.pop_to((name,), name in _MARKERS)
         elif name in _ROW_NAMES and self.cell_open():
             self.pop_to(_CELL_NAMES, True)
-        elif _KIND.get(name) == _FORMAT:
+        elif self.pending_names.get(name):
             pending = self.pending
             for i in range(len(pending) - 1, -1, -1):
                 if pending[i][0] == name:
-                    del pending[i]
+                    key = pending.pop(i)[1]
+                    self.pending_keys[key] -= 1
+                    self.pending_names[name] -= 1
                     break
 
 
@@ -207,31 +234,14 @@ def _close_sibling(model: _Model, name: Any) -> None:
             return  # a container in between: the tree builder would not close it either
 
 
-def needs_budget(data: str | bytes, *, tag_dense: bool = True) -> bool:
-    """Whether a document is big, tag-dense or has a giant tag (C-speed checks).
-    ``tag_dense=False`` leaves the tag count out: for a caller whose parse has a short
-    deadline and redoes a late one with the budget (``tag_dense_only``)."""
-    return _big_or_giant_tag(data) or (tag_dense and _tag_dense(data))
-
-
-def tag_dense_only(data: str | bytes) -> bool:
-    """Whether only the tag count asks for the budget. Such pages are common (a long
-    reference page has 10-50k tags) and the tokenizer costs ~50 ms on one, ten times
-    lexbor's parse, while the bombs it stops are rare: so they are parsed as they are
-    under a short deadline first, and only a late one gets the budget."""
-    return _tag_dense(data) and not _big_or_giant_tag(data)
-
-
-def _tag_dense(data: str | bytes) -> bool:
-    return (data.count(b"<") if isinstance(data, bytes) else data.count("<")) > _PLAIN_MAX_TAGS
-
-
-def _big_or_giant_tag(data: str | bytes) -> bool:
+def needs_budget(data: str | bytes) -> bool:
+    """Whether a document is big, tag-dense or has a giant tag (C-speed checks): one
+    that could hold a bomb of consequence, for a parse that has no deadline."""
     if len(data) > _PLAIN_MAX_CHARS:
         return True
     if isinstance(data, bytes):
-        return _GIANT_TAG_B.search(data) is not None
-    return _GIANT_TAG_S.search(data) is not None
+        return data.count(b"<") > _PLAIN_MAX_TAGS or _GIANT_TAG_B.search(data) is not None
+    return data.count("<") > _PLAIN_MAX_TAGS or _GIANT_TAG_S.search(data) is not None
 
 
 def apply_budget(

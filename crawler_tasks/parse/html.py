@@ -79,9 +79,9 @@ class Document:
 
 
 def prepare_document(body: bytes, content_type: str | None = None, max_elements: int = MAX_ELEMENTS,
-                     max_depth: int = MAX_DEPTH, max_attrs: int = MAX_ATTRS, *, tag_dense: bool = True) -> Document:
-    """Sniff, decode and cap one HTML body; ``tag_dense=False``: a page that is only
-    tag-dense is left as it is (see ``parse.budget.tag_dense_only``). Never raises:
+                     max_depth: int = MAX_DEPTH, max_attrs: int = MAX_ATTRS, *, budget: bool = True) -> Document:
+    """Sniff, decode and cap one HTML body; ``budget=False`` leaves it uncapped (a parse
+    under a short deadline, redone with the budget when late). Never raises:
     undecodable input is read as UTF-8 with replacement characters."""
     charset = "utf-8"
     try:
@@ -96,7 +96,7 @@ def prepare_document(body: bytes, content_type: str | None = None, max_elements:
     except Exception:  # noqa: BLE001 - never raises
         data = bytes(body).decode("utf-8", "replace") if isinstance(body, (bytes, bytearray, memoryview)) else ""
     limited = None
-    if needs_budget(data, tag_dense=tag_dense):
+    if budget and needs_budget(data):
         data, limited = apply_budget(data, max_elements, max_depth, max_attrs)
     return Document(data, charset, limited)
 

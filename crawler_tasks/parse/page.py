@@ -24,11 +24,11 @@ class Analysis:
 
 
 def analyse(body: bytes, url: str, html_options: dict[str, Any], text_mode: str, max_chars: int,
-            simhash_max_chars: int = 0, tag_dense_budget: bool = True) -> Analysis:
+            simhash_max_chars: int = 0, budget: bool = True) -> Analysis:
     """``simhash_max_chars`` > 0 also computes the simhash of that much collapsed text;
-    ``tag_dense_budget=False`` skips the budget on a page that is only tag-dense."""
+    ``budget=False`` skips the parse budget's caps."""
     caps = {name: html_options[name] for name in ("max_elements", "max_depth", "max_attrs") if name in html_options}
-    doc = prepare_document(body, html_options.get("content_type"), **caps, tag_dense=tag_dense_budget)
+    doc = prepare_document(body, html_options.get("content_type"), **caps, budget=budget)
     if text_mode == "body":
         parsed = parse_html(doc, url, **html_options)
         flat, n_words = collapse_words(parsed.text)

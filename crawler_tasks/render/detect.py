@@ -13,6 +13,12 @@ signals are tried, the first that holds is the reason:
 
 The thresholds lean towards "no": a render costs a browser and, per subresource, a
 host delay, while a static page with a bit of script is the common case.
+
+A search page whose script runs the search (Sphinx's ``search.html``: "Please activate
+JavaScript to enable the search functionality") is taken as it is, on purpose: its own
+content is there, and what its script adds are results for a query the crawler does not
+have, so a render finds nothing more to crawl. It is known by a JavaScript notice that
+names search; an empty framework mount is still flagged first (an app with a search box).
 """
 from __future__ import annotations
 
@@ -43,6 +49,7 @@ _JS_REQUIRED = re.compile(
     r"(enable|activate|turn on|allow)\s+(your\s+)?javascript|javascript\s+(is\s+)?(required|disabled|must be enabled"
     r"|needs to be enabled|is needed)|requires?\s+javascript|need\s+(to\s+)?(have\s+)?javascript|"
     r"javascript\s+to\s+(run|use|view)|without\s+javascript", re.I)
+_SEARCH = re.compile(r"\bsearch", re.I)
 
 
 def needs_render(html: bytes | str, parsed_text_chars: int | None = None, n_links: int | None = None) -> str | None:
@@ -68,7 +75,7 @@ def needs_render(html: bytes | str, parsed_text_chars: int | None = None, n_link
             inline_chars += len(script.text(deep=True))
     if not external and not inline_chars:
         return None
-    noscripts = [node.text(deep=True) for node in tree.css("noscript")]
+    notices = [text for text in (node.text(deep=True) for node in tree.css("noscript")) if _JS_REQUIRED.search(text)]
     if parsed_text_chars is None:
         parsed_text_chars = _visible_chars(tree)
     if n_links is None:
@@ -78,8 +85,10 @@ def needs_render(html: bytes | str, parsed_text_chars: int | None = None, n_link
         mount = _empty_mount(tree)
         if mount:
             return f"empty-mount:{mount}"
-        if n_links < SCRIPT_HEAVY_LINKS and any(_JS_REQUIRED.search(text) for text in noscripts):
-            return "noscript"
+    if any(_SEARCH.search(text) for text in notices):
+        return None  # a search page: its script needs a query to add anything
+    if parsed_text_chars < LITTLE_TEXT_CHARS and n_links < SCRIPT_HEAVY_LINKS and notices:
+        return "noscript"
     if parsed_text_chars < THIN_TEXT_CHARS and n_links < FEW_LINKS:
         return "thin"
     if (parsed_text_chars < SCRIPT_HEAVY_TEXT_CHARS and n_links < SCRIPT_HEAVY_LINKS
