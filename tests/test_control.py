@@ -47,3 +47,54 @@ def test_batches_in_flight_end_or_go_stale(settings):
     assert control.inflight() == 1
     control.forget_batches()
     assert control.inflight() == 0
+
+
+def test_moves_leave_only_the_states_they_name(settings):
+    from crawler_tasks.ops.control import NEW
+
+    control = Control(settings)
+    assert control.move(CrawlState.PAUSED, "by test", (CrawlState.RUNNING,)) == (NEW, False)
+    assert not control.exists()                    # a refused move writes nothing
+    control.start()
+    assert control.move(CrawlState.PAUSED, "by test", (CrawlState.RUNNING,)) == ("running", True)
+    control.start()                                # `crawl --resume` keeps a pause
+    assert control.read().state is CrawlState.PAUSED and not control.wake_wanted()
+    assert not control.finish("frontier exhausted", control.read().epoch, idle=True)   # paused: never finished
+    assert control.move(CrawlState.RUNNING, "", (CrawlState.PAUSED,)) == ("paused", True)
+    assert control.wake_wanted()
+
+
+def test_first_seeds_start_a_crawl_and_later_ones_cancel_a_finish_decided_before_them(settings):
+    control = Control(settings)
+    assert not control.wake_wanted()               # workers up, no crawl yet: no wake
+    assert control.seeded(2) == "new"
+    c = control.read()
+    assert c.exists and c.state is CrawlState.RUNNING and c.epoch == 1 and control.wake_wanted()
+    assert control.stats() == {"frontier/seeds": 2, "frontier/enqueued": 2}
+    epoch = c.epoch                                # maintenance reads the state, then the queues...
+    assert control.seeded(1) == "running"          # ...a seed lands in between...
+    assert not control.finish("frontier exhausted", epoch, idle=True)   # ...and the finish is dropped
+    assert control.finish("frontier exhausted", control.read().epoch, idle=True)
+    c = control.read()
+    assert c.state is CrawlState.FINISHED and c.idle
+    control.set_state(CrawlState.FINISHED, "max pages (3) reached")
+    assert not control.read().idle                 # a limit is not lack of work: no revival
+
+
+def test_maintenance_waits_for_the_first_seeds_then_finishes_an_exhausted_crawl(settings):
+    """The compose order (workers and beat first, then `seed`) used to mark the crawl
+    "finished: frontier exhausted" within a second, and the seeds were never fetched."""
+    from crawler_tasks.frontier import Frontier
+    from crawler_tasks.ops.maintenance import run_maintenance
+    from crawler_tasks.stages.enqueue import seed_urls
+
+    control = Control(settings)
+    for _ in range(3):
+        assert not run_maintenance(settings).started
+    assert not control.exists()
+    assert seed_urls(settings, ["http://a.test/"])[0] == 1
+    assert run_maintenance(settings).state is CrawlState.RUNNING      # queued: not finished
+    frontier = Frontier(settings)
+    frontier.client(0).delete(*frontier.client(0).keys(f"{settings.KEY_PREFIX}:{{s*"))   # as if fetched
+    assert run_maintenance(settings).state is CrawlState.FINISHED
+    assert control.read().idle and control.read().reason == "frontier exhausted"

@@ -58,3 +58,23 @@ def test_nothing_is_dispatched_unless_running(settings):
     assert plan_wake(s, frontier) == []
     Control(s).set_state(CrawlState.RUNNING, "")
     assert len(plan_wake(s, frontier)) == 1
+
+
+def test_beat_sends_wake_only_while_the_crawl_runs(settings):
+    """Before the first seeds, paused or finished, Beat sends no wake (they filled Flower's
+    task list four times a second) and looks again within IDLE_CHECK_S."""
+    import pickle
+    from datetime import UTC, datetime
+
+    from crawler_tasks.schedule import IDLE_CHECK_S, LONG_AGO, build_schedule
+
+    wake = build_schedule(settings)["wake"]["schedule"]
+    assert pickle.loads(pickle.dumps(wake)).run_every == wake.run_every   # Beat's shelve keeps it
+    control = Control(settings)
+    assert wake.is_due(LONG_AGO) == (False, IDLE_CHECK_S)     # no crawl yet
+    control.seeded(1)
+    assert wake.is_due(LONG_AGO).is_due
+    assert not wake.is_due(datetime.now(UTC)).is_due          # the interval still holds
+    for state in (CrawlState.PAUSED, CrawlState.STOPPING, CrawlState.FINISHED):
+        control.set_state(state, "test")
+        assert wake.is_due(LONG_AGO) == (False, IDLE_CHECK_S), state
