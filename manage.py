@@ -182,6 +182,9 @@ def cmd_seed(args: argparse.Namespace) -> int:
             note = f"the crawl is stopping ({after.reason}): they wait for `manage.py crawl --resume`"
         elif added and not before.exists:
             note = f"a new crawl (prefix {settings.KEY_PREFIX!r}) starts with them"
+        unattended = control.unattended_s(after, settings.MAINTENANCE_INTERVAL_S) if added and live else None
+        if unattended is not None and after.state in (CrawlState.RUNNING, CrawlState.PAUSED):
+            note += ("; " if note else "") + _unattended(unattended)
     for message in listed(rejected):
         print(f"skipped: {message}", file=sys.stderr)
     print(f"{added} URL(s) added" + (f", {len(rejected):,} skipped" if rejected else ""))
@@ -227,6 +230,12 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return 0
 
 
+def _unattended(since_s: float) -> str:
+    since = "ever" if since_s == float("inf") else f"for {since_s:.0f} s"
+    return (f"no maintenance has run {since}: start a control worker "
+            f"(celery -A crawler_tasks worker -Q crawl.control) and beat (celery -A crawler_tasks beat)")
+
+
 def _control_of(settings: Settings) -> Control:
     from crawler_tasks.ops.control import Control
 
@@ -242,7 +251,7 @@ def _ago(at: float | None) -> str:
     return clock(time.time() - at) if at else "a while"
 
 
-def _stats_lines(settings: Settings) -> tuple[list[str], bool]:
+def _stats_lines(settings: Settings, live: bool = True) -> tuple[list[str], bool]:
     """The stats report, and whether the crawl is finished."""
     from crawler_tasks.frontier import Frontier
     from crawler_tasks.ops.control import Control, CrawlState
@@ -250,12 +259,18 @@ def _stats_lines(settings: Settings) -> tuple[list[str], bool]:
     from crawler_tasks.ops.waiting import WaitReason, describe, waiting_hosts
 
     p = read_progress(settings)
+    control = Control(settings)
+    c = control.read()
     if not p.started:
         state = f"state waiting for seeds: no crawl under prefix {settings.KEY_PREFIX!r} yet (`manage.py seed URL`)"
     elif p.state == CrawlState.PAUSED:
-        state = f"state paused for {_ago(Control(settings).read().at)} (`manage.py resume` lets it go on)"
+        state = f"state paused for {_ago(c.at)} (`manage.py resume` lets it go on)"
     else:
         state = f"state {p.state} {p.reason}".rstrip()
+    unattended = control.unattended_s(c, settings.MAINTENANCE_INTERVAL_S) \
+        if live and p.state in (CrawlState.RUNNING, CrawlState.PAUSED, CrawlState.STOPPING) else None
+    if unattended is not None:   # a running state that nothing runs: say what to start
+        state += f"\nwarning: {_unattended(unattended)}"
     lines = [state, f"pages {p.pages}  queued {p.queued}  leased hosts {p.leased}  batches in flight {p.inflight}"]
     for i, shard in enumerate(p.shards):
         lines.append(f"  shard {i}: " + "  ".join(f"{k} {v}" for k, v in shard.items()))
@@ -279,9 +294,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     """--watch: redrawn every 2 s in a terminal, a new report every 10 s in a log; ends
     when the crawl does."""
     tty = sys.stdout.isatty()
-    with _attach(args) as settings:
+    with _attached(args) as (settings, live):
         while True:
-            lines, finished = _stats_lines(settings)
+            lines, finished = _stats_lines(settings, live)
             if args.watch and tty:
                 sys.stdout.write("\x1b[H\x1b[2J")  # home, clear screen
             print("\n".join(lines), flush=True)
@@ -336,7 +351,7 @@ def _contact_line(te: float | None, leased_until: float | None, queued: bool, no
     elif queued:
         line = f"next contact now (due for {now - te:.1f} s)"
     else:
-        line = f"no URL queued (last contact allowed from {now - te:.1f} s ago)"
+        line = f"no URL queued (its delay ended {now - te:.1f} s ago)"
     if leased_until is not None:
         line += (f"  leased for {leased_until - now:.1f} s more" if leased_until > now
                  else f"  lease expired {now - leased_until:.1f} s ago")

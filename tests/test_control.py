@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from crawler_tasks.ops.control import Control, CrawlState
 
 
@@ -98,3 +100,31 @@ def test_maintenance_waits_for_the_first_seeds_then_finishes_an_exhausted_crawl(
     frontier.client(0).delete(*frontier.client(0).keys(f"{settings.KEY_PREFIX}:{{s*"))   # as if fetched
     assert run_maintenance(settings).state is CrawlState.FINISHED
     assert control.read().idle and control.read().reason == "frontier exhausted"
+
+
+def test_exchanges_in_flight_are_counted_until_they_end_or_their_deadline(settings):
+    control = Control(settings)
+    now = time.time()
+    pipe = control.client.pipeline(transaction=False)
+    control.begin_exchange(pipe, "s1", "a.test", now + 30)
+    control.begin_exchange(pipe, "s1", "b.test", now + 30)
+    control.begin_exchange(pipe, "s2", "c.test", now - 1)    # its worker died: no longer counted
+    pipe.execute()
+    assert control.exchanges(now) == 2
+    pipe = control.client.pipeline(transaction=False)
+    control.end_exchange(pipe, "s1", "a.test")
+    pipe.execute()
+    assert control.exchanges(now) == 1
+    control.drop_stale_batches(now)
+    assert control.client.zcard(control.keys.exchanges) == 1
+
+
+def test_a_crawl_nothing_maintains_is_told_apart(settings):
+    control = Control(settings)
+    now = time.time()
+    assert control.unattended_s(control.read(), 1.0, now) == float("inf")   # never maintained
+    control.heartbeat(now - 2)
+    assert not control.exists()                                         # a heartbeat starts nothing
+    assert control.unattended_s(control.read(), 1.0, now) is None
+    assert control.unattended_s(control.read(), 1.0, now + 60) == pytest.approx(62)
+    assert control.unattended_s(control.read(), 10.0, now + 60) is None  # 10 intervals of 10 s

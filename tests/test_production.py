@@ -69,13 +69,16 @@ def test_workers_first_then_seed_revive_pause_and_resume(settings, tmp_path):
         def pages() -> int:
             return read_progress(s).pages
 
+        early = manage("stats")   # nothing started yet: say so, and what to start
+        assert early.returncode == 0 and "state waiting for seeds" in early.stdout, early.stderr
+        assert "no maintenance has run ever: start a control worker" in early.stdout
         try:
             for name in (*specs, "beat"):
                 start(name)
             assert wait_for(lambda: all(" ready." in log(n) for n in specs) and "Starting..." in log("beat")), \
                 {n: log(n)[-1500:] for n in procs}
             time.sleep(3 * s.MAINTENANCE_INTERVAL_S)   # maintenance ran: it used to finish the empty crawl
-            assert not Control(s).exists()
+            assert not Control(s).exists() and Control(s).read().maintained_at is not None
             assert WAKE_SENT not in log("beat")          # nothing to wake before the first seeds
 
             # 1. seeding a crawl whose workers are up starts it

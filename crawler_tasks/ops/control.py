@@ -38,6 +38,8 @@ class CrawlState(StrEnum):
 
 
 NEW = "new"   # transition.lua's name for "no crawl started under this prefix"
+# No maintenance for this long (or 10 intervals): nothing runs the crawl's control.
+UNATTENDED_S = 15.0
 _TRANSITION = (Path(__file__).parent / "transition.lua").read_text()
 
 
@@ -51,6 +53,7 @@ class ControlState:
     at: float | None       # when the state was entered
     idle: bool             # finished for lack of work: new seeds revive it
     epoch: int             # seed operations so far (see transition.lua)
+    maintained_at: float | None   # last maintenance run: is a control worker and beat up?
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,9 +115,22 @@ class Control:
 
     def read(self) -> ControlState:
         raw: dict[str, str] = self.client.hgetall(self.keys.control)  # type: ignore[assignment]
-        at = raw.get("state_at")
+        at, seen = raw.get("state_at"), raw.get("maintained_at")
         return ControlState("state" in raw, _state(raw.get("state")), raw.get("reason", ""),
-                            float(at) if at else None, raw.get("idle") == "1", int(raw.get("epoch") or 0))
+                            float(at) if at else None, raw.get("idle") == "1", int(raw.get("epoch") or 0),
+                            float(seen) if seen else None)
+
+    def heartbeat(self, now: float) -> None:
+        """Maintenance ran (before the first seeds too: a seed can tell whether anything
+        will act on it). It does not start a crawl: ``exists`` looks at the state."""
+        self.client.hset(self.keys.control, "maintained_at", now)
+
+    def unattended_s(self, c: ControlState, interval_s: float, now: float | None = None) -> float | None:
+        """Seconds since maintenance last ran when that is far longer than its interval
+        (no control worker or no beat), else None."""
+        now = time.time() if now is None else now
+        since = now - c.maintained_at if c.maintained_at else float("inf")
+        return since if since > max(UNATTENDED_S, 10 * interval_s) else None
 
     def state(self) -> tuple[CrawlState, str, float | None]:
         """(state, reason, when it was entered); a crawl with no state yet is running."""
@@ -174,6 +190,7 @@ class Control:
     def drop_stale_batches(self, now: float) -> int:
         """Forget groups and sessions past their deadline (their worker died; its hosts come
         back when their leases expire)."""
+        self.client.zremrangebyscore(self.keys.exchanges, "-inf", now)
         n = 0
         for key in (self.keys.inflight, self.keys.sessions):
             stale = self.client.zrangebyscore(key, "-inf", now)
@@ -185,6 +202,22 @@ class Control:
     def forget_batches(self) -> None:
         """After a restore: no group or session of the old processes is still running."""
         self.client.delete(self.keys.inflight, self.keys.sessions)
+
+    # -- exchanges in flight -----------------------------------------------------------
+    def begin_exchange(self, pipe: redis.client.Pipeline, session_id: str, host: str, deadline: float) -> None:
+        """An HTTP exchange starts (on a pipeline of the global client the caller runs):
+        the progress line's "fetching" counts these, not hosts leased, which a dead or
+        waiting session holds too. ``deadline``: the exchange's own, so that one whose
+        worker died stops counting then."""
+        pipe.zadd(self.keys.exchanges, {f"{session_id}/{host}": deadline})
+
+    def end_exchange(self, pipe: redis.client.Pipeline, session_id: str, host: str) -> None:
+        pipe.zrem(self.keys.exchanges, f"{session_id}/{host}")
+
+    def exchanges(self, now: float | None = None) -> int:
+        """Exchanges in flight now."""
+        now = time.time() if now is None else now
+        return int(self.client.zcount(self.keys.exchanges, f"({now}", "+inf"))
 
     # -- fetch sessions ---------------------------------------------------------------
     def begin_session(self, shard: int, session_id: str, deadline: float) -> None:

@@ -46,6 +46,7 @@ class Progress:
     inflight: int
     next_ready_s: float | None = None
     expired_leases: int = 0
+    fetching: int = 0         # HTTP exchanges in flight (leased hosts may only be waiting)
     started: bool = True      # a crawl exists under the prefix (else workers wait for seeds)
     epoch: int = 0            # seed epoch read with the state, before the queues (see settle)
     extra: dict[str, float] = field(default_factory=dict)
@@ -83,7 +84,8 @@ def read_progress(settings: Settings, frontier: Frontier | None = None) -> Progr
     shards = [frontier.sizes(s) for s in range(settings.SHARDS)]
     waits = [w for w in (frontier.next_ready_in(s) for s in range(settings.SHARDS)) if w is not None]
     return Progress(at=time.time(), state=c.state, reason=c.reason, stats=stats, shards=shards, inflight=inflight,
-                    next_ready_s=min(waits) if waits else None, started=c.exists, epoch=c.epoch)
+                    next_ready_s=min(waits) if waits else None, fetching=control.exchanges(),
+                    started=c.exists, epoch=c.epoch)
 
 
 def record_sample(settings: Settings, progress: Progress) -> None:
@@ -171,6 +173,7 @@ def run_maintenance(settings: Settings, frontier: Frontier | None = None, now: f
     before_inflight = control.inflight()
     progress = read_progress(settings, frontier)
     progress.expired_leases = expired
+    control.heartbeat(now)
     if progress.state == CrawlState.FINISHED or not progress.started:
         return progress   # nothing to decide before the first seeds: workers may start first
     settle(settings, control, progress, before_inflight)

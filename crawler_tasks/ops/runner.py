@@ -476,9 +476,12 @@ class CrawlRunner:
         statuses = {k.rsplit("/", 1)[1]: v for k, v in progress.stats.items() if k.startswith("fetch/status/")}
         if statuses:
             self._say("  status " + ", ".join(f"{k}: {v}" for k, v in sorted(statuses.items())))
-        errors = {k.split("/", 2)[2]: v for k, v in progress.stats.items() if k.startswith("records/error/")}
+        errors = {k.split("/", 2)[2]: v for k, v in progress.stats.items()
+                  if k.startswith("records/error/") and k != "records/error/robots"}
         if errors:
             self._say("  errors " + ", ".join(f"{k}: {v}" for k, v in sorted(errors.items())))
+        if progress.robots_excluded:
+            self._say(f"  excluded by robots.txt: {progress.robots_excluded}")
         for line in summarize_waiting(progress, waiting_hosts(Frontier(self.settings),
                                                               limit_per_shard=SUMMARY_HOSTS_PER_SHARD), reason):
             self._say("  " + line)
