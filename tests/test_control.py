@@ -128,3 +128,28 @@ def test_a_crawl_nothing_maintains_is_told_apart(settings):
     assert control.unattended_s(control.read(), 1.0, now) is None
     assert control.unattended_s(control.read(), 1.0, now + 60) == pytest.approx(62)
     assert control.unattended_s(control.read(), 10.0, now + 60) is None  # 10 intervals of 10 s
+
+
+@pytest.mark.parametrize("state, reason, idle, note, after", [
+    (CrawlState.FINISHED, "frontier exhausted", True, "it runs again with them", CrawlState.RUNNING),
+    (CrawlState.FINISHED, "max pages (3) reached", False, "`manage.py crawl --resume` continues it",
+     CrawlState.FINISHED),
+    (CrawlState.PAUSED, "by manage.py pause", False, "fetched after `manage.py resume`", CrawlState.PAUSED),
+    (CrawlState.STOPPING, "stopped by SIGTERM", False, "they wait for `manage.py crawl --resume`",
+     CrawlState.STOPPING),
+])
+def test_seed_into_a_live_crawl_revives_it_or_says_what_fetches_the_urls(settings, monkeypatch, capsys,
+                                                                         state, reason, idle, note, after):
+    """`manage.py seed` against a live Redis (the production shape): never "N added" and silence."""
+    import manage
+
+    control = Control(settings)
+    control.seeded(1)
+    control.move(state, reason, idle=idle)
+    control.heartbeat(time.time())   # a control worker runs
+    monkeypatch.setenv("CRAWLER_KEY_PREFIX", settings.KEY_PREFIX)
+    monkeypatch.setenv("CRAWLER_REDIS_URL", settings.REDIS_URL)
+    assert manage.main(["seed", "http://a.test/new"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "1 URL(s) added\n" and note in err, err
+    assert control.read().state is after
