@@ -5,6 +5,7 @@
                                [--min-delay S] [--user-agent UA] [--allow-private] [--workers N]
     python manage.py seed URL... [--out DIR | --redis-url URL]     add URLs to a crawl (starts or revives it)
     python manage.py pause | resume [--out DIR | --redis-url URL]  hold a running crawl / let it go on
+    python manage.py stop [--out DIR | --redis-url URL]            stop a crawl (production shape)
     python manage.py stats [--out DIR | --redis-url URL] [--watch]
     python manage.py hosts HOST [--out DIR]                        one host's frontier state
     python manage.py robots URL [--agent A]                        robots.txt verdict and matching rule
@@ -170,8 +171,7 @@ def cmd_seed(args: argparse.Namespace) -> int:
         if added and not live:
             note = (f"the crawl is not running ({after.state} {after.reason}".rstrip() + "): "
                     f"`manage.py crawl --resume --out {settings.OUT_DIR}` fetches them")
-        elif added and after.state == CrawlState.FINISHED and after.idle:
-            control.move(CrawlState.RUNNING, "", (CrawlState.FINISHED,))
+        elif added and after.state == CrawlState.FINISHED and after.idle and control.revive():
             note = f"the crawl had finished ({after.reason}); it runs again with them"
         elif added and after.state == CrawlState.FINISHED:
             note = (f"the crawl is finished ({after.reason}), so nothing fetches them now: "
@@ -234,6 +234,26 @@ def _unattended(since_s: float) -> str:
     since = "ever" if since_s == float("inf") else f"for {since_s:.0f} s"
     return (f"no maintenance has run {since}: start a control worker "
             f"(celery -A crawler_tasks worker -Q crawl.control) and beat (celery -A crawler_tasks beat)")
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    """The production shape's Ctrl-C: nothing new starts, sessions give their hosts back
+    (exchanges in flight are cut and stay queued), maintenance finishes the crawl."""
+    from crawler_tasks.ops.control import CrawlState
+
+    with _attached(args) as (settings, live):
+        control = _control_of(settings)
+        if not live:
+            raise ConfigError("the crawl is not running (its Redis was reopened from its folder): nothing to stop")
+        previous, moved = control.move(CrawlState.STOPPING, "stopped by manage.py stop",
+                                       (CrawlState.RUNNING, CrawlState.PAUSED))
+        held = control.read()
+    if moved:
+        print("stopping: the crawl finishes once the exchanges in flight are through; "
+              "`manage.py crawl --resume` continues it")
+    else:
+        print(f"the crawl is {previous} {held.reason}".rstrip())
+    return 0
 
 
 def _control_of(settings: Settings) -> Control:
@@ -524,7 +544,9 @@ def build_parser() -> argparse.ArgumentParser:
             ("pause", cmd_pause, "hold a running crawl: exchanges in flight finish, nothing new starts; "
                                  "lasts until `manage.py resume`, across restarts"),
             ("resume", cmd_resume, "let a paused crawl go on (not `crawl --resume`, which restarts a stopped "
-                                   "crawl's processes)")):
+                                   "crawl's processes)"),
+            ("stop", cmd_stop, "stop a crawl run by plain Celery workers (the production shape); "
+                               "its state stays for `crawl --resume`")):
         sp = sub.add_parser(name, help=text)
         if name == "seed":
             sp.add_argument("urls", nargs="*")

@@ -153,3 +153,29 @@ def test_seed_into_a_live_crawl_revives_it_or_says_what_fetches_the_urls(setting
     out, err = capsys.readouterr()
     assert out == "1 URL(s) added\n" and note in err, err
     assert control.read().state is after
+
+
+def test_limits_and_stop_work_without_the_runner(settings, monkeypatch, capsys):
+    """The production shape has no `manage.py crawl` to watch the clock or take a Ctrl-C:
+    maintenance enforces MAX_SECONDS (a paused crawl too) and `manage.py stop` stops."""
+    import dataclasses
+
+    import manage
+    from crawler_tasks.ops.maintenance import run_maintenance
+
+    control = Control(settings)
+    control.seeded(1)
+    control.move(CrawlState.PAUSED, "by test")
+    assert run_maintenance(settings).state is CrawlState.PAUSED      # seeds queued: waits, paused
+    control.client.hset(control.keys.control, "started_at", time.time() - 20)
+    timed = dataclasses.replace(settings, MAX_SECONDS=10.0)
+    assert run_maintenance(timed).state is CrawlState.FINISHED       # stopping, and idle: finished
+    assert control.read().reason == "max seconds (10) reached" and not control.read().idle
+
+    other = dataclasses.replace(settings, KEY_PREFIX=settings.KEY_PREFIX + "s")
+    Control(other).seeded(1)
+    monkeypatch.setenv("CRAWLER_KEY_PREFIX", other.KEY_PREFIX)
+    monkeypatch.setenv("CRAWLER_REDIS_URL", settings.REDIS_URL)
+    assert manage.main(["stop"]) == 0 and "stopping:" in capsys.readouterr().out
+    assert run_maintenance(other).state is CrawlState.FINISHED
+    assert Control(other).read().reason == "stopped by manage.py stop"

@@ -3,9 +3,9 @@
 The state machine is ``new -> running <-> paused``, ``running|paused -> stopping ->
 finished`` (``CrawlState``; ``new`` is the absence of a control hash). A crawl starts
 when ``manage.py crawl`` starts it or, in the production shape (workers and beat up
-first), when its first seeds arrive; the operator pauses and resumes it; the runner asks
-it to stop (signal, --max-seconds); maintenance stops it at --max-pages and finishes it
-when nothing can happen any more; wake dispatches only while it is running. Every move
+first), when its first seeds arrive; the operator pauses and resumes it; the runner
+(signal) or ``manage.py stop`` asks it to stop; maintenance stops it at --max-pages and
+--max-seconds and finishes it when nothing can happen any more; wake dispatches only while it is running. Every move
 is one script (``transition.lua``) that names the states it may leave, so a pause never
 overwrites a finish and a finish never lands over seeds added since the decision (the
 seed ``epoch``). A crawl that finished for lack of work is marked ``idle``: new seeds
@@ -54,6 +54,7 @@ class ControlState:
     idle: bool             # finished for lack of work: new seeds revive it
     epoch: int             # seed operations so far (see transition.lua)
     maintained_at: float | None   # last maintenance run: is a control worker and beat up?
+    started_at: float | None      # for MAX_SECONDS, which maintenance enforces too
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,12 +114,20 @@ class Control:
         pipe.execute()
         return self.move(CrawlState.RUNNING, "", (NEW,))[0]
 
+    def revive(self) -> bool:
+        """A crawl that finished for lack of work runs again (new seeds); its time limit
+        counts from now."""
+        moved = self.move(CrawlState.RUNNING, "", (CrawlState.FINISHED,))[1]
+        if moved:
+            self.client.hset(self.keys.control, "started_at", time.time())
+        return moved
+
     def read(self) -> ControlState:
         raw: dict[str, str] = self.client.hgetall(self.keys.control)  # type: ignore[assignment]
-        at, seen = raw.get("state_at"), raw.get("maintained_at")
+        at, seen, started = raw.get("state_at"), raw.get("maintained_at"), raw.get("started_at")
         return ControlState("state" in raw, _state(raw.get("state")), raw.get("reason", ""),
                             float(at) if at else None, raw.get("idle") == "1", int(raw.get("epoch") or 0),
-                            float(seen) if seen else None)
+                            float(seen) if seen else None, float(started) if started else None)
 
     def heartbeat(self, now: float) -> None:
         """Maintenance ran (before the first seeds too: a seed can tell whether anything

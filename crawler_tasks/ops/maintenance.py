@@ -48,6 +48,7 @@ class Progress:
     expired_leases: int = 0
     fetching: int = 0         # HTTP exchanges in flight (leased hosts may only be waiting)
     started: bool = True      # a crawl exists under the prefix (else workers wait for seeds)
+    started_at: float | None = None
     epoch: int = 0            # seed epoch read with the state, before the queues (see settle)
     extra: dict[str, float] = field(default_factory=dict)
 
@@ -85,7 +86,7 @@ def read_progress(settings: Settings, frontier: Frontier | None = None) -> Progr
     waits = [w for w in (frontier.next_ready_in(s) for s in range(settings.SHARDS)) if w is not None]
     return Progress(at=time.time(), state=c.state, reason=c.reason, stats=stats, shards=shards, inflight=inflight,
                     next_ready_s=min(waits) if waits else None, fetching=control.exchanges(),
-                    started=c.exists, epoch=c.epoch)
+                    started=c.exists, epoch=c.epoch, started_at=c.started_at)
 
 
 def record_sample(settings: Settings, progress: Progress) -> None:
@@ -187,9 +188,18 @@ def run_maintenance(settings: Settings, frontier: Frontier | None = None, now: f
 def settle(settings: Settings, control: Control, progress: Progress, before_inflight: int) -> None:
     """The stop decision: STOPPING at the page limit, FINISHED once idle (``before_inflight``
     read before ``progress``). ``manage.py crawl`` also runs it between maintenance ticks,
-    so the end of a crawl is seen without waiting for the next one. A paused crawl is left
-    alone, and a finish is dropped when seeds arrived since ``progress`` was read."""
-    if not progress.started or progress.state == CrawlState.PAUSED:
+    so the end of a crawl is seen without waiting for the next one. Both limits hold here,
+    so they work without ``manage.py crawl`` (the production shape). A paused crawl is
+    only stopped by MAX_SECONDS, and a finish is dropped when seeds arrived since
+    ``progress`` was read."""
+    if not progress.started:
+        return
+    if settings.MAX_SECONDS and progress.started_at and progress.at - progress.started_at >= settings.MAX_SECONDS \
+            and progress.state in (CrawlState.RUNNING, CrawlState.PAUSED):
+        reason = f"max seconds ({settings.MAX_SECONDS:g}) reached"
+        if control.move(CrawlState.STOPPING, reason, (CrawlState.RUNNING, CrawlState.PAUSED))[1]:
+            progress.state, progress.reason = CrawlState.STOPPING, reason
+    if progress.state == CrawlState.PAUSED:
         return
     if settings.MAX_PAGES and progress.pages >= settings.MAX_PAGES and progress.state == CrawlState.RUNNING:
         reason = f"max pages ({settings.MAX_PAGES}) reached"
