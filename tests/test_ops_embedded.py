@@ -2,6 +2,7 @@
 the runner's startup check; waiting-host reasons; the progress line."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import sys
@@ -146,6 +147,8 @@ def test_eta_and_progress_line():
     assert line == ("running  1:05  pages 50  10.0/s  queued 3  hosts active 4 leased 3 fetching 1  errors 2  "
                     "robots-excluded 7  unreachable 2  ETA 0:05")
     assert progress_line(p, 1, 0.0, None, bounded=True).endswith("robots-excluded 7  ETA ?")
+    idle = progress_line(dataclasses.replace(p, fetching=0), 1, 0.0, None)
+    assert "leased 3  errors" in idle and "fetching" not in idle   # held hosts are not being fetched
 
 
 def test_status_line_plain_every_10_s_and_redrawn_in_a_terminal():
