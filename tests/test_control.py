@@ -60,18 +60,18 @@ def test_moves_leave_only_the_states_they_name(settings):
     control.start()
     assert control.move(CrawlState.PAUSED, "by test", (CrawlState.RUNNING,)) == ("running", True)
     control.start()                                # `crawl --resume` keeps a pause
-    assert control.read().state is CrawlState.PAUSED and not control.wake_wanted()
+    assert control.read().state is CrawlState.PAUSED and control.raw_state() == "paused"
     assert not control.finish("frontier exhausted", control.read().epoch, idle=True)   # paused: never finished
     assert control.move(CrawlState.RUNNING, "", (CrawlState.PAUSED,)) == ("paused", True)
-    assert control.wake_wanted()
+    assert control.raw_state() == "running"
 
 
 def test_first_seeds_start_a_crawl_and_later_ones_cancel_a_finish_decided_before_them(settings):
     control = Control(settings)
-    assert not control.wake_wanted()               # workers up, no crawl yet: no wake
+    assert control.raw_state() is None             # workers up, no crawl yet: no wake
     assert control.seeded(2) == "new"
     c = control.read()
-    assert c.exists and c.state is CrawlState.RUNNING and c.epoch == 1 and control.wake_wanted()
+    assert c.exists and c.state is CrawlState.RUNNING and c.epoch == 1
     assert control.stats() == {"frontier/seeds": 2, "frontier/enqueued": 2}
     epoch = c.epoch                                # maintenance reads the state, then the queues...
     assert control.seeded(1) == "running"          # ...a seed lands in between...

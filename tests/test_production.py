@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CELERY = [sys.executable, "-m", "celery", "-A", "crawler_tasks"]
 COMMON = ["--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "INFO"]
 WAKE_SENT = "Sending due task wake"
+MAINTENANCE_SENT = "Sending due task maintenance"
 
 
 def wait_for(check: Callable[[], bool], timeout: float = 90.0) -> bool:
@@ -91,9 +92,10 @@ def test_workers_first_then_seed_revive_pause_and_resume(settings, tmp_path):
 
             # 2. a finished crawl sends no more wakes...
             time.sleep(1.0)   # a wake sent as it finished
-            sent = log("beat").count(WAKE_SENT)
-            time.sleep(2.0)
+            sent, kept = log("beat").count(WAKE_SENT), log("beat").count(MAINTENANCE_SENT)
+            time.sleep(3.0)
             assert log("beat").count(WAKE_SENT) == sent
+            assert log("beat").count(MAINTENANCE_SENT) - kept <= 1   # every 10 s now, not every second
 
             # ...and new seeds revive it
             revived = manage("seed", *web2.seeds())

@@ -78,3 +78,26 @@ def test_beat_sends_wake_only_while_the_crawl_runs(settings):
     for state in (CrawlState.PAUSED, CrawlState.STOPPING, CrawlState.FINISHED):
         control.set_state(state, "test")
         assert wake.is_due(LONG_AGO) == (False, IDLE_CHECK_S), state
+
+
+def test_maintenance_slows_down_once_the_crawl_has_finished(settings):
+    import pickle
+    from datetime import UTC, datetime, timedelta
+
+    from crawler_tasks.schedule import IDLE_CHECK_S, IDLE_MAINTENANCE_S, build_schedule
+
+    maintenance = build_schedule(settings)["maintenance"]["schedule"]
+    copy = pickle.loads(pickle.dumps(maintenance))
+    assert (copy.states, copy.idle_s) == (maintenance.states, maintenance.idle_s)
+    now = datetime.now(UTC)
+    a_while = now - timedelta(seconds=settings.MAINTENANCE_INTERVAL_S + 0.5)
+    long_ago = now - timedelta(seconds=IDLE_MAINTENANCE_S + 1)
+    assert maintenance.is_due(a_while).is_due        # before the first seeds: its heartbeat says beat is up
+    control = Control(settings)
+    control.seeded(1)
+    for state in (CrawlState.RUNNING, CrawlState.PAUSED, CrawlState.STOPPING):   # the full cadence
+        control.set_state(state, "test")
+        assert maintenance.is_due(a_while).is_due, state
+    control.set_state(CrawlState.FINISHED, "test")
+    assert maintenance.is_due(a_while) == (False, IDLE_CHECK_S)    # every 10 s, not every 1 s
+    assert maintenance.is_due(long_ago).is_due

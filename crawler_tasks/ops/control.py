@@ -146,9 +146,11 @@ class Control:
         c = self.read()
         return c.state, c.reason, c.at
 
-    def wake_wanted(self) -> bool:
-        """Whether wake has anything to do: only a started, running crawl dispatches."""
-        return self.client.hget(self.keys.control, "state") == CrawlState.RUNNING
+    def raw_state(self) -> str | None:
+        """The state as stored, None before a crawl starts (Beat's schedule asks it
+        before each wake: only a started, running crawl dispatches)."""
+        state: str | None = self.client.hget(self.keys.control, "state")  # type: ignore[assignment]
+        return state
 
     def view(self) -> ControlView:
         """State, page groups waiting for parse/enqueue, pages fetched: one round trip."""
