@@ -207,8 +207,8 @@ class CrawlRunner:
             for child in self.children:  # they wind down while the summary is read
                 child.terminate()
             self._summary(progress)
-            if progress.state == CrawlState.FINISHED and not progress.pages and not self._stop_requested:
-                return 1   # said in the summary: nothing was fetched
+            if progress.state == CrawlState.FINISHED and not progress.pages and Control(self.settings).read().idle:
+                return 1   # it ran out of work having fetched nothing (not stopped at a limit): said above
             return 0 if progress.state == CrawlState.FINISHED or self._stop_requested else 1
         finally:
             self.status.close()
