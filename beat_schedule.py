@@ -6,6 +6,8 @@ settings: ``python beat_schedule.py``.
 """
 from __future__ import annotations
 
+from datetime import timedelta
+
 from crawler_tasks.schedule import build_schedule
 from crawler_tasks.settings import get_settings
 
@@ -13,4 +15,6 @@ beat_schedule = build_schedule(get_settings())
 
 if __name__ == "__main__":
     for name, entry in beat_schedule.items():
-        print(f"{name:12} {entry['task']:22} every {entry['schedule'].total_seconds():g} s -> {entry['options']['queue']}")
+        every = entry["schedule"]
+        seconds = every.total_seconds() if isinstance(every, timedelta) else every.seconds
+        print(f"{name:12} {entry['task']:22} every {seconds:g} s -> {entry['options']['queue']}")

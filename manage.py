@@ -3,7 +3,9 @@
 
     python manage.py crawl URL... [--seeds-file F] [--out DIR] [--max-pages N] [--max-seconds S]
                                [--min-delay S] [--user-agent UA] [--allow-private] [--workers N]
-    python manage.py seed URL... [--out DIR | --redis-url URL]     add URLs to a running crawl
+    python manage.py seed URL... [--out DIR | --redis-url URL]     add URLs to a crawl (starts or revives it)
+    python manage.py pause | resume [--out DIR | --redis-url URL]  hold a running crawl / let it go on
+    python manage.py stop [--out DIR | --redis-url URL]            stop a crawl (production shape)
     python manage.py stats [--out DIR | --redis-url URL] [--watch]
     python manage.py hosts HOST [--out DIR]                        one host's frontier state
     python manage.py robots URL [--agent A]                        robots.txt verdict and matching rule
@@ -35,6 +37,7 @@ from crawler_tasks.settings import Settings, reset_settings
 
 if TYPE_CHECKING:
     from crawler_tasks.ops.child import ForkServer
+    from crawler_tasks.ops.control import Control
 
 
 def _settings_from(args: argparse.Namespace, **extra: object) -> Settings:
@@ -66,8 +69,15 @@ def _settings_from(args: argparse.Namespace, **extra: object) -> Settings:
 
 @contextlib.contextmanager
 def _attach(args: argparse.Namespace) -> Iterator[Settings]:
-    """Settings of a crawl that runs (or ran) elsewhere: from --redis-url or OUT/crawl.json.
-    A finished embedded crawl is reopened from its data folder for the duration."""
+    with _attached(args) as (settings, _live):
+        yield settings
+
+
+@contextlib.contextmanager
+def _attached(args: argparse.Namespace) -> Iterator[tuple[Settings, bool]]:
+    """Settings of a crawl that runs (or ran) elsewhere: from --redis-url or OUT/crawl.json,
+    and whether its Redis is live (False: a finished embedded crawl, reopened from its
+    data folder for the duration, with no process of it running)."""
     extra: dict[str, object] = {}
     server = None
     if not getattr(args, "redis_url", None) and not os.environ.get("CRAWLER_REDIS_URL"):
@@ -101,7 +111,7 @@ def _attach(args: argparse.Namespace) -> Iterator[Settings]:
             server = EmbeddedRedis(out / "redis").start()
             extra["REDIS_URL"] = server.url
     try:
-        yield _settings_from(args, **extra)
+        yield _settings_from(args, **extra), server is None
     finally:
         if server is not None:
             server.stop()
@@ -141,28 +151,147 @@ def _crawl(args: argparse.Namespace, settings: Settings, forks: ForkServer) -> i
 
 
 def cmd_seed(args: argparse.Namespace) -> int:
+    """Seeds start a crawl whose workers wait for them, and revive one that finished for
+    lack of work; a crawl that is paused, stopping, stopped at a limit or not running
+    keeps them queued, and the note says what fetches them."""
+    from crawler_tasks.ops.control import Control, CrawlState
+    from crawler_tasks.ops.messages import listed
     from crawler_tasks.ops.runner import read_seeds_file
     from crawler_tasks.stages.enqueue import seed_urls
 
     urls = list(args.urls) + (read_seeds_file(args.seeds_file) if args.seeds_file else [])
-    with _attach(args) as settings:
+    if not urls:
+        raise ConfigError("no seed URLs: give URLs or --seeds-file")
+    with _attached(args) as (settings, live):
+        control = Control(settings)
+        before = control.read()
         added, rejected = seed_urls(settings, urls)
-    for message in rejected:
+        after = control.read()
+        note = ""
+        if added and not live:
+            note = (f"the crawl is not running ({after.state} {after.reason}".rstrip() + "): "
+                    f"`manage.py crawl --resume --out {settings.OUT_DIR}` fetches them")
+        elif added and after.state == CrawlState.FINISHED and after.idle and control.revive():
+            note = f"the crawl had finished ({after.reason}); it runs again with them"
+        elif added and after.state == CrawlState.FINISHED:
+            note = (f"the crawl is finished ({after.reason}), so nothing fetches them now: "
+                    "`manage.py crawl --resume` continues it (with its limits given again)")
+        elif added and after.state == CrawlState.PAUSED:
+            note = "the crawl is paused: they are fetched after `manage.py resume`"
+        elif added and after.state == CrawlState.STOPPING:
+            note = f"the crawl is stopping ({after.reason}): they wait for `manage.py crawl --resume`"
+        elif added and not before.exists:
+            note = f"a new crawl (prefix {settings.KEY_PREFIX!r}) starts with them"
+        unattended = control.unattended_s(after, settings.MAINTENANCE_INTERVAL_S) if added and live else None
+        if unattended is not None and after.state in (CrawlState.RUNNING, CrawlState.PAUSED):
+            note += ("; " if note else "") + _unattended(unattended)
+    for message in listed(rejected):
         print(f"skipped: {message}", file=sys.stderr)
-    print(f"{added} URL(s) added")
+    print(f"{added} URL(s) added" + (f", {len(rejected):,} skipped" if rejected else ""))
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    return 0 if added or not rejected else 2
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    """Exchanges in flight finish; wake starts nothing and sessions take no new turn."""
+    from crawler_tasks.ops.control import CrawlState
+
+    with _attached(args) as (settings, live):
+        control = _control_of(settings)
+        if not live:
+            raise ConfigError("the crawl is not running (its Redis was reopened from its folder): nothing to pause")
+        previous, moved = control.move(CrawlState.PAUSED, "by manage.py pause", (CrawlState.RUNNING,))
+        state = control.read()
+    if moved:
+        print("paused: exchanges in flight finish, nothing new starts; `manage.py resume` lets it go on")
+    elif previous == CrawlState.PAUSED:
+        print(f"already paused for {_ago(state.at)}")
+    else:
+        raise ConfigError(f"the crawl is {previous} {state.reason}".rstrip() + ": only a running crawl can be paused")
     return 0
 
 
-def _stats_lines(settings: Settings) -> tuple[list[str], bool]:
+def cmd_resume(args: argparse.Namespace) -> int:
+    from crawler_tasks.ops.control import CrawlState
+
+    with _attached(args) as (settings, live):
+        control = _control_of(settings)
+        held = control.read()
+        previous, moved = control.move(CrawlState.RUNNING, "", (CrawlState.PAUSED,))
+    if moved:
+        print(f"resumed after {_ago(held.at)} paused"
+              + ("" if live else f"; `manage.py crawl --resume --out {settings.OUT_DIR}` runs it"))
+    elif previous == CrawlState.RUNNING:
+        print("the crawl is not paused: it is running")
+    else:
+        raise ConfigError(f"the crawl is {previous} {held.reason}".rstrip() + ": `manage.py resume` lets a paused "
+                          "crawl go on; `manage.py crawl --resume` continues a stopped one")
+    return 0
+
+
+def _unattended(since_s: float) -> str:
+    since = "ever" if since_s == float("inf") else f"for {since_s:.0f} s"
+    return (f"no maintenance has run {since}: start a control worker "
+            f"(celery -A crawler_tasks worker -Q crawl.control) and beat (celery -A crawler_tasks beat)")
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    """The production shape's Ctrl-C: nothing new starts, sessions give their hosts back
+    (exchanges in flight are cut and stay queued), maintenance finishes the crawl."""
+    from crawler_tasks.ops.control import CrawlState
+
+    with _attached(args) as (settings, live):
+        control = _control_of(settings)
+        if not live:
+            raise ConfigError("the crawl is not running (its Redis was reopened from its folder): nothing to stop")
+        previous, moved = control.move(CrawlState.STOPPING, "stopped by manage.py stop",
+                                       (CrawlState.RUNNING, CrawlState.PAUSED))
+        held = control.read()
+    if moved:
+        print("stopping: the crawl finishes once the exchanges in flight are through; "
+              "`manage.py crawl --resume` continues it")
+    else:
+        print(f"the crawl is {previous} {held.reason}".rstrip())
+    return 0
+
+
+def _control_of(settings: Settings) -> Control:
+    from crawler_tasks.ops.control import Control
+
+    control = Control(settings)
+    if not control.exists():
+        raise ConfigError(f"no crawl under prefix {settings.KEY_PREFIX!r} (`manage.py seed URL` starts one)")
+    return control
+
+
+def _ago(at: float | None) -> str:
+    from crawler_tasks.ops.progress import clock
+
+    return clock(time.time() - at) if at else "a while"
+
+
+def _stats_lines(settings: Settings, live: bool = True) -> tuple[list[str], bool]:
     """The stats report, and whether the crawl is finished."""
     from crawler_tasks.frontier import Frontier
-    from crawler_tasks.ops.control import CrawlState
+    from crawler_tasks.ops.control import Control, CrawlState
     from crawler_tasks.ops.maintenance import read_progress
     from crawler_tasks.ops.waiting import WaitReason, describe, waiting_hosts
 
     p = read_progress(settings)
-    lines = [f"state {p.state} {p.reason}".rstrip(),
-             f"pages {p.pages}  queued {p.queued}  leased hosts {p.leased}  batches in flight {p.inflight}"]
+    control = Control(settings)
+    c = control.read()
+    if not p.started:
+        state = f"state waiting for seeds: no crawl under prefix {settings.KEY_PREFIX!r} yet (`manage.py seed URL`)"
+    elif p.state == CrawlState.PAUSED:
+        state = f"state paused for {_ago(c.at)} (`manage.py resume` lets it go on)"
+    else:
+        state = f"state {p.state} {p.reason}".rstrip()
+    unattended = control.unattended_s(c, settings.MAINTENANCE_INTERVAL_S) \
+        if live and p.state in (CrawlState.RUNNING, CrawlState.PAUSED, CrawlState.STOPPING) else None
+    if unattended is not None:   # a running state that nothing runs: say what to start
+        state += f"\nwarning: {_unattended(unattended)}"
+    lines = [state, f"pages {p.pages}  queued {p.queued}  leased hosts {p.leased}  batches in flight {p.inflight}"]
     for i, shard in enumerate(p.shards):
         lines.append(f"  shard {i}: " + "  ".join(f"{k} {v}" for k, v in shard.items()))
     frontier = Frontier(settings)
@@ -190,9 +319,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     """--watch: redrawn every 2 s in a terminal, a new report every 10 s in a log; ends
     when the crawl does."""
     tty = sys.stdout.isatty()
-    with _attach(args) as settings:
+    with _attached(args) as (settings, live):
         while True:
-            lines, finished = _stats_lines(settings)
+            lines, finished = _stats_lines(settings, live)
             if args.watch and tty:
                 sys.stdout.write("\x1b[H\x1b[2J")  # home, clear screen
             print("\n".join(lines), flush=True)
@@ -204,26 +333,54 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def cmd_hosts(args: argparse.Namespace) -> int:
+    """A host is named as in its URLs, with its port when not the default; given without
+    one, the only host of that name is shown, or the candidates are listed."""
     from crawler_tasks.frontier import Frontier
+    from crawler_tasks.ops.waiting import known, matching_hosts
 
     with _attach(args) as settings:
-        info = Frontier(settings).host_info(args.host.lower())
+        frontier = Frontier(settings)
+        name = args.host.lower()
+        info = frontier.host_info(name)
+        if not known(info):
+            candidates = matching_hosts(frontier, name)
+            if len(candidates) != 1:
+                print(f"host {name} is not in this crawl" + (
+                    "; hosts of that name: " + ", ".join(candidates) if candidates else ""), file=sys.stderr)
+                return 1
+            info = frontier.host_info(candidates[0])
         now = time.time()
         print(f"host {info.host}  shard {info.shard}  active {info.active}  queued {len(info.queue)}")
-        print("next contact " + (f"in {info.next_contact - now:.1f} s" if info.next_contact is not None
-                                 else "not scheduled")
-              + (f"  leased until {info.leased_until - now:+.1f} s" if info.leased_until is not None else ""))
+        print(_contact_line(info.next_contact, info.leased_until, bool(info.queue), now))
         print(f"pages enqueued {info.enqueued}  duplicates {info.duplicates}/{info.pages}")
         robots = info.robots
         if robots:
+            expires = float(robots.get("expires", 0)) - now
             print(f"robots.txt {robots.get('kind')} (status {robots.get('status') or '-'}), "
-                  f"expires in {float(robots.get('expires', 0)) - now:.0f} s {robots.get('error') or ''}".rstrip())
+                  + (f"expires in {expires:.0f} s" if expires > 0 else f"expired {-expires:.0f} s ago")
+                  + f" {robots.get('error') or ''}".rstrip())
         if info.politeness:
             print("politeness " + "  ".join(f"{key} {value}" for key, value in sorted(info.politeness.items())))
         _print_url_rules(settings, info.host)
         for entry in info.queue[: args.show]:
             print(f"  depth {entry.depth} tries {entry.tries} {entry.url}")
     return 0
+
+
+def _contact_line(te: float | None, leased_until: float | None, queued: bool, now: float) -> str:
+    """Next contact and lease as a person reads them: never a negative wait."""
+    if te is None:
+        line = "next contact not scheduled"
+    elif te > now:
+        line = f"next contact in {te - now:.1f} s"
+    elif queued:
+        line = f"next contact now (due for {now - te:.1f} s)"
+    else:
+        line = f"no URL queued (its delay ended {now - te:.1f} s ago)"
+    if leased_until is not None:
+        line += (f"  leased for {leased_until - now:.1f} s more" if leased_until > now
+                 else f"  lease expired {now - leased_until:.1f} s ago")
+    return line
 
 
 def _print_url_rules(settings: Settings, host: str) -> None:
@@ -264,8 +421,11 @@ def cmd_robots(args: argparse.Namespace) -> int:
         ": allow all" if entry.kind == ALLOW else "")
     print(f"{robots_url} answered {status}{note}")
     assert answer.verdict is not None
-    print(f"agent {agent!r}: {'ALLOWED' if answer.verdict.allowed else 'DISALLOWED'} {args.url}")
-    print(f"  {answer.verdict}")
+    verdict = answer.verdict
+    print(f"agent {agent!r}: {'ALLOWED' if verdict.allowed else 'DISALLOWED'} {args.url}")
+    group = f"group user-agent {', '.join(verdict.group)} (line {', '.join(map(str, verdict.group_lines))})" \
+        if verdict.group else "no group for this agent"
+    print(f"  {verdict.reason}; {group}")
     return 0 if answer.verdict.allowed else 3
 
 
@@ -282,10 +442,20 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
+    from crawler_tasks.connection import redact
+    from crawler_tasks.ops.control import Control, CrawlState
     from crawler_tasks.ops.restore import restore
     from crawler_tasks.ops.snapshot import info_dict
 
-    with _attach(args) as settings:
+    with _attached(args) as (settings, live):
+        held = Control(settings).read()
+        if held.exists and not args.replace:   # said here: the library's message names its own argument
+            running = live and held.state in (CrawlState.RUNNING, CrawlState.PAUSED, CrawlState.STOPPING)
+            raise ConfigError(
+                f"{redact(settings.REDIS_URL)} holds a crawl under prefix {settings.KEY_PREFIX!r} "
+                f"({held.state} {held.reason}".rstrip() + "); "
+                + ("it looks running: stop it first, then " if running else "")
+                + "add --replace to drop its keys and load the snapshot")
         info = restore(settings, args.file, replace=args.replace)
     print(json.dumps(info_dict(info), indent=1, default=str))
     return 0
@@ -364,19 +534,29 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--parsers", type=int, default=2, help="parse/dedup worker processes (default 2)")
     c.add_argument("--continuous", action="store_true",
                    help="revisit fetched URLs (sooner when they change) until a limit or Ctrl-C")
-    c.add_argument("--resume", action="store_true", help="continue the crawl whose state is in --out / Redis")
+    c.add_argument("--resume", action="store_true",
+                   help="start again a stopped crawl whose state is in --out / Redis (its processes are started "
+                        "anew; to let a paused but running crawl go on, use `manage.py resume`)")
     c.add_argument("--restore", metavar="FILE|latest",
                    help="load a snapshot (OUT/snapshots/...) first, then resume from it")
     c.add_argument("--metrics-port", type=int, help="Prometheus endpoint port (0 = free port, -1 = off)")
     c.set_defaults(func=cmd_crawl)
 
-    for name, func, text in (("seed", cmd_seed, "add URLs to a running crawl"),
-                             ("stats", cmd_stats, "print a running or finished crawl's counters")):
+    for name, func, text in (
+            ("seed", cmd_seed, "add URLs to a crawl: starts one whose workers wait for seeds, revives one that "
+                               "ran out of work; a stopped one keeps them for `crawl --resume`"),
+            ("stats", cmd_stats, "print a running or finished crawl's counters"),
+            ("pause", cmd_pause, "hold a running crawl: exchanges in flight finish, nothing new starts; "
+                                 "lasts until `manage.py resume`, across restarts"),
+            ("resume", cmd_resume, "let a paused crawl go on (not `crawl --resume`, which restarts a stopped "
+                                   "crawl's processes)"),
+            ("stop", cmd_stop, "stop a crawl run by plain Celery workers (the production shape); "
+                               "its state stays for `crawl --resume`")):
         sp = sub.add_parser(name, help=text)
         if name == "seed":
             sp.add_argument("urls", nargs="*")
             sp.add_argument("--seeds-file")
-        else:
+        elif name == "stats":
             sp.add_argument("--watch", action="store_true",
                             help="refresh every 2 s (every 10 s when not a terminal) until the crawl ends")
         sp.add_argument("--out", help="the crawl's output folder (finds its Redis)")

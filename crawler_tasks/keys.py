@@ -56,7 +56,8 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 Global (``<prefix>:{g}:...``): ``stats`` (hash of counters with slash paths),
 ``control`` (hash: state, started_at, ...), ``inflight`` (zset page group id -> deadline,
 between fetch and enqueue), ``sessions`` (zset ``<shard>/<session id>`` -> deadline: fetch
-sessions running or queued),
+sessions running or queued), ``exchanges`` (zset ``<session id>/<host>`` -> deadline: HTTP
+exchanges in flight, for the progress line),
 ``feed`` (stream of indexable pages for indexers), ``latency`` (fetch latency buckets),
 ``ipte`` (hash address -> next contact, when per-IP politeness is on),
 ``timeseries`` (list of JSON samples, newest first, capped: one per maintenance run),
@@ -230,6 +231,10 @@ class GlobalKeys:
     @property
     def sessions(self) -> str:
         return f"{self.prefix}:{{g}}:sessions"
+
+    @property
+    def exchanges(self) -> str:
+        return f"{self.prefix}:{{g}}:exchanges"
 
     @property
     def ip_te(self) -> str:

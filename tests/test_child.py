@@ -80,6 +80,7 @@ def test_forked_worker_dies_with_the_server(settings, tmp_path):
 
 
 def test_first_wake_is_due_when_beat_starts_and_maintenance_is_not(settings):
+    Control(settings).start()   # wake is due only while a crawl runs (test_wake.py)
     schedule = build_schedule(settings)
     wake = ScheduleEntry(**dict(schedule["wake"], name="wake", app=app))
     maintenance = ScheduleEntry(**dict(schedule["maintenance"], name="maintenance", app=app))

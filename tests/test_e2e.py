@@ -321,8 +321,9 @@ def test_unreachable_host_is_reported_and_explained(tmp_path):
     out = tmp_path / "out"
     port = free_port("127.0.0.9")
     proc = run_crawl(out, [f"http://down.test:{port}/"], "--resolve", "down.test=127.0.0.9", timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 1, proc.stderr[-3000:]   # nothing was fetched: not a success
     err = proc.stderr
+    assert "nothing was fetched" in err and "/warc" not in err   # no folder named that does not exist
     assert f"host unreachable: down.test:{port}: connection refused; next try in" in err, err
     assert f"hosts unreachable: 1 (down.test:{port}: connection refused; next try in" in err
     assert "not fetched: 1 URL(s) of 1 host(s) waiting for robots.txt" in err

@@ -80,6 +80,8 @@ def test_robots_command_explains_the_verdict():
         assert "DISALLOWED" in blocked.stdout and "/private/" in blocked.stdout
         ok = manage("robots", web.url(0, "/p/1.html"), "--allow-private")
         assert ok.returncode == 0 and "ALLOWED" in ok.stdout
+        assert "Verdict(" not in blocked.stdout + ok.stdout     # a sentence, not a repr
+        assert "disallowed by line" in blocked.stdout
 
 
 @pytest.mark.parametrize("env, args, message", [
@@ -159,3 +161,44 @@ def test_crawl_and_stats_with_a_relative_out_from_another_folder(tmp_path):
     assert "state finished" in stats.stdout and "fetch/pages" in stats.stdout
     watch = manage("stats", "--out", "rel-out", "--watch", cwd=tmp_path, timeout=60)
     assert watch.returncode == 0 and watch.stdout.count("state finished") == 1  # ends with the crawl
+
+
+def test_messages_name_bad_input_short_and_never_a_negative_wait(tmp_path):
+    out = tmp_path / "out"
+    with TestWeb(n_hosts=1, pages_per_host=3, seed=2) as web:
+        crawl = manage("crawl", *web.seeds(), "--out", str(out), "--allow-private", "--min-delay", "0", *UA)
+        assert crawl.returncode == 0, crawl.stderr[-2000:]
+        host = web.hosts[0]
+        bare = host.rsplit(":", 1)[0]
+        found = manage("hosts", bare, "--out", str(out))       # without its port: found
+        assert found.returncode == 0 and f"host {host} " in found.stdout, found.stdout + found.stderr
+        assert "in -" not in found.stdout and " -" not in found.stdout.split("pages enqueued")[0]
+        missing = manage("hosts", "nosuch.test", "--out", str(out))
+        assert missing.returncode == 1 and "not in this crawl" in missing.stderr
+
+        # a 10 MB line and 300 bad ones: each quoted short, the rest counted, never echoed whole
+        seeds = tmp_path / "seeds.txt"
+        seeds.write_text("http://" + "a" * 10 * 2**20 + "\n" + "".join(f"nope{i}\n" for i in range(300))
+                         + web.url(0, "/extra.html") + "\n")
+        seeded = manage("seed", "--out", str(out), "--seeds-file", str(seeds))
+        assert seeded.returncode == 0, seeded.stderr[-2000:]
+        assert len(seeded.stderr) < 5000 and "characters)" in seeded.stderr and "... and 291 more" in seeded.stderr
+        assert "1 URL(s) added, 301 skipped" in seeded.stdout
+        assert "the crawl is not running" in seeded.stderr and "crawl --resume" in seeded.stderr
+
+        # a binary seeds file is refused whole, before anything is written
+        binary = tmp_path / "seeds.bin"
+        binary.write_bytes(bytes(range(256)) * 200)
+        for args in (["seed", "--out", str(out)], ["crawl", "--out", str(tmp_path / "other"), "--allow-private"]):
+            proc = manage(*args, "--seeds-file", str(binary))
+            assert proc.returncode == 2 and "is not UTF-8 text" in proc.stderr, proc.stderr[-2000:]
+            assert len(proc.stderr.splitlines()) <= 3
+        assert not (tmp_path / "other").exists()
+
+        # restore over a crawl that is not running: no library argument, no "running"
+        snap = manage("snapshot", "--out", str(out))
+        assert snap.returncode == 0, snap.stderr
+        path = next((out / "snapshots").glob("snapshot-*.jsonl.gz"))
+        refused = manage("restore", str(path), "--out", str(out))
+        assert refused.returncode == 2 and "add --replace" in refused.stderr, refused.stderr
+        assert "replace=True" not in refused.stderr and "running" not in refused.stderr

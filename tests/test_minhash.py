@@ -208,3 +208,23 @@ def test_dupes_report_without_output(tmp_path, capsys):
            {"url": "u2", "status": 200, "text": "one two three four five"},
            {"url": "u3", "status": 500, "text": "one two three four five"}]
     assert dupes.report(rec, None) == [["u1", "u2"]]
+
+
+def test_dupes_counts_a_byte_identical_page_stored_as_a_revisit(tmp_path, capsys):
+    """The second capture of an identical payload is a WARC revisit record with no body:
+    `dupes` saw one page where `report` (from duplicate_of) showed a cluster of two."""
+    from crawler_tasks.ops.report import summarize
+
+    body = _html("same", " ".join(words(random.Random(8), 600)))
+    store = WarcStore(tmp_path, max_bytes=10**9)
+    records = []
+    for url, earlier in (("http://a.test/1", None), ("http://a.test/2", ("http://a.test/1", "2026-01-01T00:00:00Z"))):
+        store.write_exchange(FetchResult(url=url, started=time.time(), ended=time.time(), status=200, reason="OK",
+                                         headers=[("Content-Type", "text/html")], body=body), earlier)
+        records.append({"url": url, "final_url": url, "status": 200, "content_type": "text/html",
+                        **({"duplicate_of": earlier[0]} if earlier else {})})
+    store.close()
+    append_jsonl(tmp_path / "pages.jsonl", records)
+    assert dupes.main(["--out", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.endswith("1 clusters, 2 pages in clusters of 2 pages\n")
+    assert len(summarize(records).clusters) == 1   # what report shows: they agree

@@ -2,6 +2,7 @@
 the runner's startup check; waiting-host reasons; the progress line."""
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import sys
@@ -138,12 +139,16 @@ def test_eta_and_progress_line():
     assert eta_s(50, 10.0, 5.0, 100, 0) == 5.0
     assert eta_s(50, 10.0, 5.0, 100, 8.0) == 3.0
     assert eta_s(0, 0.0, 5.0, 100, 0) is None and eta_s(10, 1.0, 5.0, 0, 0) is None
-    p = Progress(at=0, state=CrawlState.RUNNING, reason="", stats={"fetch/pages": 50},
-                 shards=[{"front": 1, "back": 2, "leased_hosts": 3, "active_hosts": 4}], inflight=1)
+    p = Progress(at=0, state=CrawlState.RUNNING, reason="", stats={"fetch/pages": 50, "records/error/dns": 2,
+                                                                    "records/error/robots": 7},
+                 shards=[{"front": 1, "back": 2, "leased_hosts": 3, "active_hosts": 4}], inflight=1, fetching=1)
     line = progress_line(p, 65, 10.0, 5.0, unreachable=2)
-    assert line == ("running  1:05  pages 50  10.0/s  queued 3  hosts active 4 fetching 3  errors 0  "
-                    "unreachable 2  ETA 0:05")
-    assert progress_line(p, 1, 0.0, None, bounded=True).endswith("errors 0  ETA ?")
+    # leased hosts apart from exchanges in flight, robots.txt exclusions apart from errors
+    assert line == ("running  1:05  pages 50  10.0/s  queued 3  hosts active 4 leased 3 fetching 1  errors 2  "
+                    "robots-excluded 7  unreachable 2  ETA 0:05")
+    assert progress_line(p, 1, 0.0, None, bounded=True).endswith("robots-excluded 7  ETA ?")
+    idle = progress_line(dataclasses.replace(p, fetching=0), 1, 0.0, None)
+    assert "leased 3  errors" in idle and "fetching" not in idle   # held hosts are not being fetched
 
 
 def test_status_line_plain_every_10_s_and_redrawn_in_a_terminal():

@@ -126,3 +126,18 @@ def test_two_real_crawls_of_one_web(tmp_path):
     proc = manage("overlap", str(tmp_path / "A"), str(tmp_path / "B"), "--sample", "12")
     assert proc.returncode == 0, proc.stderr
     assert "y/x" in proc.stdout and "true |A|/|B|" in proc.stdout
+
+
+def test_all_found_in_a_partial_sample_is_not_a_zero_width_interval(tmp_path):
+    """Two copies of one crawl sampled in part: x = y = 1 used to print [1.000, 1.000]."""
+    rng = random.Random(2)
+    pages = [{"url": f"http://a.test/p/{i}", "fp": f"{rng.getrandbits(64):016x}", "sim": rng.getrandbits(64),
+              "text": f"word{i} other{i}"} for i in range(200)]
+    write_crawl(tmp_path / "A", pages)
+    write_crawl(tmp_path / "B", pages)
+    part = overlap.compare(tmp_path / "A", tmp_path / "B", sample=40, seed=1, queries=0).estimates[0]
+    assert part.x == part.y == 1.0 and part.ci is not None and part.ci[0] < 1.0 < part.ci[1]
+    text = overlap.format_result(overlap.compare(tmp_path / "A", tmp_path / "B", sample=40, seed=1, queries=0))
+    assert "[1.000, 1.000]" not in text and "no spread to resample" in text
+    whole = overlap.format_result(overlap.compare(tmp_path / "A", tmp_path / "B", sample=1000, queries=0))
+    assert "delta 1.000 exact (both crawls sampled whole)" in whole

@@ -41,7 +41,7 @@ def test_readme_commands_work_from_a_fresh_folder(tmp_path):
     first, testweb, local_crawl, stats, head = commands  # the README's order; update both together
 
     proc = run(first, tmp_path, {**env, "CRAWLER_RESOLVE": "example.org=127.0.0.9", "CRAWLER_ALLOW_PRIVATE": "1"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 1 and "nothing was fetched" in proc.stderr, proc.stderr[-3000:]
     assert "host unreachable: example.org: connection refused; next try in" in proc.stderr, proc.stderr[-3000:]
     assert "hosts unreachable: 1 (example.org: connection refused" in proc.stderr
     assert "not fetched: 1 URL(s) of 1 host(s) waiting for robots.txt" in proc.stderr

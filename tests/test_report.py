@@ -78,9 +78,11 @@ def test_maintenance_samples_a_capped_series(settings, rclient):
     import dataclasses
 
     from crawler_tasks.frontier import Discovered, Frontier
+    from crawler_tasks.ops.control import Control
 
     s = dataclasses.replace(settings, TIMESERIES_MAX_SAMPLES=3)
     Frontier(s).put_discovered([Discovered("http://a.test/", "a.test")])  # a crawl with work left
+    Control(s).start()   # (maintenance samples a started crawl only)
     for _ in range(5):
         run_maintenance(s)
     samples = read_samples(s)

@@ -10,6 +10,7 @@ from crawler_tasks.connection import global_client
 from crawler_tasks.frontier import Discovered, Entry, Frontier
 from crawler_tasks.frontier.spill import Spiller, list_chunks, read_entries, write_chunk
 from crawler_tasks.keys import GlobalKeys
+from crawler_tasks.ops.control import Control
 from crawler_tasks.ops.maintenance import run_maintenance
 
 
@@ -200,6 +201,7 @@ def test_a_torn_append_of_the_old_layout_does_not_stop_maintenance(settings, tmp
     assert "spill/error/lost" not in _stats(s)
     assert legacy.with_name(legacy.name + ".damaged").exists()
     assert not list((tmp_path / "spill").rglob("*.gz"))
+    Control(s).start()   # maintenance decides for a started crawl only
     assert run_maintenance(s, frontier, now=1e6).state == "finished"  # the stop decision works again
 
 
@@ -222,6 +224,7 @@ def test_a_damaged_host_chunk_gives_back_its_intact_entries_and_counts_the_rest(
     assert 0 < lost < 350
     assert fetched == urls[: 400 - lost]          # every intact entry, in order, none twice
     assert frontier.sizes(0)["spilled"] == 0
+    Control(s).start()   # maintenance decides for a started crawl only
     assert run_maintenance(s, frontier, now=1e6).state == "finished"
 
 
@@ -242,6 +245,7 @@ def test_a_damaged_front_spill_file_gives_back_its_intact_entries(settings, tmp_
     lost = _stats(s)["spill/error/lost"]
     assert _stats(s)["spill/error/unreadable"] == 1 and 0 < lost <= 200
     assert len(fetched) == len(set(fetched)) == 1000 - lost and set(fetched) <= set(urls)
+    Control(s).start()   # maintenance decides for a started crawl only
     assert run_maintenance(s, frontier, now=1e6).state == "finished"
 
 

@@ -58,3 +58,46 @@ def test_nothing_is_dispatched_unless_running(settings):
     assert plan_wake(s, frontier) == []
     Control(s).set_state(CrawlState.RUNNING, "")
     assert len(plan_wake(s, frontier)) == 1
+
+
+def test_beat_sends_wake_only_while_the_crawl_runs(settings):
+    """Before the first seeds, paused or finished, Beat sends no wake (they filled Flower's
+    task list four times a second) and looks again within IDLE_CHECK_S."""
+    import pickle
+    from datetime import UTC, datetime
+
+    from crawler_tasks.schedule import IDLE_CHECK_S, LONG_AGO, build_schedule
+
+    wake = build_schedule(settings)["wake"]["schedule"]
+    assert pickle.loads(pickle.dumps(wake)).run_every == wake.run_every   # Beat's shelve keeps it
+    control = Control(settings)
+    assert wake.is_due(LONG_AGO) == (False, IDLE_CHECK_S)     # no crawl yet
+    control.seeded(1)
+    assert wake.is_due(LONG_AGO).is_due
+    assert not wake.is_due(datetime.now(UTC)).is_due          # the interval still holds
+    for state in (CrawlState.PAUSED, CrawlState.STOPPING, CrawlState.FINISHED):
+        control.set_state(state, "test")
+        assert wake.is_due(LONG_AGO) == (False, IDLE_CHECK_S), state
+
+
+def test_maintenance_slows_down_once_the_crawl_has_finished(settings):
+    import pickle
+    from datetime import UTC, datetime, timedelta
+
+    from crawler_tasks.schedule import IDLE_CHECK_S, IDLE_MAINTENANCE_S, build_schedule
+
+    maintenance = build_schedule(settings)["maintenance"]["schedule"]
+    copy = pickle.loads(pickle.dumps(maintenance))
+    assert (copy.states, copy.idle_s) == (maintenance.states, maintenance.idle_s)
+    now = datetime.now(UTC)
+    a_while = now - timedelta(seconds=settings.MAINTENANCE_INTERVAL_S + 0.5)
+    long_ago = now - timedelta(seconds=IDLE_MAINTENANCE_S + 1)
+    assert maintenance.is_due(a_while).is_due        # before the first seeds: its heartbeat says beat is up
+    control = Control(settings)
+    control.seeded(1)
+    for state in (CrawlState.RUNNING, CrawlState.PAUSED, CrawlState.STOPPING):   # the full cadence
+        control.set_state(state, "test")
+        assert maintenance.is_due(a_while).is_due, state
+    control.set_state(CrawlState.FINISHED, "test")
+    assert maintenance.is_due(a_while) == (False, IDLE_CHECK_S)    # every 10 s, not every 1 s
+    assert maintenance.is_due(long_ago).is_due

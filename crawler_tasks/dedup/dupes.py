@@ -9,6 +9,11 @@ MinHash sketches of 4-word shingles (``dedup/minhash.py``): pairs with estimated
 Jaccard >= threshold (0.9 by default) are linked and clusters are the connected
 components.
 
+A page whose payload was byte-identical to an earlier one is stored as a ``revisit``
+record (identical-payload-digest) that refers to that page: it gets the sketch of the
+page it refers to. It used to get none, and ``dupes`` found 0 clusters where
+``report`` (from the records' ``duplicate_of``) showed the exact duplicate.
+
 Output: clusters of two or more pages, largest first, one URL per line, a blank
 line between clusters, then ``N clusters, M pages in clusters of T pages``.
 """
@@ -75,18 +80,23 @@ def read_records(out_dir: str | Path) -> Iterator[dict]:
                 yield rec
 
 
-def iter_warc_pages(out_dir: str | Path, urls: set[str] | None = None,
-                    settings: Settings | None = None) -> Iterator[tuple[str, str]]:
+def iter_warc_pages(out_dir: str | Path, urls: set[str] | None = None, settings: Settings | None = None,
+                    revisits: dict[str, str] | None = None) -> Iterator[tuple[str, str]]:
     """(URL, page text) of the HTML 200 responses in ``OUT/warc/*.warc.gz``, decoded
-    and parsed as the parse stage does; only the first response of a URL."""
+    and parsed as the parse stage does; only the first response of a URL. ``revisits``
+    is filled with URL -> the URL whose identical payload it refers to."""
     s = settings or Settings()
     seen: set[str] = set()
     for path in sorted((Path(out_dir) / "warc").glob("*.warc.gz")):
         with open(path, "rb") as fh:
             for record in ArchiveIterator(fh):
+                url = record.rec_headers.get_header("WARC-Target-URI") or ""
+                if record.rec_type == "revisit" and revisits is not None and (urls is None or url in urls):
+                    target = record.rec_headers.get_header("WARC-Refers-To-Target-URI")
+                    if target and target != url:   # not a 304 of the same URL
+                        revisits.setdefault(url, target)
                 if record.rec_type != "response" or record.http_headers is None:
                     continue
-                url = record.rec_headers.get_header("WARC-Target-URI") or ""
                 if url in seen or (urls is not None and url not in urls):
                     continue
                 if record.http_headers.get_statuscode() != "200":
@@ -117,11 +127,18 @@ def warc_sketches(out_dir: str | Path, records: list[dict],
             by_fetched.setdefault(rec.get("final_url") or rec["url"], []).append(rec["url"])
             by_fetched.setdefault(rec["url"], []).append(rec["url"])
     out: dict[str, Sequence[int]] = {}
-    for url, text in iter_warc_pages(out_dir, set(by_fetched), settings):
+    fetched: dict[str, Sequence[int]] = {}
+    revisits: dict[str, str] = {}
+    for url, text in iter_warc_pages(out_dir, set(by_fetched), settings, revisits):
         sk = sketch(text)
         if sk:
-            for rec_url in by_fetched[url]:
-                out.setdefault(rec_url, array("q", sk))
+            fetched[url] = array("q", sk)
+    for url, target in revisits.items():
+        if url not in fetched and target in fetched:
+            fetched[url] = fetched[target]
+    for url, kept in fetched.items():
+        for rec_url in by_fetched[url]:
+            out.setdefault(rec_url, kept)
     return out
 
 

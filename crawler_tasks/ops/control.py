@@ -1,9 +1,15 @@
 """Crawl control: the one reader and writer of the crawl's state, counters and batches in flight.
 
-The state machine is ``running -> stopping -> finished`` (``CrawlState``): the runner
-starts a crawl and asks it to stop (signal, --max-seconds), maintenance stops it at
---max-pages and finishes it when nothing can happen any more, wake dispatches only
-while it is running. Counters are slash paths (``fetch/status/200``) in one hash,
+The state machine is ``new -> running <-> paused``, ``running|paused -> stopping ->
+finished`` (``CrawlState``; ``new`` is the absence of a control hash). A crawl starts
+when ``manage.py crawl`` starts it or, in the production shape (workers and beat up
+first), when its first seeds arrive; the operator pauses and resumes it; the runner
+(signal) or ``manage.py stop`` asks it to stop; maintenance stops it at --max-pages and
+--max-seconds and finishes it when nothing can happen any more; wake dispatches only while it is running. Every move
+is one script (``transition.lua``) that names the states it may leave, so a pause never
+overwrites a finish and a finish never lands over seeds added since the decision (the
+seed ``epoch``). A crawl that finished for lack of work is marked ``idle``: new seeds
+revive it. Counters are slash paths (``fetch/status/200``) in one hash,
 page groups between fetch and enqueue a sorted set of group id -> deadline (back-pressure:
 fetch sessions give their hosts back while too many wait for parse), fetch sessions
 another (wake keeps each shard's share of them running); stale entries of both are
@@ -15,6 +21,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 
 import redis
 
@@ -25,8 +32,29 @@ from crawler_tasks.settings import Settings
 
 class CrawlState(StrEnum):
     RUNNING = "running"
+    PAUSED = "paused"          # by the operator: nothing new starts; durable until resumed
     STOPPING = "stopping"
     FINISHED = "finished"
+
+
+NEW = "new"   # transition.lua's name for "no crawl started under this prefix"
+# No maintenance for this long (or 10 intervals): nothing runs the crawl's control.
+UNATTENDED_S = 15.0
+_TRANSITION = (Path(__file__).parent / "transition.lua").read_text()
+
+
+@dataclass(frozen=True, slots=True)
+class ControlState:
+    """The control hash, read in one round trip."""
+
+    exists: bool           # a crawl was started (by ``manage.py crawl`` or a first seed)
+    state: CrawlState      # RUNNING when none was started (the stages' view)
+    reason: str
+    at: float | None       # when the state was entered
+    idle: bool             # finished for lack of work: new seeds revive it
+    epoch: int             # seed operations so far (see transition.lua)
+    maintained_at: float | None   # last maintenance run: is a control worker and beat up?
+    started_at: float | None      # for MAX_SECONDS, which maintenance enforces too
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,22 +78,79 @@ class Control:
     # -- state ------------------------------------------------------------------------
     def exists(self) -> bool:
         """Whether this Redis holds a crawl under our prefix."""
-        return bool(self.client.exists(self.keys.control))
+        return bool(self.client.hexists(self.keys.control, "state"))
+
+    def move(self, state: CrawlState, reason: str, allowed: Iterable[str] = (), *, epoch: int | None = None,
+             idle: bool = False) -> tuple[str, bool]:
+        """Enter ``state`` if the crawl is in one of ``allowed`` (any when empty; ``NEW``:
+        not started) and, given ``epoch``, no seed arrived since it was read. Returns
+        (the previous state or ``NEW``, whether it moved)."""
+        script = self.client.register_script(_TRANSITION)
+        previous, moved = script(keys=[self.keys.control], args=[
+            str(state), reason, time.time(), " ".join(allowed), "" if epoch is None else epoch, int(idle)])
+        return (previous.decode() if isinstance(previous, bytes) else str(previous)), bool(moved)
 
     def start(self, started_at: float | None = None) -> None:
-        fields: dict[str, str | float] = {"state": CrawlState.RUNNING, "reason": ""}
+        """``manage.py crawl``: run (a paused crawl stays paused until ``manage.py resume``)."""
+        self.move(CrawlState.RUNNING, "", (NEW, CrawlState.RUNNING, CrawlState.STOPPING, CrawlState.FINISHED))
         if started_at is not None:
-            fields["started_at"] = started_at
-        self.client.hset(self.keys.control, mapping=fields)  # type: ignore[arg-type]  # redis-py's Mapping key is invariant
+            self.client.hset(self.keys.control, "started_at", started_at)
 
     def set_state(self, state: CrawlState, reason: str) -> None:
-        self.client.hset(self.keys.control, mapping={"state": state, "reason": reason, "state_at": time.time()})
+        self.move(state, reason)
+
+    def finish(self, reason: str, epoch: int, idle: bool) -> bool:
+        """Finished, unless paused, finished already, or seeded since ``epoch`` was read."""
+        return self.move(CrawlState.FINISHED, reason, (CrawlState.RUNNING, CrawlState.STOPPING),
+                         epoch=epoch, idle=idle)[1]
+
+    def seeded(self, added: int) -> str:
+        """Count seeds just added and start the crawl if none was started (the production
+        shape: workers and beat wait for their first seeds). Returns the previous state."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hincrby(self.keys.stats, "frontier/seeds", added)
+        pipe.hincrby(self.keys.stats, "frontier/enqueued", added)
+        pipe.hincrby(self.keys.control, "epoch", 1)   # cancels a finish decided before the seeds
+        pipe.execute()
+        return self.move(CrawlState.RUNNING, "", (NEW,))[0]
+
+    def revive(self) -> bool:
+        """A crawl that finished for lack of work runs again (new seeds); its time limit
+        counts from now."""
+        moved = self.move(CrawlState.RUNNING, "", (CrawlState.FINISHED,))[1]
+        if moved:
+            self.client.hset(self.keys.control, "started_at", time.time())
+        return moved
+
+    def read(self) -> ControlState:
+        raw: dict[str, str] = self.client.hgetall(self.keys.control)  # type: ignore[assignment]
+        at, seen, started = raw.get("state_at"), raw.get("maintained_at"), raw.get("started_at")
+        return ControlState("state" in raw, _state(raw.get("state")), raw.get("reason", ""),
+                            float(at) if at else None, raw.get("idle") == "1", int(raw.get("epoch") or 0),
+                            float(seen) if seen else None, float(started) if started else None)
+
+    def heartbeat(self, now: float) -> None:
+        """Maintenance ran (before the first seeds too: a seed can tell whether anything
+        will act on it). It does not start a crawl: ``exists`` looks at the state."""
+        self.client.hset(self.keys.control, "maintained_at", now)
+
+    def unattended_s(self, c: ControlState, interval_s: float, now: float | None = None) -> float | None:
+        """Seconds since maintenance last ran when that is far longer than its interval
+        (no control worker or no beat), else None."""
+        now = time.time() if now is None else now
+        since = now - c.maintained_at if c.maintained_at else float("inf")
+        return since if since > max(UNATTENDED_S, 10 * interval_s) else None
 
     def state(self) -> tuple[CrawlState, str, float | None]:
         """(state, reason, when it was entered); a crawl with no state yet is running."""
-        raw: dict[str, str] = self.client.hgetall(self.keys.control)  # type: ignore[assignment]
-        at = raw.get("state_at")
-        return _state(raw.get("state")), raw.get("reason", ""), float(at) if at else None
+        c = self.read()
+        return c.state, c.reason, c.at
+
+    def raw_state(self) -> str | None:
+        """The state as stored, None before a crawl starts (Beat's schedule asks it
+        before each wake: only a started, running crawl dispatches)."""
+        state: str | None = self.client.hget(self.keys.control, "state")  # type: ignore[assignment]
+        return state
 
     def running_s(self) -> float:
         """Seconds since the crawl started (0 when it never did)."""
@@ -121,6 +206,7 @@ class Control:
     def drop_stale_batches(self, now: float) -> int:
         """Forget groups and sessions past their deadline (their worker died; its hosts come
         back when their leases expire)."""
+        self.client.zremrangebyscore(self.keys.exchanges, "-inf", now)
         n = 0
         for key in (self.keys.inflight, self.keys.sessions):
             stale = self.client.zrangebyscore(key, "-inf", now)
@@ -132,6 +218,22 @@ class Control:
     def forget_batches(self) -> None:
         """After a restore: no group or session of the old processes is still running."""
         self.client.delete(self.keys.inflight, self.keys.sessions)
+
+    # -- exchanges in flight -----------------------------------------------------------
+    def begin_exchange(self, pipe: redis.client.Pipeline, session_id: str, host: str, deadline: float) -> None:
+        """An HTTP exchange starts (on a pipeline of the global client the caller runs):
+        the progress line's "fetching" counts these, not hosts leased, which a dead or
+        waiting session holds too. ``deadline``: the exchange's own, so that one whose
+        worker died stops counting then."""
+        pipe.zadd(self.keys.exchanges, {f"{session_id}/{host}": deadline})
+
+    def end_exchange(self, pipe: redis.client.Pipeline, session_id: str, host: str) -> None:
+        pipe.zrem(self.keys.exchanges, f"{session_id}/{host}")
+
+    def exchanges(self, now: float | None = None) -> int:
+        """Exchanges in flight now."""
+        now = time.time() if now is None else now
+        return int(self.client.zcount(self.keys.exchanges, f"({now}", "+inf"))
 
     # -- fetch sessions ---------------------------------------------------------------
     def begin_session(self, shard: int, session_id: str, deadline: float) -> None:

@@ -46,6 +46,10 @@ class Progress:
     inflight: int
     next_ready_s: float | None = None
     expired_leases: int = 0
+    fetching: int = 0         # HTTP exchanges in flight (leased hosts may only be waiting)
+    started: bool = True      # a crawl exists under the prefix (else workers wait for seeds)
+    started_at: float | None = None
+    epoch: int = 0            # seed epoch read with the state, before the queues (see settle)
     extra: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -62,20 +66,27 @@ class Progress:
 
     @property
     def errors(self) -> int:
-        return sum(v for k, v in self.stats.items() if k.startswith("records/error/"))
+        """Records with an error, robots.txt exclusions apart (they are the crawl obeying)."""
+        return sum(v for k, v in self.stats.items()
+                   if k.startswith("records/error/") and k != "records/error/robots")
+
+    @property
+    def robots_excluded(self) -> int:
+        return self.stats.get("records/error/robots", 0)
 
 
 def read_progress(settings: Settings, frontier: Frontier | None = None) -> Progress:
     """A consistent-enough picture of the crawl, for stats, progress and the stop decision."""
     frontier = frontier or Frontier(settings)
     control = Control(settings)
-    state, reason, _ = control.state()
+    c = control.read()
     stats = control.stats()
     inflight = control.inflight()
     shards = [frontier.sizes(s) for s in range(settings.SHARDS)]
     waits = [w for w in (frontier.next_ready_in(s) for s in range(settings.SHARDS)) if w is not None]
-    return Progress(at=time.time(), state=state, reason=reason, stats=stats, shards=shards, inflight=inflight,
-                    next_ready_s=min(waits) if waits else None)
+    return Progress(at=time.time(), state=c.state, reason=c.reason, stats=stats, shards=shards, inflight=inflight,
+                    next_ready_s=min(waits) if waits else None, fetching=control.exchanges(),
+                    started=c.exists, epoch=c.epoch, started_at=c.started_at)
 
 
 def record_sample(settings: Settings, progress: Progress) -> None:
@@ -163,8 +174,9 @@ def run_maintenance(settings: Settings, frontier: Frontier | None = None, now: f
     before_inflight = control.inflight()
     progress = read_progress(settings, frontier)
     progress.expired_leases = expired
-    if progress.state == CrawlState.FINISHED:
-        return progress
+    control.heartbeat(now)
+    if progress.state == CrawlState.FINISHED or not progress.started:
+        return progress   # nothing to decide before the first seeds: workers may start first
     settle(settings, control, progress, before_inflight)
     record_sample(settings, progress)
     record_settings(settings)
@@ -176,20 +188,33 @@ def run_maintenance(settings: Settings, frontier: Frontier | None = None, now: f
 def settle(settings: Settings, control: Control, progress: Progress, before_inflight: int) -> None:
     """The stop decision: STOPPING at the page limit, FINISHED once idle (``before_inflight``
     read before ``progress``). ``manage.py crawl`` also runs it between maintenance ticks,
-    so the end of a crawl is seen without waiting for the next one."""
+    so the end of a crawl is seen without waiting for the next one. Both limits hold here,
+    so they work without ``manage.py crawl`` (the production shape). A paused crawl is
+    only stopped by MAX_SECONDS, and a finish is dropped when seeds arrived since
+    ``progress`` was read."""
+    if not progress.started:
+        return
+    if settings.MAX_SECONDS and progress.started_at and progress.at - progress.started_at >= settings.MAX_SECONDS \
+            and progress.state in (CrawlState.RUNNING, CrawlState.PAUSED):
+        reason = f"max seconds ({settings.MAX_SECONDS:g}) reached"
+        if control.move(CrawlState.STOPPING, reason, (CrawlState.RUNNING, CrawlState.PAUSED))[1]:
+            progress.state, progress.reason = CrawlState.STOPPING, reason
+    if progress.state == CrawlState.PAUSED:
+        return
     if settings.MAX_PAGES and progress.pages >= settings.MAX_PAGES and progress.state == CrawlState.RUNNING:
-        progress.state, progress.reason = CrawlState.STOPPING, f"max pages ({settings.MAX_PAGES}) reached"
-        control.set_state(progress.state, progress.reason)
+        reason = f"max pages ({settings.MAX_PAGES}) reached"
+        if control.move(CrawlState.STOPPING, reason, (CrawlState.RUNNING,))[1]:
+            progress.state, progress.reason = CrawlState.STOPPING, reason
     idle = before_inflight == 0 and progress.inflight == 0 and progress.leased == 0
+    finish: tuple[str, bool] | None = None
     if settings.CONTINUOUS and progress.state == CrawlState.RUNNING:
         pass  # a continuous crawl waits for its next visits; only limits and signals stop it
     elif idle and progress.state == CrawlState.STOPPING:
-        control.set_state(CrawlState.FINISHED, progress.reason or "stopped")
-        progress.state = CrawlState.FINISHED
+        finish = progress.reason or "stopped", False
     elif idle and progress.queued == 0:
-        control.set_state(CrawlState.FINISHED, "frontier exhausted")
-        progress.state = CrawlState.FINISHED
+        finish = "frontier exhausted", True
     elif idle and progress.next_ready_s is not None and progress.next_ready_s > MAX_IDLE_WAIT_S \
             and sum(s["front"] for s in progress.shards) == 0:
-        control.set_state(CrawlState.FINISHED, f"only hosts waiting more than {MAX_IDLE_WAIT_S:.0f} s remain")
-        progress.state = CrawlState.FINISHED
+        finish = f"only hosts waiting more than {MAX_IDLE_WAIT_S:.0f} s remain", True
+    if finish is not None and control.finish(finish[0], progress.epoch, idle=finish[1]):
+        progress.state, progress.reason = CrawlState.FINISHED, finish[0]

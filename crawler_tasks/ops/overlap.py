@@ -13,7 +13,10 @@ Confidence interval (delta method on the log ratio): with n pages drawn without
 replacement from N, var(x_hat) = x(1-x)/n * (N-n)/(N-1), and var(log x_hat) ~
 var(x_hat) / x^2; the two samples are independent, so var(log(y/x)) is the sum, and
 the 95 % interval is exp(log(y/x) +- 1.96 sd). It is asymmetric, as a ratio's should
-be, and degenerates when x or y is 0 (then no interval). A percentile bootstrap of
+be, and degenerates when x or y is 0 (then no interval). When every sampled page was
+found (x = 1) the variance term is 0, which claimed certainty (``[2.100, 2.100]``) from
+a partial sample: x is then taken as (n - 1/2)/n in the variance. An interval is of
+zero width only when both samples are whole crawls, and it is printed as exact. A percentile bootstrap of
 the two 0/1 samples (resampled separately) is reported beside it as a check: it needs
 no normal approximation, which matters when x or y is near 0 or 1.
 
@@ -169,6 +172,7 @@ def delta_ci(x: float, n_a: int, size_a: int, y: float, n_b: int, size_b: int,
 
     def var_log(p: float, n: int, size: int) -> float:
         fpc = (size - n) / (size - 1) if size > 1 else 0.0
+        p = min(p, (n - 0.5) / n)   # all found in a partial sample: not certainty
         return (1 - p) / (n * p) * fpc
 
     sd = math.sqrt(var_log(x, n_a, size_a) + var_log(y, n_b, size_b))
@@ -179,7 +183,8 @@ def delta_ci(x: float, n_a: int, size_a: int, y: float, n_b: int, size_b: int,
 def bootstrap_ci(hits_a: Sequence[bool], hits_b: Sequence[bool], rounds: int = BOOTSTRAP_ROUNDS,
                  seed: int = 0) -> tuple[float, float] | None:
     """Percentile 95 % interval of y/x, resampling both samples; None if x is ever 0
-    in more than 2.5 % of the rounds (the upper end is then unbounded)."""
+    in more than 2.5 % of the rounds (the upper end is then unbounded), or if every
+    round gives the same ratio (all pages found, or none: nothing to resample)."""
     if not hits_a or not hits_b:
         return None
     rng = random.Random(seed)
@@ -191,7 +196,7 @@ def bootstrap_ci(hits_a: Sequence[bool], hits_b: Sequence[bool], rounds: int = B
         ratios.append(math.inf if x == 0 else (y / len(hb)) / (x / len(ha)))
     ratios.sort()
     lo, hi = ratios[int(0.025 * rounds)], ratios[int(0.975 * rounds) - 1]
-    return None if math.isinf(hi) else (lo, hi)
+    return None if math.isinf(hi) or lo == hi else (lo, hi)   # lo == hi: the samples have no spread
 
 
 def estimate(method: str, hits_a: Sequence[bool], hits_b: Sequence[bool], size_a: int, size_b: int,
@@ -303,8 +308,12 @@ def compare(out_a: Path, out_b: Path, sample: int = 1000, seed: int = 0, queries
     return result
 
 
-def _interval(ci: tuple[float, float] | None) -> str:
-    return f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "n/a (x or y is 0)"
+def _interval(ci: tuple[float, float] | None, why_none: str) -> str:
+    if ci is None:
+        return f"n/a ({why_none})"
+    if ci[0] == ci[1]:
+        return f"{ci[0]:.3f} exact (both crawls sampled whole)"
+    return f"[{ci[0]:.3f}, {ci[1]:.3f}]"
 
 
 def format_result(r: Overlap) -> str:
@@ -315,7 +324,8 @@ def format_result(r: Overlap) -> str:
         ratio = f"{e.ratio:.3f}" if e.ratio is not None else "n/a"
         lines.append(f"{e.method:8s} x = {e.x:.3f} (of {e.n_a} from A found in B)  y = {e.y:.3f} "
                      f"(of {e.n_b} from B found in A)  |A|/|B| ~ y/x = {ratio}  "
-                     f"95% CI delta {_interval(e.ci)}  bootstrap {_interval(e.boot_ci)}")
+                     f"95% CI delta {_interval(e.ci, 'x or y is 0')}  "
+                     f"bootstrap {_interval(e.boot_ci, 'x or y is 0, or no spread to resample')}")
     if any(e.method == "query" for e in r.estimates):
         lines.append(f"query variant: feeds A {r.feed_a}, B {r.feed_b} indexable pages (true ratio "
                      f"{r.feed_a / r.feed_b:.3f}); {QUERY_TERMS} rarest terms per query, mean hits "

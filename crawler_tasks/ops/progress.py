@@ -39,10 +39,16 @@ def clock(seconds: float) -> str:
 
 def progress_line(p: Progress, elapsed_s: float, rate: float, eta: float | None, unreachable: int = 0,
                   bounded: bool = False) -> str:
-    """``bounded``: the crawl has a limit, so an unknown ETA is shown as ``ETA ?``."""
+    """``bounded``: the crawl has a limit, so an unknown ETA is shown as ``ETA ?``. Hosts
+    leased (held by a session, maybe waiting out a delay, or by a dead one until its
+    lease expires) are apart from exchanges in flight, shown when there are any;
+    robots.txt exclusions apart from errors: they are the crawl obeying."""
     active = sum(s.get("active_hosts", 0) for s in p.shards)
     parts = [f"{p.state}", clock(elapsed_s), f"pages {p.pages}", f"{rate:.1f}/s", f"queued {p.queued}",
-             f"hosts active {active} fetching {p.leased}", f"errors {p.errors}"]
+             f"hosts active {active} leased {p.leased}" + (f" fetching {p.fetching}" if p.fetching else ""),
+             f"errors {p.errors}"]
+    if p.robots_excluded:
+        parts.append(f"robots-excluded {p.robots_excluded}")
     if unreachable:
         parts.append(f"unreachable {unreachable}")
     if eta is not None:

@@ -42,6 +42,7 @@ from crawler_tasks.ops.child import ForkedProc, ForkServer, die_with_parent
 from crawler_tasks.ops.control import Control, CrawlState
 from crawler_tasks.ops.embedded import EmbeddedRedis, log_tail, private_dir, write_private
 from crawler_tasks.ops.maintenance import Progress, read_progress, settle
+from crawler_tasks.ops.messages import listed
 from crawler_tasks.ops.metrics import serve_metrics
 from crawler_tasks.ops.metrics import stop as stop_metrics
 from crawler_tasks.ops.progress import StatusLine, eta_s, progress_line
@@ -80,11 +81,19 @@ class StartupError(CrawlerError):
 
 
 def read_seeds_file(path: str) -> list[str]:
-    """One URL per line; blank lines and ``#`` comments skipped."""
+    """One URL per line; blank lines and ``#`` comments skipped. A file that is not UTF-8
+    text (a binary given by mistake) is refused whole, not read as lines of mojibake."""
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read seeds file {path}: {exc.strerror or exc}") from None
+    nul = data.find(b"\0")
+    try:
+        if nul >= 0:
+            raise ValueError(f"a NUL byte at offset {nul}")
+        text = data.decode("utf-8")
+    except ValueError as exc:
+        raise ConfigError(f"seeds file {path} is not UTF-8 text ({exc}); give one URL per line") from None
     seeds = []
     for line in text.splitlines():
         line = line.strip()
@@ -198,6 +207,8 @@ class CrawlRunner:
             for child in self.children:  # they wind down while the summary is read
                 child.terminate()
             self._summary(progress)
+            if progress.state == CrawlState.FINISHED and not progress.pages and Control(self.settings).read().idle:
+                return 1   # it ran out of work having fetched nothing (not stopped at a limit): said above
             return 0 if progress.state == CrawlState.FINISHED or self._stop_requested else 1
         finally:
             self.status.close()
@@ -256,12 +267,14 @@ class CrawlRunner:
         elif not control.exists():
             raise ConfigError(f"--resume: no crawl state found in {redact(s.REDIS_URL)} (prefix {s.KEY_PREFIX!r})")
         control.start(started_at=self.started)
+        if control.read().state == CrawlState.PAUSED:
+            self._say(f"the crawl is paused: `manage.py resume --out {self.out_dir}` lets it go on")
         if self.resume:
             self._pages_before = control.stats().get("fetch/pages", 0)
         Frontier(s).allocate_bloom()
         if self.seeds:
             added, rejected = seed_urls(s, self.seeds)
-            for message in rejected:
+            for message in listed(rejected):
                 self._say(f"seed skipped: {message}")
             self._say(f"{added} seed URL(s) queued")
             if not added and not self.resume:
@@ -359,7 +372,7 @@ class CrawlRunner:
             # the end is this close (the frontier could be exhausted or a limit reached within
             # two looks, or no host is being fetched): the stop is decided here, so look more often
             soon = 2 * WATCH_S * max(rate, recent)
-            ending = (progress.state == CrawlState.STOPPING
+            ending = progress.state != CrawlState.PAUSED and (progress.state == CrawlState.STOPPING
                       or ((progress.queued <= soon or not progress.leased) and not s.CONTINUOUS)
                       or bool(s.MAX_PAGES and s.MAX_PAGES - progress.pages <= soon)
                       or bool(s.MAX_SECONDS and elapsed >= s.MAX_SECONDS - WATCH_S))
@@ -383,9 +396,10 @@ class CrawlRunner:
                           f"{log_tail(child.log_path, 5)}")
                 child.reap(time.monotonic())
                 self.children[i] = Child(child.name, child.args, child.env, child.log_path, child.forks)
-            if self._stop_requested and progress.state == CrawlState.RUNNING:
+            if self._stop_requested and progress.state in (CrawlState.RUNNING, CrawlState.PAUSED):
                 Control(s).set_state(CrawlState.STOPPING, f"stopped by {self._stop_requested}")
-            if s.MAX_SECONDS and now - self.started >= s.MAX_SECONDS and progress.state == CrawlState.RUNNING:
+            if s.MAX_SECONDS and now - self.started >= s.MAX_SECONDS and progress.state in (CrawlState.RUNNING,
+                                                                                            CrawlState.PAUSED):
                 Control(s).set_state(CrawlState.STOPPING, f"max seconds ({s.MAX_SECONDS:g}) reached")
             if progress.state == CrawlState.STOPPING and (self._stop_requested or s.MAX_SECONDS):
                 # maintenance finishes the crawl once in-flight batches are through;
@@ -462,9 +476,12 @@ class CrawlRunner:
         statuses = {k.rsplit("/", 1)[1]: v for k, v in progress.stats.items() if k.startswith("fetch/status/")}
         if statuses:
             self._say("  status " + ", ".join(f"{k}: {v}" for k, v in sorted(statuses.items())))
-        errors = {k.split("/", 2)[2]: v for k, v in progress.stats.items() if k.startswith("records/error/")}
+        errors = {k.split("/", 2)[2]: v for k, v in progress.stats.items()
+                  if k.startswith("records/error/") and k != "records/error/robots"}
         if errors:
             self._say("  errors " + ", ".join(f"{k}: {v}" for k, v in sorted(errors.items())))
+        if progress.robots_excluded:
+            self._say(f"  excluded by robots.txt: {progress.robots_excluded}")
         for line in summarize_waiting(progress, waiting_hosts(Frontier(self.settings),
                                                               limit_per_shard=SUMMARY_HOSTS_PER_SHARD), reason):
             self._say("  " + line)
@@ -472,7 +489,10 @@ class CrawlRunner:
         if cpu and progress.pages:
             self._say("  stage CPU ms per page: " + ", ".join(
                 f"{k} {v / progress.pages:.2f}" for k, v in sorted(cpu.items())))
-        self._say(f"  output: {self.out_dir / 'pages.jsonl'}, {self.out_dir / 'warc'}")
+        if not progress.pages:
+            self._say(f"  nothing was fetched: see the reasons above, and {self.out_dir / 'logs'}")
+        outputs = [self.out_dir / name for name in ("pages.jsonl", "warc") if (self.out_dir / name).exists()]
+        self._say("  output: " + ", ".join(map(str, outputs)))
 
     def _start_metrics(self) -> None:
         s = self.settings

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
+from urllib.parse import urlsplit
 
-from crawler_tasks.frontier import Frontier
+from crawler_tasks.frontier import Frontier, HostInfo
 from crawler_tasks.robots.cache import UNREACHABLE
 
 
@@ -76,6 +77,33 @@ def waiting_hosts(frontier: Frontier, *, now: float | None = None, min_te: float
             reason, detail = classify(robots, state, now)
             out.append(WaitingHost(host, int(queued), max(0.0, te - now), reason, detail))
     return out
+
+
+def known(info: HostInfo) -> bool:
+    """Whether the frontier holds anything of this host (a name without its port holds nothing)."""
+    return bool(info.enqueued or info.queue or info.robots or info.politeness or info.active
+                or info.next_contact is not None or info.leased_until is not None)
+
+
+def matching_hosts(frontier: Frontier, name: str, limit: int = 20) -> list[str]:
+    """Hosts of the crawl called ``name`` on any port (``manage.py hosts 127.0.0.2`` for
+    ``127.0.0.2:8080``), from the per-host URL counts; at most ``limit``."""
+    try:
+        port = urlsplit("//" + name).port
+    except ValueError:
+        port = None
+    base = name.rsplit(":", 1)[0] if port is not None else name
+    pattern = "".join(f"\\{c}" if c in "*?[]\\" else c for c in base) + ":*"
+    found: set[str] = set()
+    for shard in range(frontier.shards):
+        client, key = frontier.client(shard), frontier.keys(shard).host_counts
+        if client.hexists(key, base):
+            found.add(base)
+        for host, _ in client.hscan_iter(key, match=pattern, count=1000):
+            found.add(host)
+            if len(found) >= limit:
+                break
+    return sorted(found)[:limit]
 
 
 # Network errors as a person reads them (the HTTP library's text is long and nested).

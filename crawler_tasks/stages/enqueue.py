@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from crawler_tasks.counters import Counters, bump
 from crawler_tasks.frontier import ENQUEUED, SEEN, VERDICT_NAMES, Discovered, Frontier
 from crawler_tasks.ops.control import Control
+from crawler_tasks.ops.messages import quote
 from crawler_tasks.output.jsonl import append_jsonl, pages_path
 from crawler_tasks.records import EntryKind, ErrorKind, PageRecord
 from crawler_tasks.settings import Settings
@@ -133,11 +134,11 @@ def seed_urls(settings: Settings, urls: list[str], frontier: Frontier | None = N
         item = gate.admit(raw, 0, counters, force=True)
         if item is None:
             reason = next(iter(counters), "filter/malformed").split("/", 1)[1]
-            rejected.append(f"{raw!r}: " + ("not a crawlable http(s) URL" if reason == "malformed"
-                                            else f"filtered ({reason})"))
+            rejected.append(f"{quote(raw)}: " + ("not a crawlable http(s) URL" if reason == "malformed"
+                                                 else f"filtered ({reason})"))
             continue
         items.append(item)
     added = sum(v == ENQUEUED for v in frontier.put_discovered(items)) if items else 0
-    if added:
-        Control(settings).count({"frontier/seeds": added, "frontier/enqueued": added})
+    if added:   # after the add: the crawl starts (or a finish is cancelled) with its seeds queued
+        Control(settings).seeded(added)
     return added, rejected
