@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 
 from crawler_tasks.dedup.dust import (
     applicable,
@@ -14,10 +15,16 @@ from crawler_tasks.dedup.dust import (
     shape,
     walks,
 )
-from crawler_tasks.dedup.rules import UrlRules
+from crawler_tasks.dedup.rules import RuleDrop, UrlRules
 from crawler_tasks.records import PageRecord
 
 H = "http://h.test"
+TEMPLATE = "Home About Contact Calendar of the society: all our events, meetings and talks, by month and year."
+WORDS = [a + b + c for a in "bcdfg" for b in "aeiou" for c in "klmnprst"]   # no digits: they fold
+
+
+def text(seed: int | str, n: int) -> str:
+    return " ".join(random.Random(str(seed)).sample(WORDS, n))
 
 
 def test_candidate_rules_of_the_family():
@@ -120,22 +127,54 @@ def test_near_duplicates_need_twice_the_pairs(settings):
     assert counters["dust/rules_learned"] == 1
 
 
-def test_trap_shapes(settings):
+def test_trap_shapes_need_content_evidence(settings):
     s = dataclasses.replace(settings, TRAP_WALK_PAGES=5, TRAP_FACET_PAGES=4, TRAP_SHAPE_MIN_PAGES=3)
     rules, counters = UrlRules(s), {}
-    for m in range(1, 6):
-        rules.observe([page(f"{H}/cal/2026/{m}", f"c{m}", links=[f"{H}/cal/2026/{m + 1}"])], counters)
-    assert rules.rewrite(f"{H}/cal/2030/7", "h.test", counters) is None
-    for c in range(4):
-        rules.observe([page(f"{H}/shop?color={c}&size=1", f"s{c}")], counters)
+    for m in range(1, 6):   # a calendar: every month the same page with another number
+        url = f"{H}/cal/2026/{m}"
+        rules.observe([page(url, f"c{m}", links=[f"{H}/cal/2026/{m + 1}"])], counters,
+                      {url: f"events of month {m} of 2026: none {TEMPLATE}"})
+    dropped = rules.judge(f"{H}/cal/2030/7", "h.test", counters, 4)
+    assert isinstance(dropped, RuleDrop) and dropped.rule == "trap shape /cal/#/#" and dropped.depth == 4
+    assert dropped.evidence == "4 of the 5 pages of this shape added nothing new: 4 template"
+    for c in range(4):      # facets: each combination lists what its siblings list
+        url = f"{H}/shop?color={c}&size=1"
+        rules.observe([page(url, f"s{c}")], counters, {url: f"{TEMPLATE} items {text(c, 4)} {text('shop', 40)}"})
     assert rules.rewrite(f"{H}/shop?size=9&sort=a", "h.test", counters) is None
     assert rules.rewrite(f"{H}/shop?color=1", "h.test", counters) == f"{H}/shop?color=1"
-    for i in range(3):
+    for i in range(3):      # duplicates need no text
         rules.observe([page(f"{H}/tag/{i}", f"t{i}", duplicate_of=f"{H}/x")], counters)
     assert rules.rewrite(f"{H}/tag/77", "h.test", counters) is None
-    assert counters["filter/trap_shape"] == 3 and counters["dust/trap_shapes"] == 3
-    assert rules.host_rules("h.test")[1] == {"/cal/#/#": "walk", "/shop?&": "facet", "/tag/#": "dup"}
+    assert counters["filter/trap_shape"] == 3 and counters["dust/trap_shapes"] == 4
+    traps = rules.host_rules("h.test")[1]
+    assert set(traps) == {"/cal/#/#", "/shop?&", "/shop?color&size", "/tag/#"}
+    assert traps["/tag/#"] == "3 of the 3 pages of this shape added nothing new: 3 duplicate"
+    assert "known text" in traps["/shop?&"]
     assert rules.rewrite(f"{H}/article/5", "h.test", counters) == f"{H}/article/5"
+    assert rules.rewrite(f"{H}/cal/2030/7", "other.test", counters) == f"{H}/cal/2030/7"   # never spreads
+
+
+def test_numbered_series_of_distinct_pages_is_never_a_trap(settings):
+    """Release notes, chapters, posts: pages that walk a number, all distinct (some short),
+    stay crawlable however many there are."""
+    s = dataclasses.replace(settings, TRAP_WALK_PAGES=5, TRAP_SHAPE_MIN_PAGES=3)
+    rules, counters = UrlRules(s), {}
+    for k in range(1, 400, 7):
+        batch = [page(f"{H}/releases/3.1.{j}.html", f"r{j}", links=[f"{H}/releases/3.1.{j + 1}.html"])
+                 for j in range(k, k + 7)]
+        rules.observe(batch, counters, {r.url: f"Django 3.1.{j} release notes. Fixed {text(j, 3 + j % 40)}."
+                                        for j, r in enumerate(batch, k)})
+    assert "dust/trap_shapes" not in counters
+    assert rules.rewrite(f"{H}/releases/3.1.400.html", "h.test", counters) == f"{H}/releases/3.1.400.html"
+
+
+def test_recorded_once_per_url(settings):
+    rules = UrlRules(settings)
+    drops = [RuleDrop(f"{H}/cal/{i % 3}", "h.test", 1, "trap shape /cal/#", "e") for i in range(6)]
+    drops.append(RuleDrop(f"{H}/cal/0", "other.test", 1, "trap shape /cal/#", "e"))
+    assert [(d.url, d.host) for d in rules.first_drops(drops)] == [
+        (f"{H}/cal/0", "h.test"), (f"{H}/cal/1", "h.test"), (f"{H}/cal/2", "h.test"), (f"{H}/cal/0", "other.test")]
+    assert rules.first_drops(drops[:2]) == []
 
 
 def test_manage_hosts_prints_rules(settings, capsys):

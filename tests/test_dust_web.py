@@ -1,7 +1,7 @@
 """A web of spellings and traps for the learned URL rules (dedup.rules): pages linked
 with ``?ref=nav``, ``?ref=sidebar``, ``/print/`` and ``/amp/`` aliases, ``index.html``,
-path session ids, a pager whose parameter does change content, a calendar and a facet
-shop. Crawled twice, rules and trap shapes off then on: the figures are printed."""
+path session ids, a pager whose parameter does change content, a calendar that repeats
+one page and a facet shop whose combinations list the same items. Crawled twice, rules and trap shapes off then on: the figures are printed."""
 from __future__ import annotations
 
 import dataclasses
@@ -15,7 +15,7 @@ from .test_pipeline import HTML, crawl_inline
 
 SECTIONS, PAGES, LIST_PAGES, CAL_MONTHS = 6, 5, 6, 120
 FACETS, FACET_VALUES = ("brand", "color", "size", "sort"), 4
-WORDS = [f"w{n}{c}" for n in range(60) for c in "abcde"]
+WORDS = [a + b + c for a in "bcdfg" for b in "aeiou" for c in "klmnprst"]   # no digits: they fold
 
 
 def text(seed: int | str, n: int = 80) -> str:
@@ -134,5 +134,8 @@ def test_dust_web_variants_and_traps(settings):
     assert len(after["calendar"]) <= base.TRAP_WALK_PAGES + 3 < len(before["calendar"])
     # the shop's combinations are all queued (up to MAX_QUERY_VARIANTS) before the facet
     # shape's budget runs out; those already queued are still fetched, later ones are not
-    assert traps == {"/shop?&": "facet", "/cal/#/#.html": "walk"}
+    # traps on content evidence: the calendar repeats one page, the shop's combinations
+    # list what their siblings list; the pager and the sections, all distinct, are no traps
+    assert "template" in traps["/cal/#/#.html"] and "known text" in traps["/shop?&"]
+    assert all(name.startswith(("/cal/", "/shop?")) for name in traps), traps
     assert len(after["facets"]) <= len(before["facets"])

@@ -9,7 +9,7 @@ import pytest
 
 PURE = ["crawler_tasks.urls", "crawler_tasks.robots", "crawler_tasks.parse.page", "crawler_tasks.parse.sandbox",
         "crawler_tasks.parse.sitemaps", "crawler_tasks.dedup.fingerprint", "crawler_tasks.dedup.simhash",
-        "crawler_tasks.dedup.dust", "crawler_tasks.dedup.minhash", "crawler_tasks.fetch.politeness"]
+        "crawler_tasks.dedup.dust", "crawler_tasks.dedup.evidence", "crawler_tasks.dedup.minhash", "crawler_tasks.fetch.politeness"]
 
 
 @pytest.mark.parametrize("module", PURE)

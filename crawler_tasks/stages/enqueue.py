@@ -9,6 +9,7 @@ import time
 from datetime import UTC, datetime
 
 from crawler_tasks.counters import Counters, bump
+from crawler_tasks.dedup.rules import RuleDrop
 from crawler_tasks.frontier import ENQUEUED, SEEN, VERDICT_NAMES, Discovered, Frontier
 from crawler_tasks.ops.control import Control
 from crawler_tasks.output.jsonl import append_jsonl, pages_path
@@ -27,8 +28,9 @@ def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
     counters: Counters = {}
     discovered: list[Discovered] = []
     redirects: dict[int, PageRecord] = {}   # index in discovered -> the redirect's record
+    drops: list[RuleDrop] = []
     for rec in records:
-        found, redirect = _discoveries(w, rec, counters)
+        found, redirect = _discoveries(w, rec, counters, drops)
         discovered += found
         if redirect is not None:
             redirects[len(discovered)] = rec
@@ -53,6 +55,11 @@ def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
     if s.CONTINUOUS:
         for name, n in w.recrawler.record_visits(records).items():
             bump(counters, name, n)
+    if drops:   # one record per URL a learned rule dropped, naming the rule and its evidence
+        dropped = [PageRecord(url=d.url, depth=d.depth, error_kind=ErrorKind.FILTERED, error=d.reason)
+                   for d in w.rules.first_drops(drops)]
+        bump(counters, "records/error/filtered", len(dropped))
+        records = [*records, *dropped]
     append_jsonl(pages_path(s), [rec.output() for rec in records])
     bump(counters, "records/written", len(records))
     bump(counters, "records/indexable", sum(1 for r in records if r.indexable))
@@ -61,16 +68,18 @@ def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
     return enqueued
 
 
-def _discoveries(w: Worker, rec: PageRecord, counters: Counters) -> tuple[list[Discovered], Discovered | None]:
-    """The record's links, sitemap entries and canonical; its redirect target apart."""
+def _discoveries(w: Worker, rec: PageRecord, counters: Counters,
+                 drops: list[RuleDrop]) -> tuple[list[Discovered], Discovered | None]:
+    """The record's links, sitemap entries and canonical; its redirect target apart.
+    Links and sitemap entries that a learned rule drops go to ``drops``."""
     s, gate = w.settings, w.gate
     out: list[Discovered | None] = []
     depth = rec.depth
     if not rec.duplicate_of and not rec.soft_404:
-        out += [gate.admit(url, depth + 1, counters, normalized=True) for url in rec.links]
+        out += [gate.admit(url, depth + 1, counters, normalized=True, drops=drops) for url in rec.links]
     # sitemap entries are not forced: a sitemap usually lists pages the links reach too,
     # and only the Bloom filter knows those (an exact test would fetch each of them twice)
-    out += [gate.admit(e.url, 0, counters, check_depth=False,
+    out += [gate.admit(e.url, 0, counters, check_depth=False, drops=drops,
                        priority=_sitemap_level(s, e.priority, e.lastmod)) for e in rec.sitemap_urls]
     out += [gate.admit(url, 0, counters, check_depth=False, kind=EntryKind.SITEMAP)
             for url in rec.sitemaps]

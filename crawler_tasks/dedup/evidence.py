@@ -1,0 +1,150 @@
+"""When a URL shape is a trap: content evidence only (pure, no Redis).
+
+A URL shape (``dust.shape``: ``/releases/#.#.#.html``) says where endless URLs *could*
+come from; it never says that they do. Django's release notes walk a number from
+``3.1.9`` to ``3.1.10`` and are 253 distinct pages; a calendar walks the same way and
+repeats one empty month. So each fetched page of a shape is judged by what it added
+(``Yield``), and a shape becomes a trap only when most of its pages added nothing:
+
+==================  ============================================================
+``duplicate``       same text as a page we have (exact fingerprint)
+``near-duplicate``  simhash within 3 bits of a page we have
+``soft-404``        the host's answer to a path that does not exist
+``empty``           no text at all
+``template``        its text, digits folded, is that of a recent page of its shape
+                    (``month 5`` / ``month 6``: the same page with another number)
+``known text``      at least KNOWN_SHARE of its shingles are in the shape's recent
+                    pages (a facet page listing items its siblings list)
+``new``             anything else: a real page, however short
+==================  ============================================================
+
+``Tally.verdict`` names the trap and its evidence (``12 of the 14 pages of this shape
+added nothing new: 7 template, 5 near-duplicate``) once a shape has ``min_pages``
+pages and ``ratio`` of them added nothing; a shape with distinct pages never does,
+however many there are and whatever their URLs look like.
+
+The recent pages of a shape are a ring of RING sketches (``PageSketch``): a page's
+template key (hash of its digit-folded text) and the bottom-k hashes of its 4-word
+shingles (Broder's containment estimate: the share of a page's bottom-k found in its
+neighbours' bottom-k). A page with fewer than MIN_SHINGLES shingles is judged by its
+template key alone: a short real page is ``new`` unless its text repeats.
+"""
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from enum import StrEnum
+from hashlib import blake2b
+
+RING = 8              # recent pages of a shape its new pages are compared with
+BOTTOM_K = 32         # shingle hashes kept per page
+SHINGLE_WORDS = 4
+MIN_SHINGLES = 8      # fewer: the containment estimate is noise, only the template key counts
+KNOWN_SHARE = 0.8     # of a page's kept shingles found in the ring: known text
+MAX_WORDS = 4_000     # words of a page read for its sketch (its head decides)
+_FOLD = str.maketrans("0123456789", "0000000000")
+
+
+class Yield(StrEnum):
+    """What a fetched page added to what the crawl has."""
+
+    NEW = "new"
+    DUPLICATE = "duplicate"
+    NEAR_DUPLICATE = "near-duplicate"
+    SOFT_404 = "soft-404"
+    EMPTY = "empty"
+    TEMPLATE = "template"
+    KNOWN_TEXT = "known text"
+
+
+
+@dataclass(frozen=True, slots=True)
+class PageSketch:
+    """A page's text reduced to what the ring keeps: its template key and the bottom-k
+    hashes of its shingles (``n_shingles`` is how many it had before the cut)."""
+
+    template: str
+    shingles: frozenset[int]
+    n_shingles: int
+
+    @classmethod
+    def of(cls, text: str) -> "PageSketch":
+        words = text.lower().translate(_FOLD).split()[:MAX_WORDS]
+        template = blake2b(" ".join(words).encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
+        hashes = {zlib.crc32(" ".join(words[i:i + SHINGLE_WORDS]).encode("utf-8", "surrogatepass"))
+                  for i in range(max(0, len(words) - SHINGLE_WORDS + 1))}
+        return cls(template, frozenset(sorted(hashes)[:BOTTOM_K]), len(hashes))
+
+    def dump(self) -> str:
+        return f"{self.template}:{self.n_shingles}:" + ".".join(f"{h:x}" for h in sorted(self.shingles))
+
+    @classmethod
+    def load(cls, text: str) -> "PageSketch | None":
+        """The sketch ``dump`` wrote, None for anything else (a damaged entry is ignored)."""
+        try:
+            template, n, hashes = text.split(":")
+            return cls(template, frozenset(int(h, 16) for h in hashes.split(".") if h), int(n))
+        except ValueError:
+            return None
+
+
+@dataclass(slots=True)
+class Ring:
+    """The last RING sketches of one shape, newest last."""
+
+    sketches: list[PageSketch] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, text: str | None) -> "Ring":
+        loaded = (PageSketch.load(part) for part in (text or "").split(";") if part)
+        return cls([s for s in loaded if s is not None][-RING:])
+
+    def dump(self) -> str:
+        return ";".join(s.dump() for s in self.sketches[-RING:])
+
+    def judge(self, sketch: PageSketch) -> Yield:
+        """``template``, ``known text`` or ``new`` against the ring, then add the page."""
+        verdict = Yield.NEW
+        if any(s.template == sketch.template for s in self.sketches):
+            verdict = Yield.TEMPLATE
+        elif sketch.n_shingles >= MIN_SHINGLES and self.sketches:
+            seen = frozenset().union(*(s.shingles for s in self.sketches))
+            if len(sketch.shingles & seen) >= KNOWN_SHARE * len(sketch.shingles):
+                verdict = Yield.KNOWN_TEXT
+        self.sketches = [*self.sketches, sketch][-RING:]
+        return verdict
+
+
+def page_yield(*, duplicate: bool, near_duplicate: bool, soft_404: bool, empty: bool,
+               ring: Ring, sketch: PageSketch | None) -> Yield:
+    """What one fetched page of a shape added; ``sketch`` None: its text is unknown
+    here (judged by the record's marks alone). The ring learns the page either way."""
+    in_ring = ring.judge(sketch) if sketch is not None else Yield.NEW
+    if soft_404:
+        return Yield.SOFT_404
+    if duplicate:
+        return Yield.DUPLICATE
+    if near_duplicate:
+        return Yield.NEAR_DUPLICATE
+    if empty:
+        return Yield.EMPTY
+    return in_ring
+
+
+@dataclass(slots=True)
+class Tally:
+    """A shape's pages by yield (the counts stored per shape)."""
+
+    pages: int = 0
+    low: dict[Yield, int] = field(default_factory=dict)
+
+    @property
+    def added_nothing(self) -> int:
+        return sum(self.low.values())
+
+    def verdict(self, min_pages: int, ratio: float) -> str | None:
+        """The trap's evidence in words, or None while the shape is not a trap."""
+        if not min_pages or self.pages < min_pages or self.added_nothing < ratio * self.pages:
+            return None
+        kinds = ", ".join(f"{n} {y}" for y, n in sorted(self.low.items(), key=lambda kv: (-kv[1], kv[0])) if n)
+        return f"{self.added_nothing} of the {self.pages} pages of this shape added nothing new: {kinds}"
