@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from hashlib import blake2b
 
 from crawler_tasks.dedup.dust import (
     applicable,
@@ -73,6 +74,8 @@ def test_same_content_units():
 
 
 def page(url: str, fp: str, **kw) -> PageRecord:
+    """A fetched page whose text is long enough for a simhash (one per text, unless given)."""
+    kw.setdefault("simhash", blake2b(fp.encode(), digest_size=8).hexdigest())
     return PageRecord(url=url, status=200, fingerprint=fp, **kw)
 
 
@@ -111,6 +114,18 @@ def test_parameter_that_changes_content_is_never_a_rule(settings):
     for i in range(20):
         rules.observe([page(f"{H}/list?page={i}", f"p{i}")], counters)
     rules.observe([page(f"{H}/list", "p-first")], counters)
+    assert "dust/rules_learned" not in counters
+    assert rules.rewrite(f"{H}/list?page=3", "h.test", counters) == f"{H}/list?page=3"
+
+
+def test_thin_pages_are_no_evidence(settings):
+    """A pager whose items are links: its pages' main text is the same chrome, too short
+    for a simhash; that they share it does not make ``?page`` a spelling."""
+    s = dataclasses.replace(settings, DUST_CONFIRMATIONS=2)
+    rules, counters = UrlRules(s), {}
+    for i in range(1, 10):
+        rules.observe([page(f"{H}/list?page={i}", "chrome", simhash=None)], counters)
+    rules.observe([page(f"{H}/list", "chrome", simhash=None)], counters)
     assert "dust/rules_learned" not in counters
     assert rules.rewrite(f"{H}/list?page=3", "h.test", counters) == f"{H}/list?page=3"
 

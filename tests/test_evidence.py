@@ -16,7 +16,7 @@ def words(seed: int | str, n: int) -> str:
 
 def judge_all(texts: list[str]) -> list[Yield]:
     ring = Ring()
-    return [ring.judge(PageSketch.of(t)) for t in texts]
+    return [ring.judge(PageSketch.of(t))[0] for t in texts]
 
 
 def test_same_page_with_another_number_is_template():
@@ -47,8 +47,8 @@ def test_ring_remembers_only_recent_pages_and_survives_its_text_form():
         ring.judge(PageSketch.of(words(k, 30)))
     again = Ring.load(ring.dump())
     assert len(again.sketches) == RING and again.sketches == ring.sketches
-    assert again.judge(PageSketch.of(words(RING + 2, 30))) == Yield.TEMPLATE     # recent: known
-    assert again.judge(PageSketch.of(words(0, 30))) == Yield.NEW                 # fell out of the ring
+    assert again.judge(PageSketch.of(words(RING + 2, 30)))[0] == Yield.TEMPLATE  # recent: known
+    assert again.judge(PageSketch.of(words(0, 30)))[0] == Yield.NEW              # fell out of the ring
     assert Ring.load("garbage;x:y;:1:zz").sketches == []
 
 
@@ -65,6 +65,22 @@ def test_marks_come_first_and_the_ring_still_learns():
                       sketch=PageSketch.of("")) == Yield.EMPTY
     assert page_yield(duplicate=False, near_duplicate=False, soft_404=False, empty=False, ring=ring,
                       sketch=None) == Yield.NEW
+
+
+def test_same_chrome_with_new_links_is_new():
+    """A pager whose items are links: one text on every page, new posts on each; a
+    calendar's days link the same pages."""
+    ring, nav = Ring(), ["/", "/about", "/contact"]
+    pager = [page_yield(duplicate=n > 1, near_duplicate=False, soft_404=False, empty=False, ring=ring,
+                        sketch=PageSketch.of("Posts, page 1 of 30", [*nav, *(f"/post/{n}{i}" for i in range(5))]))
+             for n in range(1, 8)]
+    assert pager == [Yield.NEW] * 7
+    ring = Ring()
+    days = [page_yield(duplicate=False, near_duplicate=False, soft_404=False, empty=False, ring=ring,
+                       sketch=PageSketch.of(f"{CHROME} May {d}: no events", nav)) for d in range(1, 8)]
+    assert days == [Yield.NEW] + [Yield.TEMPLATE] * 6
+    sketch = PageSketch.of("x y z", ["/a", "/b"])
+    assert PageSketch.load(sketch.dump()) == sketch
 
 
 def test_tally_verdict_needs_pages_and_ratio():

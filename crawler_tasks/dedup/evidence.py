@@ -15,8 +15,15 @@ repeats one empty month. So each fetched page of a shape is judged by what it ad
                     (``month 5`` / ``month 6``: the same page with another number)
 ``known text``      at least KNOWN_SHARE of its shingles are in the shape's recent
                     pages (a facet page listing items its siblings list)
-``new``             anything else: a real page, however short
+``new``             anything else: a real page, however short; or a page that added
+                    nothing but links to new URLs (``new_links``)
 ==================  ============================================================
+
+A page whose text adds nothing still adds something when it links URLs its shape's
+recent pages did not: a pager whose items are links has one text of chrome on every
+page and new posts on each. Only links out of the page's own shapes count (a
+calendar's link to its next month is the walk itself) and not those of shapes that
+are traps already (a calendar day linking its own "add an event" URL).
 
 ``Tally.verdict`` names the trap and its evidence (``12 of the 14 pages of this shape
 added nothing new: 7 template, 5 near-duplicate``) once a shape has ``min_pages``
@@ -32,6 +39,7 @@ template key alone: a short real page is ``new`` unless its text repeats.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from hashlib import blake2b
@@ -58,32 +66,47 @@ class Yield(StrEnum):
 
 
 
+def _bottom(hashes: set[int]) -> frozenset[int]:
+    return frozenset(sorted(hashes)[:BOTTOM_K])
+
+
+def _hexes(hashes: frozenset[int]) -> str:
+    return ".".join(f"{h:x}" for h in sorted(hashes))
+
+
+def _unhex(text: str) -> frozenset[int]:
+    return frozenset(int(h, 16) for h in text.split(".") if h)
+
+
 @dataclass(frozen=True, slots=True)
 class PageSketch:
-    """A page's text reduced to what the ring keeps: its template key and the bottom-k
-    hashes of its shingles (``n_shingles`` is how many it had before the cut)."""
+    """A page reduced to what the ring keeps: its template key, the bottom-k hashes of
+    its shingles (``n_shingles`` is how many it had before the cut) and of the links
+    that count (``links``: out of its shapes and of trap shapes)."""
 
     template: str
     shingles: frozenset[int]
     n_shingles: int
+    links: frozenset[int] = frozenset()
 
     @classmethod
-    def of(cls, text: str) -> "PageSketch":
+    def of(cls, text: str, links: Iterable[str] = ()) -> "PageSketch":
         words = text.lower().translate(_FOLD).split()[:MAX_WORDS]
         template = blake2b(" ".join(words).encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
         hashes = {zlib.crc32(" ".join(words[i:i + SHINGLE_WORDS]).encode("utf-8", "surrogatepass"))
                   for i in range(max(0, len(words) - SHINGLE_WORDS + 1))}
-        return cls(template, frozenset(sorted(hashes)[:BOTTOM_K]), len(hashes))
+        linked = {zlib.crc32(link.encode("utf-8", "surrogatepass")) for link in links}
+        return cls(template, _bottom(hashes), len(hashes), _bottom(linked))
 
     def dump(self) -> str:
-        return f"{self.template}:{self.n_shingles}:" + ".".join(f"{h:x}" for h in sorted(self.shingles))
+        return f"{self.template}:{self.n_shingles}:{_hexes(self.shingles)}:{_hexes(self.links)}"
 
     @classmethod
     def load(cls, text: str) -> "PageSketch | None":
         """The sketch ``dump`` wrote, None for anything else (a damaged entry is ignored)."""
         try:
-            template, n, hashes = text.split(":")
-            return cls(template, frozenset(int(h, 16) for h in hashes.split(".") if h), int(n))
+            template, n, hashes, links = text.split(":")
+            return cls(template, _unhex(hashes), int(n), _unhex(links))
         except ValueError:
             return None
 
@@ -102,8 +125,9 @@ class Ring:
     def dump(self) -> str:
         return ";".join(s.dump() for s in self.sketches[-RING:])
 
-    def judge(self, sketch: PageSketch) -> Yield:
-        """``template``, ``known text`` or ``new`` against the ring, then add the page."""
+    def judge(self, sketch: PageSketch) -> tuple[Yield, bool]:
+        """(``template``, ``known text`` or ``new`` against the ring, whether the page
+        links URLs the ring's pages did not), then add the page."""
         verdict = Yield.NEW
         if any(s.template == sketch.template for s in self.sketches):
             verdict = Yield.TEMPLATE
@@ -111,17 +135,22 @@ class Ring:
             seen = frozenset().union(*(s.shingles for s in self.sketches))
             if len(sketch.shingles & seen) >= KNOWN_SHARE * len(sketch.shingles):
                 verdict = Yield.KNOWN_TEXT
+        linked = frozenset().union(*(s.links for s in self.sketches))
+        new_links = bool(self.sketches) and len(sketch.links - linked) > (1 - KNOWN_SHARE) * len(sketch.links)
         self.sketches = [*self.sketches, sketch][-RING:]
-        return verdict
+        return verdict, new_links
 
 
 def page_yield(*, duplicate: bool, near_duplicate: bool, soft_404: bool, empty: bool,
                ring: Ring, sketch: PageSketch | None) -> Yield:
-    """What one fetched page of a shape added; ``sketch`` None: its text is unknown
-    here (judged by the record's marks alone). The ring learns the page either way."""
-    in_ring = ring.judge(sketch) if sketch is not None else Yield.NEW
+    """What one fetched page of a shape added; ``sketch`` None: its text and links are
+    unknown here (judged by the record's marks alone). The ring learns the page either
+    way."""
+    in_ring, new_links = ring.judge(sketch) if sketch is not None else (Yield.NEW, False)
     if soft_404:
         return Yield.SOFT_404
+    if new_links:
+        return Yield.NEW
     if duplicate:
         return Yield.DUPLICATE
     if near_duplicate:

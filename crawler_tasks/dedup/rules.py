@@ -72,6 +72,13 @@ def _shapes_of(url: str) -> list[tuple[str, bool]]:
     return [(name, facet) for name, facet in out if name is not None and ("#" in name or "?" in name)]
 
 
+def _links_that_count(links: list[str], mine: list[tuple[str, bool]], traps: dict[str, str]) -> list[str]:
+    """A page's links that can make it worth its fetch: not of its own shapes (a walk's
+    next step) nor of a trap shape."""
+    skip = {name for name, _ in mine} | set(traps)
+    return [link for link in links if not skip or not ({shape(link), facet_shape(link)} & skip)]
+
+
 @dataclass(frozen=True, slots=True)
 class RuleInfo:
     """One rule of a host with its evidence, for ``manage.py hosts``."""
@@ -248,7 +255,9 @@ class UrlRules:
     def _weigh(self, writes: Pipeline, plan: _HostPlan, n_urls: int, stored: list[Any], counters: Counters) -> None:
         """Weigh one host's pages against what is stored; queue the writes (evidence, the
         pages' URLs) and note in ``plan`` what to read back from them. Evidence is content
-        only: two URLs are one page when their texts are (a canonical link is a hint)."""
+        only: two URLs are one page when their texts are (a canonical link is a hint), and
+        a text too short for a simhash (SIMHASH_MIN_WORDS) is no evidence that they are:
+        the pages of a pager whose items are links share one text of chrome."""
         s = self.settings
         host, k = plan.host, plan.keys
         urls_key, dust_key, rules_key = k.dust_urls(host), k.dust(host), k.dust_rules(host)
@@ -268,10 +277,10 @@ class UrlRules:
                     return
                 fp, _, sim = other.partition(" ")
                 n = same_content(rec.fingerprint or "", rec.simhash, fp, sim or None)
-                if n:
-                    units[rule] = max(units.get(rule, 0), n)
-                else:
+                if not n:
                     against.add(rule)
+                elif rec.simhash:   # a thin text (a pager's chrome) tells no pages apart
+                    units[rule] = max(units.get(rule, 0), n)
 
             for (rule, target), value in zip(cands, values, strict=False):  # values ends with the v: field
                 weigh(rule, known.get(target) or value)
@@ -280,7 +289,7 @@ class UrlRules:
                 rule, _, other = variant.partition(" ")
                 weigh(rule, other)
             for other, n in ((rec.duplicate_of, EXACT_UNITS), (rec.near_duplicate_of, NEAR_UNITS)):
-                if other and other != rec.url and _origin_host(other) == host:
+                if other and other != rec.url and _origin_host(other) == host and rec.simhash:
                     for rule in candidate_rules(rec.url, other):
                         units[rule] = max(units.get(rule, 0), n)
             for rule in against:
@@ -319,11 +328,14 @@ class UrlRules:
         counted: dict[str, dict[str, int]] = {}
         facets: set[str] = set()
         ring = {name: Ring.load(rings.get(name)) for name in plan.shape_names}
+        traps = self._host(plan.host)[1] if texts else {}
         for rec in plan.shaped:
             text = texts.get(rec.url)
-            sketch = PageSketch.of(text) if text is not None else None
-            walk = s.TRAP_WALK_PAGES and walks(rec.url, rec.links[:MAX_WALK_LINKS])
-            for name, facet in _shapes_of(rec.url):
+            links = rec.links[:MAX_WALK_LINKS]
+            mine = _shapes_of(rec.url)
+            sketch = None if text is None else PageSketch.of(text, _links_that_count(links, mine, traps))
+            walk = s.TRAP_WALK_PAGES and walks(rec.url, links)
+            for name, facet in mine:
                 verdict = page_yield(duplicate=bool(rec.duplicate_of), near_duplicate=bool(rec.near_duplicate_of),
                                      soft_404=rec.soft_404, empty=not rec.fingerprint, ring=ring[name], sketch=sketch)
                 tally = counted.setdefault(name, {})

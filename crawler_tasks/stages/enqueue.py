@@ -75,7 +75,7 @@ def _discoveries(w: Worker, rec: PageRecord, counters: Counters,
     s, gate = w.settings, w.gate
     out: list[Discovered | None] = []
     depth = rec.depth
-    if not rec.duplicate_of and not rec.soft_404:
+    if _follows_links(rec):
         out += [gate.admit(url, depth + 1, counters, normalized=True, drops=drops) for url in rec.links]
     # sitemap entries are not forced: a sitemap usually lists pages the links reach too,
     # and only the Bloom filter knows those (an exact test would fetch each of them twice)
@@ -99,6 +99,16 @@ def _discoveries(w: Worker, rec: PageRecord, counters: Counters,
                                   check_depth=kind != EntryKind.SITEMAP)
     rec.links, rec.sitemap_urls, rec.sitemaps = [], [], []
     return [d for d in out if d is not None], redirect
+
+
+def _follows_links(rec: PageRecord) -> bool:
+    """A soft 404's links are not followed, nor those of a copy of another host's page (a
+    mirror links its own copies). A copy of a page of its own host is followed: the main
+    text of a pager's pages can be the same chrome while their links name other items
+    (the links already seen cost a URL-seen test)."""
+    if rec.soft_404:
+        return False
+    return not rec.duplicate_of or rec.duplicate_of.split("/", 3)[2:3] == rec.url.split("/", 3)[2:3]
 
 
 def _sitemap_level(s: Settings, priority: float | None, lastmod: str | None = None) -> int:
