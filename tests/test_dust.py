@@ -88,7 +88,12 @@ def test_rule_learned_after_k_pairs_then_applied(settings):
     rules.observe([page(f"{H}/2.html?ref=nav", "f2")], counters)    # the variant first this time
     rules.observe([page(f"{H}/2.html", "f2")], counters)
     assert counters["dust/rules_learned"] == 1
-    assert rules.rewrite(f"{H}/9.html?ref=nav&x=1", "h.test", counters) == f"{H}/9.html?x=1"
+    drops: list[RuleDrop] = []
+    assert rules.judge(f"{H}/9.html?ref=nav&x=1", "h.test", counters, 2, drops) == f"{H}/9.html?x=1"
+    assert [(d.url, d.rule, d.reason) for d in drops] == [(
+        f"{H}/9.html?ref=nav&x=1", "URL rule q:ref",
+        f"not fetched by the learned rule 'URL rule q:ref' of this host: the same page as {H}/9.html?x=1 "
+        "(6 evidence units from 3 pairs of same-content pages of this host, no counter-example)")]
     assert rules.rewrite(f"{H}/9.html?ref=nav", "other.test", counters) == f"{H}/9.html?ref=nav"  # per host
     infos, _ = rules.host_rules("h.test")
     assert [(i.rule, i.pairs, i.active) for i in infos if i.rule == "q:ref"] == [("q:ref", 3, True)]
@@ -149,8 +154,10 @@ def test_trap_shapes_need_content_evidence(settings):
         url = f"{H}/cal/2026/{m}"
         rules.observe([page(url, f"c{m}", links=[f"{H}/cal/2026/{m + 1}"])], counters,
                       {url: f"events of month {m} of 2026: none {TEMPLATE}"})
-    dropped = rules.judge(f"{H}/cal/2030/7", "h.test", counters, 4)
-    assert isinstance(dropped, RuleDrop) and dropped.rule == "trap shape /cal/#/#" and dropped.depth == 4
+    drops: list[RuleDrop] = []
+    assert rules.judge(f"{H}/cal/2030/7", "h.test", counters, 4, drops) is None
+    [dropped] = drops
+    assert dropped.rule == "trap shape /cal/#/#" and dropped.depth == 4 and dropped.url == f"{H}/cal/2030/7"
     assert dropped.evidence == "4 of the 5 pages of this shape added nothing new: 4 template"
     for c in range(4):      # facets: each combination lists what its siblings list
         url = f"{H}/shop?color={c}&size=1"

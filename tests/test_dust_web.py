@@ -87,7 +87,7 @@ def is_variant(target: str) -> bool:
 def crawl(settings, seconds: float = 60) -> tuple[Counter[str], dict[str, list[str]], str]:
     with TestWeb(n_hosts=1, pages_per_host=1, host_specs={0: HostSpec(pages=0, link_extra_routes=False)}) as web:
         ordinary = build(web)
-        crawl_inline(settings, [web.url(0, "/")], seconds=seconds)
+        recs = crawl_inline(settings, [web.url(0, "/")], seconds=seconds)
         fetched = Counter(r.path for r in web.requests if r.host == web.hosts[0])
         missing = ordinary - set(fetched)
         groups = {
@@ -95,6 +95,7 @@ def crawl(settings, seconds: float = 60) -> tuple[Counter[str], dict[str, list[s
             "calendar": [p for p in fetched if p.startswith("/cal/")],
             "facets": [p for p in fetched if p.startswith("/shop?")],
             "missing": sorted(missing),
+            "records": [f"{r['url']}: {r['error']}" for r in recs if r.get("error_kind") == "filtered"],
         }
         return fetched, groups, web.hosts[0]
 
@@ -139,3 +140,8 @@ def test_dust_web_variants_and_traps(settings):
     assert "template" in traps["/cal/#/#.html"] and "known text" in traps["/shop?&"]
     assert all(name.startswith(("/cal/", "/shop?")) for name in traps), traps
     assert len(after["facets"]) <= len(before["facets"])
+    # every URL a learned rule respelled or dropped has one record naming the rule and its evidence
+    print("records:", len(after["records"]), after["records"][:2])
+    assert not before["records"] and len(set(after["records"])) == len(after["records"])
+    assert any("'URL rule q:ref'" in r and "the same page as" in r for r in after["records"])
+    assert any("'trap shape /cal/#/#.html'" in r and "added nothing new" in r for r in after["records"])

@@ -101,7 +101,17 @@ class RuleDrop:
 
     @property
     def reason(self) -> str:
-        return f"dropped by the learned rule '{self.rule}' of this host: {self.evidence}"
+        return f"not fetched by the learned rule '{self.rule}' of this host: {self.evidence}"
+
+
+@dataclass(frozen=True, slots=True)
+class _HostRules:
+    """What the gate knows of a host until ``until``: its rules in force with their
+    evidence (units, pairs) and its trap shapes with theirs."""
+    until: float
+    rules: frozenset[str]
+    traps: dict[str, str]
+    evidence: dict[str, tuple[int, int]]
 
 
 @dataclass(slots=True)
@@ -126,7 +136,7 @@ class _HostPlan:
 class UrlRules:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._cache: dict[str, tuple[float, frozenset[str], dict[str, str]]] = {}
+        self._cache: dict[str, _HostRules] = {}
 
     @property
     def learning(self) -> bool:
@@ -137,40 +147,52 @@ class UrlRules:
         return ShardKeys(self.settings.KEY_PREFIX, shard), shard
 
     # -- the gate's side ---------------------------------------------------------------
-    def _host(self, host: str) -> tuple[frozenset[str], dict[str, str]]:
+    def _host(self, host: str) -> _HostRules:
         now = time.monotonic()
         hit = self._cache.get(host)
-        if hit is not None and hit[0] > now:
-            return hit[1], hit[2]
+        if hit is not None and hit.until > now:
+            return hit
         k, shard = self._keys(host)
-        pipe = shard_client(self.settings, shard).pipeline(transaction=False)
+        client = shard_client(self.settings, shard)
+        pipe = client.pipeline(transaction=False)
         pipe.smembers(k.dust_rules(host))
         pipe.hgetall(k.trap_shapes(host))
         rules, traps = pipe.execute()
+        rules = sorted(rules) if self.learning else []
+        evidence = client.hmget(k.dust(host), [f"{f}:{r}" for r in rules for f in ("e", "n")]) if rules else []
         if len(self._cache) >= MAX_CACHED_HOSTS:
             self._cache.clear()
-        entry = (now + self.settings.DUST_CACHE_S, frozenset(rules) if self.learning else frozenset(), dict(traps))
-        self._cache[host] = entry
-        return entry[1], entry[2]
+        entry = self._cache[host] = _HostRules(
+            now + self.settings.DUST_CACHE_S, frozenset(rules), dict(traps),
+            {r: (int(evidence[2 * i] or 0), int(evidence[2 * i + 1] or 0)) for i, r in enumerate(rules)})
+        return entry
 
     def rewrite(self, url: str, host: str, counters: Counters) -> str | None:
         """``url`` under the host's rules (the spelling to test against URL-seen), or None
         when its shape is a trap (counted ``filter/trap_shape``)."""
-        out = self.judge(url, host, counters)
-        return None if isinstance(out, RuleDrop) else out
+        return self.judge(url, host, counters)
 
-    def judge(self, url: str, host: str, counters: Counters, depth: int = 0) -> str | RuleDrop:
-        """``url`` under the host's rules, or the drop (rule and evidence) when its shape
-        is a trap on this host."""
-        rules, traps = self._host(host)
-        out = apply_rules(url, rules)
+    def judge(self, url: str, host: str, counters: Counters, depth: int = 0,
+              drops: list[RuleDrop] | None = None) -> str | None:
+        """``url`` under the host's rules, or None when its shape is a trap on this host.
+        A URL the rules respell or drop is appended to ``drops`` with the rule and its
+        evidence (its own spelling is never fetched)."""
+        known = self._host(host)
+        out = apply_rules(url, known.rules)
         if out != url:
             bump(counters, "dust/rewritten")
-        if traps:
-            for name in (shape(out), facet_shape(out)):
-                if name is not None and name in traps:
-                    bump(counters, "filter/trap_shape")
-                    return RuleDrop(url, host, depth, f"trap shape {name}", traps[name])
+            if drops is not None:
+                applied = [r for r in sorted(known.rules) if apply_rules(url, {r}) != url]
+                units, pairs = (sum(known.evidence.get(r, (0, 0))[i] for r in applied) for i in (0, 1))
+                drops.append(RuleDrop(url, host, depth, "URL rule " + " ".join(applied),
+                                      f"the same page as {out} ({units} evidence units from {pairs} pairs of "
+                                      f"same-content pages of this host, no counter-example)"))
+        for name in (shape(out), facet_shape(out)) if known.traps else ():
+            if name is not None and name in known.traps:
+                bump(counters, "filter/trap_shape")
+                if drops is not None:
+                    drops.append(RuleDrop(url, host, depth, f"trap shape {name}", known.traps[name]))
+                return None
         return out
 
     def first_drops(self, drops: list[RuleDrop]) -> list[RuleDrop]:
@@ -328,7 +350,7 @@ class UrlRules:
         counted: dict[str, dict[str, int]] = {}
         facets: set[str] = set()
         ring = {name: Ring.load(rings.get(name)) for name in plan.shape_names}
-        traps = self._host(plan.host)[1] if texts else {}
+        traps = self._host(plan.host).traps if texts else {}
         for rec in plan.shaped:
             text = texts.get(rec.url)
             links = rec.links[:MAX_WALK_LINKS]

@@ -5,8 +5,8 @@ targets, canonicals and seeds all pass ``UrlGate.admit``: normalization (which r
 control characters and anything that is not http(s)), then the URL filters (scope,
 depth, extensions, length, traps), then the host's learned URL rules and trap shapes
 (``dedup.rules``: a variant becomes the spelling already seen), each refusal counted as
-``filter/<reason>``. A URL that a learned rule drops is also handed back with the rule
-and its evidence, for its record.
+``filter/<reason>``. A URL that a learned rule drops or respells is also handed back
+with the rule and its evidence, for its record.
 """
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ class UrlGate:
         """A URL ready for the URL-seen test, or None (counted by reason). ``normalized``:
         the URL comes from this crawler's own parser, which normalized it with the same
         rules (links of a record; the task boundary checked they are printable http(s)),
-        so it is not normalized twice. A URL dropped by a learned rule is appended to
-        ``drops``."""
+        so it is not normalized twice. A URL dropped or respelled by a learned rule is
+        appended to ``drops``."""
         url = raw if normalized else (normalize_url(raw, base, drop_params=self.drop) if raw else None)
         if not url:
             if raw:
@@ -55,10 +55,8 @@ class UrlGate:
         # a normalized URL is scheme://authority/path...: its authority is its politeness key
         host = url.split("/", 3)[2] if normalized else host_key(url)
         if self.rules is not None and not force and not hops:   # the host's learned spelling
-            rewritten = self.rules.judge(url, host, counters, depth)
-            if isinstance(rewritten, RuleDrop):
-                if drops is not None:
-                    drops.append(rewritten)
+            rewritten = self.rules.judge(url, host, counters, depth, drops)
+            if rewritten is None:
                 return None
             url = rewritten
         return Discovered(url=url, host=host, depth=depth, priority=level, hops=hops, kind=kind, force=force)
