@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import shutil
 import subprocess
 import sys
 import tempfile
 from collections import Counter, deque
 from html.parser import HTMLParser
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -95,7 +96,7 @@ def _path(url: str) -> str:
 
 
 def report(dirs: list[Path], seeds: list[str], out: Path) -> int:
-    records: dict[str, list[dict]] = {}
+    records: dict[str, list[dict[str, Any]]] = {}
     with open(out / "pages.jsonl") as f:
         for line in f:
             rec = json.loads(line)
@@ -109,7 +110,7 @@ def report(dirs: list[Path], seeds: list[str], out: Path) -> int:
         host = urlsplit(seed).netloc
         pages = reachable(folder)
         mine = {u: recs for u, recs in records.items() if urlsplit(u).netloc == host}
-        by_path: dict[str, list[dict]] = {}
+        by_path: dict[str, list[dict[str, Any]]] = {}
         for url, recs in mine.items():
             by_path.setdefault(_path(url), []).extend(recs)
         fetched = {p for p in pages if any(r.get("status") == 200 for r in by_path.get(p, []))}
@@ -118,7 +119,7 @@ def report(dirs: list[Path], seeds: list[str], out: Path) -> int:
                 if any(r.get("duplicate_of") or r.get("near_duplicate_of") for r in by_path.get(p, []))}
         dropped = [r for recs in mine.values() for r in recs if r.get("error_kind") == "filtered"]
         dropped_real = {p for p in pages if any(r.get("error_kind") == "filtered" for r in by_path.get(p, []))}
-        why = Counter()
+        why: Counter[str] = Counter()
         missing = sorted(pages - in_feed - dups)
         for p in missing:
             recs = by_path.get(p, [])
@@ -159,10 +160,9 @@ def main() -> int:
         if args.keep:
             print(f"output kept in {tmp}")
         else:
-            subprocess.run(["rm", "-rf", str(tmp)], check=False)
+            shutil.rmtree(tmp, ignore_errors=True)
     return 0 if lost == 0 else 1
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("PYTHONHASHSEED", "0")
     sys.exit(main())

@@ -19,8 +19,14 @@ dropped URL gets one record naming the shape and its evidence (``first_drops``).
 A numbered series of distinct pages is crawled whole, however long.
 
 Policy: counts are plain HINCRBYs (two workers racing on one pair count it twice,
-which only makes a rule arrive one pair early); the gate reads a host's rules at most
-every DUST_CACHE_S (at once in the worker that learned them).
+which only makes a rule arrive one pair early); a shape's ring of recent pages is read
+and written back whole (two workers racing on one shape lose one page's sketch: one
+page less to compare with, never a page judged against another shape); the gate reads
+a host's rules at most every DUST_CACHE_S (at once in the worker that learned them).
+Nothing crosses hosts: a rule or trap learned on one host is never applied to another.
+Memory per host: at most TRAP_MAX_SHAPES_PER_HOST shapes, each a few counts and a ring
+of RING sketches (~5 kB when full); ``ruledrops`` holds the URLs recorded, which are
+links of the host's fetched pages.
 """
 from __future__ import annotations
 
