@@ -83,6 +83,8 @@ def crawl(seeds: list[str], out: Path, delay: float, extra: list[str]) -> None:
            "--max-pages", "100000", "--out", str(out), "--user-agent", USER_AGENT, "--workers", "1",
            "--parsers", "1", "--shards", "2"]
     env = clean_env()
+    # only the sites' own hosts: their links to the web are not followed (no lookups)
+    env["CRAWLER_ALLOWED_DOMAINS"] = ",".join(urlsplit(seed).hostname or "" for seed in seeds)
     env.update({"CRAWLER_" + k: v for k, v in (item.split("=", 1) for item in extra)})
     with open(out.parent / "crawl.log", "wb") as log:
         rc = subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT).returncode

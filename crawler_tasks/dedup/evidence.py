@@ -32,12 +32,13 @@ however many there are and whatever their URLs look like.
 
 The recent pages of a shape are a ring of RING sketches (``PageSketch``): a page's
 template key (hash of its digit-folded text) and the bottom-k hashes of its 4-word
-shingles (Broder's containment estimate: the share of a page's bottom-k found in its
+shingles (of its first MAX_CHARS characters) (Broder's containment estimate: the share of a page's bottom-k found in its
 neighbours' bottom-k). A page with fewer than MIN_SHINGLES shingles is judged by its
 template key alone: a short real page is ``new`` unless its text repeats.
 """
 from __future__ import annotations
 
+import heapq
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -46,11 +47,10 @@ from hashlib import blake2b
 
 RING = 8              # recent pages of a shape its new pages are compared with
 BOTTOM_K = 32         # shingle hashes kept per page
-SHINGLE_WORDS = 4
 MIN_SHINGLES = 8      # fewer: the containment estimate is noise, only the template key counts
 KNOWN_SHARE = 0.8     # of a page's kept shingles found in the ring: known text
-MAX_WORDS = 4_000     # words of a page read for its sketch (its head decides)
-_FOLD = str.maketrans("0123456789", "0000000000")
+MAX_CHARS = 12_000    # of a page's text read for its sketch (its head decides, as for simhash)
+_FOLD = bytes.maketrans(b"123456789", b"000000000")
 
 
 class Yield(StrEnum):
@@ -67,7 +67,7 @@ class Yield(StrEnum):
 
 
 def _bottom(hashes: set[int]) -> frozenset[int]:
-    return frozenset(sorted(hashes)[:BOTTOM_K])
+    return frozenset(heapq.nsmallest(BOTTOM_K, hashes))
 
 
 def _hexes(hashes: frozenset[int]) -> str:
@@ -91,10 +91,13 @@ class PageSketch:
 
     @classmethod
     def of(cls, text: str, links: Iterable[str] = ()) -> "PageSketch":
-        words = text.lower().translate(_FOLD).split()[:MAX_WORDS]
-        template = blake2b(" ".join(words).encode("utf-8", "surrogatepass"), digest_size=6).hexdigest()
-        hashes = {zlib.crc32(" ".join(words[i:i + SHINGLE_WORDS]).encode("utf-8", "surrogatepass"))
-                  for i in range(max(0, len(words) - SHINGLE_WORDS + 1))}
+        """A shingle is hashed as the tuple of its words' CRC-32s (as ``minhash`` does:
+        tuples of ints hash alike in every process of one Python version, in C; a
+        sketch stored by another version only makes pages look new)."""
+        words = text[:MAX_CHARS].encode("utf-8", "surrogatepass").lower().translate(_FOLD).split()
+        template = blake2b(b" ".join(words), digest_size=6).hexdigest()
+        ids = list(map(zlib.crc32, words))
+        hashes = set(map(hash, zip(ids, ids[1:], ids[2:], ids[3:], strict=False)))
         linked = {zlib.crc32(link.encode("utf-8", "surrogatepass")) for link in links}
         return cls(template, _bottom(hashes), len(hashes), _bottom(linked))
 
