@@ -17,6 +17,7 @@ from crawler_tasks.dedup.dust import (
     walks,
 )
 from crawler_tasks.dedup.rules import RuleDrop, UrlRules
+from crawler_tasks.frontier import Discovered, Frontier
 from crawler_tasks.records import PageRecord
 
 H = "http://h.test"
@@ -190,13 +191,15 @@ def test_numbered_series_of_distinct_pages_is_never_a_trap(settings):
     assert rules.rewrite(f"{H}/releases/3.1.400.html", "h.test", counters) == f"{H}/releases/3.1.400.html"
 
 
-def test_recorded_once_per_url(settings):
-    rules = UrlRules(settings)
+def test_recorded_once_per_url_unless_it_entered_the_frontier(settings):
+    rules, frontier = UrlRules(settings), Frontier(settings)
+    frontier.put_discovered([Discovered(url=f"{H}/cal/9", host="h.test", depth=1)])   # queued before the rule
     drops = [RuleDrop(f"{H}/cal/{i % 3}", "h.test", 1, "trap shape /cal/#", "e") for i in range(6)]
-    drops.append(RuleDrop(f"{H}/cal/0", "other.test", 1, "trap shape /cal/#", "e"))
-    assert [(d.url, d.host) for d in rules.first_drops(drops)] == [
+    drops += [RuleDrop(f"{H}/cal/0", "other.test", 1, "trap shape /cal/#", "e"),
+              RuleDrop(f"{H}/cal/9", "h.test", 1, "trap shape /cal/#", "e")]
+    assert [(d.url, d.host) for d in rules.first_drops(drops, frontier.bloom)] == [
         (f"{H}/cal/0", "h.test"), (f"{H}/cal/1", "h.test"), (f"{H}/cal/2", "h.test"), (f"{H}/cal/0", "other.test")]
-    assert rules.first_drops(drops[:2]) == []
+    assert rules.first_drops(drops[:2], frontier.bloom) == []
 
 
 def test_manage_hosts_prints_rules(settings, capsys):

@@ -96,6 +96,7 @@ def crawl(settings, seconds: float = 60) -> tuple[Counter[str], dict[str, list[s
             "facets": [p for p in fetched if p.startswith("/shop?")],
             "missing": sorted(missing),
             "records": [f"{r['url']}: {r['error']}" for r in recs if r.get("error_kind") == "filtered"],
+            "twice": [u for u, n in Counter(r["url"] for r in recs).items() if n > 1],
         }
         return fetched, groups, web.hosts[0]
 
@@ -142,6 +143,6 @@ def test_dust_web_variants_and_traps(settings):
     assert len(after["facets"]) <= len(before["facets"])
     # every URL a learned rule respelled or dropped has one record naming the rule and its evidence
     print("records:", len(after["records"]), after["records"][:2])
-    assert not before["records"] and len(set(after["records"])) == len(after["records"])
+    assert not before["records"] and not after["twice"], after["twice"][:5]   # one record per URL
     assert any("'URL rule q:ref'" in r and "the same page as" in r for r in after["records"])
     assert any("'trap shape /cal/#/#.html'" in r and "added nothing new" in r for r in after["records"])

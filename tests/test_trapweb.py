@@ -165,4 +165,4 @@ def test_numbered_series_is_crawled_whole_and_a_repeating_calendar_is_cut(settin
         assert dropped and all(web.hosts[1] in r["url"] and "/cal/" in r["url"] for r in dropped)
         assert all("trap shape /cal/#/#.html" in r["error"] and "added nothing new" in r["error"]
                    and "template" in r["error"] for r in dropped)
-        assert len({r["url"] for r in dropped}) == len(dropped)        # one record per URL
+        assert len({r["url"] for r in recs}) == len(recs)              # one record per URL

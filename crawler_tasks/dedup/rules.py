@@ -51,6 +51,7 @@ from crawler_tasks.dedup.dust import (
     walks,
 )
 from crawler_tasks.dedup.evidence import PageSketch, Ring, Tally, Yield, page_yield
+from crawler_tasks.frontier.bloom import BloomSpec
 from crawler_tasks.keys import ShardKeys, shard_of
 from crawler_tasks.records import EntryKind, PageRecord
 from crawler_tasks.settings import Settings
@@ -201,14 +202,27 @@ class UrlRules:
                 return None
         return out
 
-    def first_drops(self, drops: list[RuleDrop]) -> list[RuleDrop]:
-        """The drops whose URL has no record yet (each dropped URL is recorded once)."""
+    def first_drops(self, drops: list[RuleDrop], bloom: BloomSpec) -> list[RuleDrop]:
+        """The drops to record: URLs that never entered the frontier (not all of their
+        URL-seen bits are set: a URL queued or fetched before a rule came has, or will
+        get, a record of its own) and have no record yet (each is recorded once). A
+        URL-seen false positive leaves a drop without a record; it is still counted."""
         pipes: dict[int, Pipeline] = {}
         for drop in drops:
             k, shard = self._keys(drop.host)
+            segment, offsets = bloom.positions(drop.url)
+            pipe = self._pipeline(pipes, shard)
+            for offset in offsets:
+                pipe.getbit(k.bloom(segment), offset)
+        bits = {shard: iter(pipe.execute()) for shard, pipe in pipes.items()}
+        unseen = [drop for drop in drops
+                  if not all([next(bits[self._keys(drop.host)[1]]) for _ in range(bloom.hashes)])]
+        pipes = {}
+        for drop in unseen:
+            k, shard = self._keys(drop.host)
             self._pipeline(pipes, shard).sadd(k.rule_drops(drop.host), drop.url)
         added = {shard: iter(pipe.execute()) for shard, pipe in pipes.items()}
-        return [drop for drop in drops if next(added[self._keys(drop.host)[1]])]
+        return [drop for drop in unseen if next(added[self._keys(drop.host)[1]])]
 
     # -- the parse stage's side --------------------------------------------------------
     def observe(self, records: list[PageRecord], counters: Counters, texts: Mapping[str, str] | None = None) -> None:

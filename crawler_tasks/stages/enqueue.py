@@ -57,7 +57,7 @@ def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
             bump(counters, name, n)
     if drops:   # one record per URL a learned rule dropped, naming the rule and its evidence
         dropped = [PageRecord(url=d.url, depth=d.depth, error_kind=ErrorKind.FILTERED, error=d.reason)
-                   for d in w.rules.first_drops(drops)]
+                   for d in w.rules.first_drops(drops, w.frontier.bloom)]
         bump(counters, "records/error/filtered", len(dropped))
         records = [*records, *dropped]
     append_jsonl(pages_path(s), [rec.output() for rec in records])
