@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from crawler_tasks.dedup.evidence import RING, PageSketch, Ring, Tally, Yield, page_yield
+from crawler_tasks.dedup.evidence import RING, PageSketch, Ring, Tally, TrapBar, Yield, page_yield
 
 WORDS = [a + b + c for a in "bcdfg" for b in "aeiou" for c in "klmnprst"]   # no digits: they fold
 CHROME = "Home | Events | About us | Contact. The society meets on the first Monday of every month."
@@ -85,7 +85,13 @@ def test_same_chrome_with_new_links_is_new():
 
 def test_tally_verdict_needs_pages_and_ratio():
     t = Tally(14, {Yield.NEAR_DUPLICATE: 7, Yield.TEMPLATE: 5})
-    assert t.verdict(10, 0.7) == "12 of the 14 pages of this shape added nothing new: 7 near-duplicate, 5 template"
-    assert t.verdict(15, 0.7) is None           # too few pages yet
-    assert t.verdict(0, 0.7) is None            # off
-    assert Tally(300, {Yield.NEAR_DUPLICATE: 13, Yield.KNOWN_TEXT: 4}).verdict(10, 0.7) is None
+    bar = TrapBar(10, 0.7, walk_pages=6, facet_pages=30)
+    assert t.verdict(bar) == "12 of the 14 pages of this shape added nothing new: 7 near-duplicate, 5 template"
+    assert t.verdict(bar, facet=True) is None                  # a facet shape is weighed after 30
+    assert t.verdict(TrapBar(15, 0.7)) is None                 # too few pages yet
+    assert t.verdict(TrapBar(0, 0.7)) is None                  # off
+    assert Tally(300, {Yield.NEAR_DUPLICATE: 13, Yield.KNOWN_TEXT: 4}, walks=300).verdict(bar) is None
+    calendar = Tally(6, {Yield.TEMPLATE: 5})
+    assert calendar.verdict(bar) is None                       # an ordinary shape: 10 pages first
+    calendar.walks = 6
+    assert calendar.verdict(bar) == "5 of the 6 pages of this shape added nothing new: 5 template"

@@ -26,9 +26,11 @@ calendar's link to its next month is the walk itself) and not those of shapes th
 are traps already (a calendar day linking its own "add an event" URL).
 
 ``Tally.verdict`` names the trap and its evidence (``12 of the 14 pages of this shape
-added nothing new: 7 template, 5 near-duplicate``) once a shape has ``min_pages``
-pages and ``ratio`` of them added nothing; a shape with distinct pages never does,
-however many there are and whatever their URLs look like.
+added nothing new: 7 template, 5 near-duplicate``) once a shape has the pages its
+``TrapBar`` asks for and ``ratio`` of them added nothing; a shape with distinct pages
+never does, however many there are and whatever their URLs look like. The URLs only
+say how early to look: a shape whose pages link a number step (a calendar) is weighed
+after a handful of pages.
 
 The recent pages of a shape are a ring of RING sketches (``PageSketch``): a page's
 template key (hash of its digit-folded text) and the bottom-k hashes of its 4-word
@@ -163,20 +165,40 @@ def page_yield(*, duplicate: bool, near_duplicate: bool, soft_404: bool, empty: 
     return in_ring
 
 
+@dataclass(frozen=True, slots=True)
+class TrapBar:
+    """When a shape's evidence is weighed (settings TRAP_*): after ``pages`` fetched
+    pages (0: never), ``walk_pages`` for a shape whose pages link a number step and
+    ``facet_pages`` for parameter combinations (0: as any shape); a trap when
+    ``ratio`` of them added nothing."""
+
+    pages: int
+    ratio: float
+    walk_pages: int = 0
+    facet_pages: int = 0
+
+    def min_pages(self, *, facet: bool, walking: bool) -> int:
+        if not self.pages:
+            return 0
+        return (self.facet_pages if facet else self.walk_pages if walking else 0) or self.pages
+
+
 @dataclass(slots=True)
 class Tally:
     """A shape's pages by yield (the counts stored per shape)."""
 
     pages: int = 0
     low: dict[Yield, int] = field(default_factory=dict)
+    walks: int = 0       # pages that link a number step of their shape
 
     @property
     def added_nothing(self) -> int:
         return sum(self.low.values())
 
-    def verdict(self, min_pages: int, ratio: float) -> str | None:
+    def verdict(self, bar: TrapBar, facet: bool = False) -> str | None:
         """The trap's evidence in words, or None while the shape is not a trap."""
-        if not min_pages or self.pages < min_pages or self.added_nothing < ratio * self.pages:
+        min_pages = bar.min_pages(facet=facet, walking=self.walks > 0)
+        if not min_pages or self.pages < min_pages or self.added_nothing < bar.ratio * self.pages:
             return None
         kinds = ", ".join(f"{n} {y}" for y, n in sorted(self.low.items(), key=lambda kv: (-kv[1], kv[0])) if n)
         return f"{self.added_nothing} of the {self.pages} pages of this shape added nothing new: {kinds}"

@@ -50,7 +50,7 @@ from crawler_tasks.dedup.dust import (
     shape,
     walks,
 )
-from crawler_tasks.dedup.evidence import PageSketch, Ring, Tally, Yield, page_yield
+from crawler_tasks.dedup.evidence import PageSketch, Ring, Tally, TrapBar, Yield, page_yield
 from crawler_tasks.frontier.bloom import BloomSpec
 from crawler_tasks.keys import ShardKeys, shard_of
 from crawler_tasks.records import EntryKind, PageRecord
@@ -399,12 +399,12 @@ class UrlRules:
     def _trap_shapes(self, shapes: list[tuple[str, bool]], values: list[Any]) -> dict[str, str]:
         """Shapes whose counts make them traps -> the evidence in words."""
         s = self.settings
+        bar = TrapBar(s.TRAP_SHAPE_MIN_PAGES, s.TRAP_SHAPE_DUP_RATIO, s.TRAP_WALK_PAGES, s.TRAP_FACET_PAGES)
         out: dict[str, str] = {}
         for (name, facet), counts in zip(shapes, values, strict=True):
             n, w, *low = (int(v or 0) for v in counts)
-            tally = Tally(n, {y: c for y, c in zip(_LOW_YIELDS, low, strict=True) if c})
-            min_pages = (s.TRAP_FACET_PAGES if facet else s.TRAP_WALK_PAGES if w else 0) or s.TRAP_SHAPE_MIN_PAGES
-            verdict = tally.verdict(min_pages, s.TRAP_SHAPE_DUP_RATIO)
+            tally = Tally(n, {y: c for y, c in zip(_LOW_YIELDS, low, strict=True) if c}, w)
+            verdict = tally.verdict(bar, facet)
             if verdict is not None:
                 out[name] = verdict
         return out
