@@ -177,6 +177,25 @@ def test_trap_shapes_need_content_evidence(settings):
     assert rules.rewrite(f"{H}/cal/2030/7", "other.test", counters) == f"{H}/cal/2030/7"   # never spreads
 
 
+def test_calendar_linking_new_pages_that_add_nothing_is_cut(settings):
+    """Each month links a new "add an event" URL of its own: new links, but to a shape
+    whose pages add nothing; the calendar is cut once that shows, not walked for ever."""
+    rules, counters, months, adds = UrlRules(settings), {}, 0, 0
+    for m in range(1, 200):
+        url, add = f"{H}/cal/{2026 + m // 12}/{m % 12 + 1}", f"{H}/event/add?date={m}"
+        if rules.rewrite(url, "h.test", counters) is None:
+            break
+        nxt = f"{H}/cal/{2026 + (m + 1) // 12}/{(m + 1) % 12 + 1}"
+        rules.observe([page(url, f"c{m}", links=[nxt, add, f"{H}/about"])], counters,
+                      {url: f"{TEMPLATE} month {m}: no events"})
+        months += 1
+        if rules.rewrite(add, "h.test", counters) is not None:
+            rules.observe([page(add, f"a{m}", links=[f"{H}/about"])], counters, {add: f"Add an event: day {m}. {TEMPLATE}"})
+            adds += 1
+    traps = rules.host_rules("h.test")[1]
+    assert months <= 15 and adds <= 12 and set(traps) == {"/cal/#/#", "/event/add?date"}, (months, adds, traps)
+
+
 def test_numbered_series_of_distinct_pages_is_never_a_trap(settings):
     """Release notes, chapters, posts: pages that walk a number, all distinct (some short),
     stay crawlable however many there are."""

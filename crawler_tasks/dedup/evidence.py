@@ -22,8 +22,9 @@ repeats one empty month. So each fetched page of a shape is judged by what it ad
 A page whose text adds nothing still adds something when it links URLs its shape's
 recent pages did not: a pager whose items are links has one text of chrome on every
 page and new posts on each. Only links out of the page's own shapes count (a
-calendar's link to its next month is the walk itself) and not those of shapes that
-are traps already (a calendar day linking its own "add an event" URL).
+calendar's link to its next month is the walk itself), nor those of shapes that are
+traps already or whose pages so far added nothing (``Tally.poor``: a calendar day
+linking its own "add an event" URL).
 
 ``Tally.verdict`` names the trap and its evidence (``12 of the 14 pages of this shape
 added nothing new: 7 template, 5 near-duplicate``) once a shape has the pages its
@@ -51,6 +52,7 @@ RING = 8              # recent pages of a shape its new pages are compared with
 BOTTOM_K = 32         # shingle hashes kept per page
 MIN_SHINGLES = 8      # fewer: the containment estimate is noise, only the template key counts
 KNOWN_SHARE = 0.8     # of a page's kept shingles found in the ring: known text
+POOR_PAGES = 3        # pages of a shape before links to it stop counting when they added nothing
 MAX_CHARS = 12_000    # of a page's text read for its sketch (its head decides, as for simhash)
 _FOLD = bytes.maketrans(b"123456789", b"000000000")
 
@@ -194,6 +196,11 @@ class Tally:
     @property
     def added_nothing(self) -> int:
         return sum(self.low.values())
+
+    def poor(self, ratio: float) -> bool:
+        """Whether the shape's pages so far added nothing (POOR_PAGES of them at least):
+        links to it do not make a page worth its fetch, before it is a trap too."""
+        return self.pages >= POOR_PAGES and self.added_nothing >= ratio * self.pages
 
     def verdict(self, bar: TrapBar, facet: bool = False) -> str | None:
         """The trap's evidence in words, or None while the shape is not a trap."""

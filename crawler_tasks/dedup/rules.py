@@ -63,7 +63,9 @@ MAX_WALK_LINKS = 500   # links of a page looked at for a numeric walk
 _YIELD_FIELD = {Yield.DUPLICATE: "d", Yield.NEAR_DUPLICATE: "a", Yield.SOFT_404: "s", Yield.EMPTY: "e",
                 Yield.TEMPLATE: "t", Yield.KNOWN_TEXT: "k"}
 _LOW_YIELDS = tuple(_YIELD_FIELD)
+_COUNT_FIELDS = ("n", "w", *_YIELD_FIELD.values())
 _FIELDS_PER_SHAPE = 3 + len(_YIELD_FIELD)
+MAX_LINKED_SHAPES = 256   # shapes of a batch's links whose tallies are read
 
 
 def _origin_host(url: str) -> str:
@@ -79,11 +81,11 @@ def _shapes_of(url: str) -> list[tuple[str, bool]]:
     return [(name, facet) for name, facet in out if name is not None and ("#" in name or "?" in name)]
 
 
-def _links_that_count(links: list[str], mine: list[tuple[str, bool]], traps: dict[str, str]) -> list[str]:
-    """A page's links that can make it worth its fetch: not of its own shapes (a walk's
-    next step) nor of a trap shape."""
-    skip = {name for name, _ in mine} | set(traps)
-    return [link for link in links if not skip or not ({shape(link), facet_shape(link)} & skip)]
+def _links_that_count(links: list[str], shapes_of: dict[str, frozenset[str]], skip: set[str]) -> list[str]:
+    """A page's links that can make it worth its fetch: none of a shape in ``skip`` (its
+    own shapes: a walk's next step; trap shapes; shapes whose pages so far added
+    nothing: a calendar day's own "add an event" page, before it is a trap)."""
+    return [link for link in links if not shapes_of.get(link, frozenset()) & skip]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +135,8 @@ class _HostPlan:
     targets: list[list[tuple[str, str]]]
     shape_names: list[str]
     reads_at: int
+    link_shapes: dict[str, frozenset[str]] = field(default_factory=dict)   # link -> its counted shapes
+    linked: list[str] = field(default_factory=list)   # shapes of the links (not the pages') read
     weighed_end: int = 0   # the pipeline's length after the URL rules' writes
     writes_end: int = 0
     refuted: bool = False
@@ -245,21 +249,34 @@ class UrlRules:
             pipe = self._pipeline(reads, shard)
             names = list(dict.fromkeys(name for rec in with_shape for name, _ in _shapes_of(rec.url)))
             plan = _HostPlan(host, group, with_shape, k, shard, [applicable(r.url) for r in group], names, len(pipe))
+            linked: dict[str, None] = {}
+            if texts:
+                for rec in with_shape:
+                    for link in rec.links[:MAX_WALK_LINKS]:
+                        if link not in plan.link_shapes:
+                            plan.link_shapes[link] = found = frozenset(name for name, _ in _shapes_of(link))
+                            linked.update(dict.fromkeys(found))
+            plan.linked = [name for name in linked if name not in names][:MAX_LINKED_SHAPES]
             pipe.hlen(k.dust_urls(host))
             pipe.hlen(k.shapes(host))
             pipe.hmget(k.shapes(host), [f"r:{name}" for name in names] or ["r:"])
+            pipe.hmget(k.shapes(host), [f"{f}:{name}" for name in plan.linked for f in _COUNT_FIELDS] or ["n:"])
             for rec, cands in zip(group, plan.targets, strict=True):
                 pipe.hmget(k.dust_urls(host), [f"u:{t}" for _, t in cands] + [f"v:{rec.url}"])
             plans.append(plan)
         read = {shard: pipe.execute() for shard, pipe in reads.items()}
         writes: dict[int, Pipeline] = {}
         for plan in plans:
-            n_urls, n_shapes, rings, *stored = read[plan.shard][plan.reads_at:plan.reads_at + 3 + len(plan.recs)]
+            n_urls, n_shapes, rings, linked_counts, *stored = \
+                read[plan.shard][plan.reads_at:plan.reads_at + 4 + len(plan.recs)]
             pipe = self._pipeline(writes, plan.shard)
             self._weigh(pipe, plan, n_urls, stored, counters)
             plan.weighed_end = len(pipe)
+            poor = {name for i, name in enumerate(plan.linked)
+                    if self._tally(linked_counts[len(_COUNT_FIELDS) * i:len(_COUNT_FIELDS) * (i + 1)]).poor(
+                        self.settings.TRAP_SHAPE_DUP_RATIO)}
             plan.shapes = self._count_shapes(pipe, plan, n_shapes, dict(zip(plan.shape_names, rings, strict=False)),
-                                             texts or {})
+                                             texts or {}, poor)
             plan.writes_end = len(pipe)
         written = {shard: pipe.execute() for shard, pipe in writes.items()}
         finals: dict[int, Pipeline] = {}
@@ -359,7 +376,7 @@ class UrlRules:
             writes.hget(dust_key, f"x:{rule}")
 
     def _count_shapes(self, pipe: Pipeline, plan: _HostPlan, n_fields: int, rings: dict[str, str | None],
-                      texts: Mapping[str, str]) -> list[tuple[str, bool]]:
+                      texts: Mapping[str, str], poor: set[str]) -> list[tuple[str, bool]]:
         """Judge each page of the batch per shape (``dedup.evidence``) and queue the
         counts, the shapes' rings, then one HMGET of each shape's counts; returns
         (shape, is facet shape) in the order of those HMGETs."""
@@ -370,12 +387,13 @@ class UrlRules:
         counted: dict[str, dict[str, int]] = {}
         facets: set[str] = set()
         ring = {name: Ring.load(rings.get(name)) for name in plan.shape_names}
-        traps = self._host(plan.host).traps if texts else {}
+        skip = (set(self._host(plan.host).traps) | poor) if texts else set()
         for rec in plan.shaped:
             text = texts.get(rec.url)
             links = rec.links[:MAX_WALK_LINKS]
             mine = _shapes_of(rec.url)
-            sketch = None if text is None else PageSketch.of(text, _links_that_count(links, mine, traps))
+            sketch = None if text is None else PageSketch.of(
+                text, _links_that_count(links, plan.link_shapes, skip | {name for name, _ in mine}))
             walk = s.TRAP_WALK_PAGES and walks(rec.url, links)
             for name, facet in mine:
                 verdict = page_yield(duplicate=bool(rec.duplicate_of), near_duplicate=bool(rec.near_duplicate_of),
@@ -393,8 +411,14 @@ class UrlRules:
                 pipe.hset(key, f"r:{name}", ring[name].dump())
         out = [(name, name in facets) for name in counted]
         for name, _ in out:
-            pipe.hmget(key, [f"{f}:{name}" for f in ("n", "w", *_YIELD_FIELD.values())])
+            pipe.hmget(key, [f"{f}:{name}" for f in _COUNT_FIELDS])
         return out
+
+    @staticmethod
+    def _tally(counts: list[Any]) -> Tally:
+        """A shape's tally from its ``_COUNT_FIELDS`` values."""
+        n, w, *low = (int(v or 0) for v in counts)
+        return Tally(n, {y: c for y, c in zip(_LOW_YIELDS, low, strict=True) if c}, w)
 
     def _trap_shapes(self, shapes: list[tuple[str, bool]], values: list[Any]) -> dict[str, str]:
         """Shapes whose counts make them traps -> the evidence in words."""
@@ -402,9 +426,7 @@ class UrlRules:
         bar = TrapBar(s.TRAP_SHAPE_MIN_PAGES, s.TRAP_SHAPE_DUP_RATIO, s.TRAP_WALK_PAGES, s.TRAP_FACET_PAGES)
         out: dict[str, str] = {}
         for (name, facet), counts in zip(shapes, values, strict=True):
-            n, w, *low = (int(v or 0) for v in counts)
-            tally = Tally(n, {y: c for y, c in zip(_LOW_YIELDS, low, strict=True) if c}, w)
-            verdict = tally.verdict(bar, facet)
+            verdict = self._tally(counts).verdict(bar, facet)
             if verdict is not None:
                 out[name] = verdict
         return out
