@@ -57,7 +57,7 @@ from crawler_tasks.records import EntryKind, PageRecord
 from crawler_tasks.settings import Settings
 
 MAX_CACHED_HOSTS = 10_000
-MAX_WALK_LINKS = 500   # links of a page looked at for a numeric walk
+MAX_WALK_LINKS = 500   # links of a page looked at (a numeric walk, new links)
 # a shape's counts in its host's shapes hash: ``n:`` pages, ``w:`` pages that link a
 # number step, ``r:`` the ring of its recent pages, one field per yield that added nothing
 _YIELD_FIELD = {Yield.DUPLICATE: "d", Yield.NEAR_DUPLICATE: "a", Yield.SOFT_404: "s", Yield.EMPTY: "e",
