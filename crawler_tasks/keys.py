@@ -38,9 +38,12 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 ``dustrules:<host>``      set     the host's rules in force (applied before the URL-seen test)
 ``dusturls:<host>``       hash    ``u:<url>`` -> "fp simhash" of fetched pages, ``v:<url>`` ->
                                   "rule fp simhash" of a variant rewriting to it (capped)
-``shapes:<host>``         hash    per URL shape ``n:``/``d:``/``w:`` fetched, (near-)duplicates,
-                                  numeric walk steps (capped)
-``trapshapes:<host>``     hash    shape -> reason (dup, walk, facet): new URLs of it are dropped
+``shapes:<host>``         hash    per URL shape: ``n:`` pages fetched, ``w:`` of which link a number
+                                  step, one count per yield that added nothing (``d:``, ``a:``,
+                                  ``s:``, ``e:``, ``t:``, ``k:``), ``r:`` its recent pages' text
+                                  sketches (dedup/evidence.py; capped)
+``trapshapes:<host>``     hash    shape -> its evidence in words: new URLs of it are dropped
+``ruledrops:<host>``      set     URLs dropped by a learned rule that have their record
 ``hist``                  hash    URL -> change history, rate estimate and validators (continuous mode)
 ``due``                   zset    "<level> <url>" -> next visit (continuous mode)
 ``rates``                 hash    allocation class "<quarter octave>:<weight>" -> URLs in it
@@ -174,6 +177,9 @@ class ShardKeys:
 
     def trap_shapes(self, host: str) -> str:
         return f"{self.base}:trapshapes:{host}"
+
+    def rule_drops(self, host: str) -> str:
+        return f"{self.base}:ruledrops:{host}"
 
     @property
     def history(self) -> str:

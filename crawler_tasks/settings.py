@@ -232,16 +232,18 @@ class Settings:
     DUST_MAX_URLS_PER_HOST: int = 20_000
     # How long a worker reuses a host's rules and trap shapes before reading them again, s.
     DUST_CACHE_S: float = 5.0
-    # Trap shapes (URL path with digits masked + parameter names): after this many fetched
-    # pages of one shape with at least TRAP_SHAPE_DUP_RATIO (near-)duplicates, new URLs of
-    # the shape are dropped as filter/trap_shape (0 = off).
+    # Trap shapes (URL path with digits masked + parameter names; dedup/evidence.py): a
+    # shape becomes a trap on content evidence only, once this many of its pages were
+    # fetched and TRAP_SHAPE_DUP_RATIO of them added nothing new (duplicates, near-
+    # duplicates, soft 404s, empty pages, the template text of its recent pages); new URLs
+    # of the shape are then dropped as filter/trap_shape, each with a record (0 = off).
     TRAP_SHAPE_MIN_PAGES: int = 10
     TRAP_SHAPE_DUP_RATIO: float = 0.7
-    # Fetched pages of one shape that walk a number (month 5 -> 6) before the shape is a
-    # calendar-like trap (0 = off); pagers longer than this are cut too.
-    TRAP_WALK_PAGES: int = 25
-    # Fetched pages of one path with two or more query parameters (facet combinations)
-    # before the path's combinations are a trap (0 = off).
+    # Pages before a shape whose pages link a number step (month 5 -> 6: calendars,
+    # pagers, numbered series) is judged: its evidence is weighed early (0 = as any shape).
+    TRAP_WALK_PAGES: int = 6
+    # Pages before a path's combinations of two or more query parameters (facets) are
+    # judged (0 = as any shape).
     TRAP_FACET_PAGES: int = 30
     # Shapes per host whose counts are kept (bounds that host's Redis hash).
     TRAP_MAX_SHAPES_PER_HOST: int = 5_000

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import random
+from hashlib import blake2b
 
 from crawler_tasks.dedup.dust import (
     applicable,
@@ -14,10 +16,17 @@ from crawler_tasks.dedup.dust import (
     shape,
     walks,
 )
-from crawler_tasks.dedup.rules import UrlRules
+from crawler_tasks.dedup.rules import RuleDrop, UrlRules
+from crawler_tasks.frontier import Discovered, Frontier
 from crawler_tasks.records import PageRecord
 
 H = "http://h.test"
+TEMPLATE = "Home About Contact Calendar of the society: all our events, meetings and talks, by month and year."
+WORDS = [a + b + c for a in "bcdfg" for b in "aeiou" for c in "klmnprst"]   # no digits: they fold
+
+
+def text(seed: int | str, n: int) -> str:
+    return " ".join(random.Random(str(seed)).sample(WORDS, n))
 
 
 def test_candidate_rules_of_the_family():
@@ -66,6 +75,8 @@ def test_same_content_units():
 
 
 def page(url: str, fp: str, **kw) -> PageRecord:
+    """A fetched page whose text is long enough for a simhash (one per text, unless given)."""
+    kw.setdefault("simhash", blake2b(fp.encode(), digest_size=8).hexdigest())
     return PageRecord(url=url, status=200, fingerprint=fp, **kw)
 
 
@@ -78,7 +89,12 @@ def test_rule_learned_after_k_pairs_then_applied(settings):
     rules.observe([page(f"{H}/2.html?ref=nav", "f2")], counters)    # the variant first this time
     rules.observe([page(f"{H}/2.html", "f2")], counters)
     assert counters["dust/rules_learned"] == 1
-    assert rules.rewrite(f"{H}/9.html?ref=nav&x=1", "h.test", counters) == f"{H}/9.html?x=1"
+    drops: list[RuleDrop] = []
+    assert rules.judge(f"{H}/9.html?ref=nav&x=1", "h.test", counters, 2, drops) == f"{H}/9.html?x=1"
+    assert [(d.url, d.rule, d.reason) for d in drops] == [(
+        f"{H}/9.html?ref=nav&x=1", "URL rule q:ref",
+        f"not fetched by the learned rule 'URL rule q:ref' of this host: the same page as {H}/9.html?x=1 "
+        "(6 evidence units from 3 pairs of same-content pages of this host, no counter-example)")]
     assert rules.rewrite(f"{H}/9.html?ref=nav", "other.test", counters) == f"{H}/9.html?ref=nav"  # per host
     infos, _ = rules.host_rules("h.test")
     assert [(i.rule, i.pairs, i.active) for i in infos if i.rule == "q:ref"] == [("q:ref", 3, True)]
@@ -108,6 +124,18 @@ def test_parameter_that_changes_content_is_never_a_rule(settings):
     assert rules.rewrite(f"{H}/list?page=3", "h.test", counters) == f"{H}/list?page=3"
 
 
+def test_thin_pages_are_no_evidence(settings):
+    """A pager whose items are links: its pages' main text is the same chrome, too short
+    for a simhash; that they share it does not make ``?page`` a spelling."""
+    s = dataclasses.replace(settings, DUST_CONFIRMATIONS=2)
+    rules, counters = UrlRules(s), {}
+    for i in range(1, 10):
+        rules.observe([page(f"{H}/list?page={i}", "chrome", simhash=None)], counters)
+    rules.observe([page(f"{H}/list", "chrome", simhash=None)], counters)
+    assert "dust/rules_learned" not in counters
+    assert rules.rewrite(f"{H}/list?page=3", "h.test", counters) == f"{H}/list?page=3"
+
+
 def test_near_duplicates_need_twice_the_pairs(settings):
     s = dataclasses.replace(settings, DUST_CONFIRMATIONS=2)
     rules, counters = UrlRules(s), {}
@@ -120,22 +148,77 @@ def test_near_duplicates_need_twice_the_pairs(settings):
     assert counters["dust/rules_learned"] == 1
 
 
-def test_trap_shapes(settings):
+def test_trap_shapes_need_content_evidence(settings):
     s = dataclasses.replace(settings, TRAP_WALK_PAGES=5, TRAP_FACET_PAGES=4, TRAP_SHAPE_MIN_PAGES=3)
     rules, counters = UrlRules(s), {}
-    for m in range(1, 6):
-        rules.observe([page(f"{H}/cal/2026/{m}", f"c{m}", links=[f"{H}/cal/2026/{m + 1}"])], counters)
-    assert rules.rewrite(f"{H}/cal/2030/7", "h.test", counters) is None
-    for c in range(4):
-        rules.observe([page(f"{H}/shop?color={c}&size=1", f"s{c}")], counters)
+    for m in range(1, 6):   # a calendar: every month the same page with another number
+        url = f"{H}/cal/2026/{m}"
+        rules.observe([page(url, f"c{m}", links=[f"{H}/cal/2026/{m + 1}"])], counters,
+                      {url: f"events of month {m} of 2026: none {TEMPLATE}"})
+    drops: list[RuleDrop] = []
+    assert rules.judge(f"{H}/cal/2030/7", "h.test", counters, 4, drops) is None
+    [dropped] = drops
+    assert dropped.rule == "trap shape /cal/#/#" and dropped.depth == 4 and dropped.url == f"{H}/cal/2030/7"
+    assert dropped.evidence == "4 of the 5 pages of this shape added nothing new: 4 template"
+    for c in range(4):      # facets: each combination lists what its siblings list
+        url = f"{H}/shop?color={c}&size=1"
+        rules.observe([page(url, f"s{c}")], counters, {url: f"{TEMPLATE} items {text(c, 4)} {text('shop', 40)}"})
     assert rules.rewrite(f"{H}/shop?size=9&sort=a", "h.test", counters) is None
     assert rules.rewrite(f"{H}/shop?color=1", "h.test", counters) == f"{H}/shop?color=1"
-    for i in range(3):
+    for i in range(3):      # duplicates need no text
         rules.observe([page(f"{H}/tag/{i}", f"t{i}", duplicate_of=f"{H}/x")], counters)
     assert rules.rewrite(f"{H}/tag/77", "h.test", counters) is None
-    assert counters["filter/trap_shape"] == 3 and counters["dust/trap_shapes"] == 3
-    assert rules.host_rules("h.test")[1] == {"/cal/#/#": "walk", "/shop?&": "facet", "/tag/#": "dup"}
+    assert counters["filter/trap_shape"] == 3 and counters["dust/trap_shapes"] == 4
+    traps = rules.host_rules("h.test")[1]
+    assert set(traps) == {"/cal/#/#", "/shop?&", "/shop?color&size", "/tag/#"}
+    assert traps["/tag/#"] == "3 of the 3 pages of this shape added nothing new: 3 duplicate"
+    assert "known text" in traps["/shop?&"]
     assert rules.rewrite(f"{H}/article/5", "h.test", counters) == f"{H}/article/5"
+    assert rules.rewrite(f"{H}/cal/2030/7", "other.test", counters) == f"{H}/cal/2030/7"   # never spreads
+
+
+def test_calendar_linking_new_pages_that_add_nothing_is_cut(settings):
+    """Each month links a new "add an event" URL of its own: new links, but to a shape
+    whose pages add nothing; the calendar is cut once that shows, not walked for ever."""
+    rules, counters, months, adds = UrlRules(settings), {}, 0, 0
+    for m in range(1, 200):
+        url, add = f"{H}/cal/{2026 + m // 12}/{m % 12 + 1}", f"{H}/event/add?date={m}"
+        if rules.rewrite(url, "h.test", counters) is None:
+            break
+        nxt = f"{H}/cal/{2026 + (m + 1) // 12}/{(m + 1) % 12 + 1}"
+        rules.observe([page(url, f"c{m}", links=[nxt, add, f"{H}/about"])], counters,
+                      {url: f"{TEMPLATE} month {m}: no events"})
+        months += 1
+        if rules.rewrite(add, "h.test", counters) is not None:
+            rules.observe([page(add, f"a{m}", links=[f"{H}/about"])], counters, {add: f"Add an event: day {m}. {TEMPLATE}"})
+            adds += 1
+    traps = rules.host_rules("h.test")[1]
+    assert months <= 15 and adds <= 12 and set(traps) == {"/cal/#/#", "/event/add?date"}, (months, adds, traps)
+
+
+def test_numbered_series_of_distinct_pages_is_never_a_trap(settings):
+    """Release notes, chapters, posts: pages that walk a number, all distinct (some short),
+    stay crawlable however many there are."""
+    s = dataclasses.replace(settings, TRAP_WALK_PAGES=5, TRAP_SHAPE_MIN_PAGES=3)
+    rules, counters = UrlRules(s), {}
+    for k in range(1, 400, 7):
+        batch = [page(f"{H}/releases/3.1.{j}.html", f"r{j}", links=[f"{H}/releases/3.1.{j + 1}.html"])
+                 for j in range(k, k + 7)]
+        rules.observe(batch, counters, {r.url: f"Django 3.1.{j} release notes. Fixed {text(j, 3 + j % 40)}."
+                                        for j, r in enumerate(batch, k)})
+    assert "dust/trap_shapes" not in counters
+    assert rules.rewrite(f"{H}/releases/3.1.400.html", "h.test", counters) == f"{H}/releases/3.1.400.html"
+
+
+def test_recorded_once_per_url_unless_it_entered_the_frontier(settings):
+    rules, frontier = UrlRules(settings), Frontier(settings)
+    frontier.put_discovered([Discovered(url=f"{H}/cal/9", host="h.test", depth=1)])   # queued before the rule
+    drops = [RuleDrop(f"{H}/cal/{i % 3}", "h.test", 1, "trap shape /cal/#", "e") for i in range(6)]
+    drops += [RuleDrop(f"{H}/cal/0", "other.test", 1, "trap shape /cal/#", "e"),
+              RuleDrop(f"{H}/cal/9", "h.test", 1, "trap shape /cal/#", "e")]
+    assert [(d.url, d.host) for d in rules.first_drops(drops, frontier.bloom)] == [
+        (f"{H}/cal/0", "h.test"), (f"{H}/cal/1", "h.test"), (f"{H}/cal/2", "h.test"), (f"{H}/cal/0", "other.test")]
+    assert rules.first_drops(drops[:2], frontier.bloom) == []
 
 
 def test_manage_hosts_prints_rules(settings, capsys):

@@ -5,6 +5,7 @@ once, no variant twice, and stay within the trap budgets."""
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections import Counter
 
 from testweb import HostSpec, TestWeb
@@ -97,3 +98,71 @@ def test_trap_web(settings):
             pair = [by_url[web.url(0, name)], by_url[web.url(1, name)]]
             dups = [r for r in pair if r.get("duplicate_of")]
             assert len(dups) == 1 and dups[0]["duplicate_of"] in (web.url(0, name), web.url(1, name))
+
+
+SERIES, MONTHS, PAGER = 320, 40, 30
+SYLLABLES = [a + b for a in "bcdfghklmnprstvz" for b in "aeiou"]
+
+
+def words(seed: str, n: int) -> str:
+    rnd = random.Random(seed)
+    return " ".join(rnd.choice(SYLLABLES) + rnd.choice(SYLLABLES) for _ in range(n))
+
+
+def month(m: int) -> str:
+    return f"/cal/{2026 + (m - 1) // 12}/{(m - 1) % 12 + 1}.html"
+
+
+def test_numbered_series_is_crawled_whole_and_a_repeating_calendar_is_cut(settings):
+    """Host 0: release notes linking k -> k+1 (320 distinct pages, some a dozen words
+    long) and a pager over posts (its pages' main text the same); host 1: an endless calendar that repeats one
+    page; host 2: the calendar's shape with a distinct page each month. Only host 1's
+    calendar is cut, early, and each URL it drops has a record with the evidence."""
+    s = dataclasses.replace(settings, MIN_DELAY_S=0.0, DELAY_FACTOR=0.0, MAX_PAGES_PER_HOST=2000,
+                            MAX_PAGES_PER_SEED_HOST=2000)
+    spec = HostSpec(pages=0, link_extra_routes=False)
+    with TestWeb(n_hosts=3, pages_per_host=1, host_specs={0: spec, 1: spec, 2: spec}) as web:
+        nav = '<a href="/">home</a><a href="/releases/">releases</a>'
+        web.set_route(0, "/", 200, HTML, page('<a href="/releases/3.1.1.html">first</a>'
+                                              '<a href="/list?page=1">items</a> Django documentation'))
+        for k in range(1, SERIES + 1):
+            nxt = f'<a href="/releases/3.1.{k + 1}.html">next</a>' if k < SERIES else ""
+            prev = f'<a href="/releases/3.1.{k - 1}.html">previous</a>' if k > 1 else ""
+            notes = f"<p>Django 3.1.{k} fixes {words(f'r{k}', 6 + (k * 37) % 200)}.</p>"
+            web.set_route(0, f"/releases/3.1.{k}.html", 200, HTML,
+                          page(f"{nav}<h1>Django 3.1.{k} release notes</h1>{notes}{prev}{nxt}"))
+        for n in range(1, PAGER + 1):   # a pager over posts: its pages' main text is the same chrome
+            items = "".join(f'<li><a href="/post/{n * 10 + i}">{words(f"t{n}-{i}", 4)}</a></li>' for i in range(5))
+            nxt = f'<a href="/list?page={n + 1}">next page</a>' if n < PAGER else ""
+            web.set_route(0, f"/list?page={n}", 200, HTML, page(f'{nav}<ul>{items}</ul>{nxt}'))
+            for i in range(5):
+                web.set_route(0, f"/post/{n * 10 + i}", 200, HTML,
+                              page(f"{nav}<h1>Post {n * 10 + i}</h1><p>{words(f'p{n}-{i}', 30)}</p>"))
+        for host in (1, 2):
+            web.set_route(host, "/", 200, HTML, page(f'<a href="/cal/2026/1.html">calendar</a> society {host}'))
+            for m in range(1, MONTHS + 1):
+                body = ("No events this month." if host == 1 else words(f"month{m}", 40))
+                nxt = f'<a href="{month(m + 1)}">next month</a>'
+                web.set_route(host, month(m), 200, HTML,
+                              page(f"<h1>Events of the month {m}</h1><p>{body}</p>{nxt} The society meets "
+                                   f"every first Monday at the town hall; all members welcome."))
+        recs = crawl_inline(s, [web.url(h, "/") for h in range(3)], seconds=120)
+        got = {h: Counter(r.path for r in web.requests if r.host == web.hosts[h]) for h in range(3)}
+
+        releases = {p for p in got[0] if p.startswith("/releases/3.1.")}
+        pager = {p for p in got[0] if p.startswith("/list?page=")}
+        posts = {p for p in got[0] if p.startswith("/post/")}
+        cal1 = [p for p in got[1] if p.startswith("/cal/")]
+        cal2 = [p for p in got[2] if p.startswith("/cal/")]
+        dropped = [r for r in recs if r.get("error_kind") == "filtered"]
+        print(f"\nreleases fetched {len(releases)} of {SERIES}, pager {len(pager)} of {PAGER}, posts {len(posts)}, repeating calendar "
+              f"{len(cal1)} (cut), distinct calendar {len(cal2)} of {MONTHS} (+1: a 404); dropped URLs with a record "
+              f"{len(dropped)}: {dropped[0]['error'] if dropped else None}")
+        assert len(releases) == SERIES and all(got[0][p] == 1 for p in releases)
+        assert len(pager) == PAGER and len(posts) == 5 * PAGER
+        assert {month(m) for m in range(1, MONTHS + 1)} <= set(cal2)   # the trap on host 1 did not spread
+        assert len(cal1) <= s.TRAP_WALK_PAGES + 4                      # a handful, then cut
+        assert dropped and all(web.hosts[1] in r["url"] and "/cal/" in r["url"] for r in dropped)
+        assert all("trap shape /cal/#/#.html" in r["error"] and "added nothing new" in r["error"]
+                   and "template" in r["error"] for r in dropped)
+        assert len({r["url"] for r in recs}) == len(recs)              # one record per URL

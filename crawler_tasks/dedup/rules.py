@@ -8,17 +8,30 @@ DUST_CONFIRMATIONS units and no counter-example is in force: the URL gate rewrit
 host's new URLs with it before the URL-seen test, so a variant maps to the spelling
 already seen and is never fetched. Rules never cross hosts.
 
-The same records count pages per URL shape; a shape whose pages are mostly duplicates,
-walk a number (calendars, pagers) or combine parameters (facets) past its budget
-becomes a trap shape: the gate drops its new URLs as ``filter/trap_shape``.
+The same records judge each fetched page of a URL shape by what it added
+(``dedup.evidence``: duplicate, near-duplicate, soft 404, empty, the template of its
+shape's recent pages, text they already had, or new). A shape becomes a trap on that
+evidence only, never on its URLs: once TRAP_SHAPE_MIN_PAGES of its pages were fetched
+(TRAP_WALK_PAGES for a shape whose pages link number steps, as calendars do;
+TRAP_FACET_PAGES for parameter combinations) and TRAP_SHAPE_DUP_RATIO of them added
+nothing. The gate then drops the shape's new URLs as ``filter/trap_shape``, and each
+dropped URL gets one record naming the shape and its evidence (``first_drops``).
+A numbered series of distinct pages is crawled whole, however long.
 
 Policy: counts are plain HINCRBYs (two workers racing on one pair count it twice,
-which only makes a rule arrive one pair early); the gate reads a host's rules at most
-every DUST_CACHE_S (at once in the worker that learned them).
+which only makes a rule arrive one pair early); a shape's ring of recent pages is read
+and written back whole (two workers racing on one shape lose one page's sketch: one
+page less to compare with, never a page judged against another shape); the gate reads
+a host's rules at most every DUST_CACHE_S (at once in the worker that learned them).
+Nothing crosses hosts: a rule or trap learned on one host is never applied to another.
+Memory per host: at most TRAP_MAX_SHAPES_PER_HOST shapes, each a few counts and a ring
+of RING sketches (~5 kB when full); ``ruledrops`` holds the URLs recorded, which are
+links of the host's fetched pages.
 """
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,19 +50,42 @@ from crawler_tasks.dedup.dust import (
     shape,
     walks,
 )
+from crawler_tasks.dedup.evidence import PageSketch, Ring, Tally, TrapBar, Yield, page_yield
+from crawler_tasks.frontier.bloom import BloomSpec
 from crawler_tasks.keys import ShardKeys, shard_of
 from crawler_tasks.records import EntryKind, PageRecord
 from crawler_tasks.settings import Settings
 
 MAX_CACHED_HOSTS = 10_000
-MAX_WALK_LINKS = 500   # links of a page looked at for a numeric walk
-
+MAX_WALK_LINKS = 500   # links of a page looked at (a numeric walk, new links)
+# a shape's counts in its host's shapes hash: ``n:`` pages, ``w:`` pages that link a
+# number step, ``r:`` the ring of its recent pages, one field per yield that added nothing
+_YIELD_FIELD = {Yield.DUPLICATE: "d", Yield.NEAR_DUPLICATE: "a", Yield.SOFT_404: "s", Yield.EMPTY: "e",
+                Yield.TEMPLATE: "t", Yield.KNOWN_TEXT: "k"}
+_LOW_YIELDS = tuple(_YIELD_FIELD)
+_COUNT_FIELDS = ("n", "w", *_YIELD_FIELD.values())
+_FIELDS_PER_SHAPE = 3 + len(_YIELD_FIELD)
+MAX_LINKED_SHAPES = 256   # shapes of a batch's links whose tallies are read
 
 
 def _origin_host(url: str) -> str:
     """The authority of a normalized URL: its politeness key (as the gate takes it)."""
     parts = url.split("/", 3)
     return parts[2] if len(parts) > 2 else ""
+
+
+def _shapes_of(url: str) -> list[tuple[str, bool]]:
+    """The shapes a page counts for, (shape, is a facet shape): a shape without digits or
+    parameters is one URL and never counted."""
+    out = [(shape(url), False), (facet_shape(url), True)]
+    return [(name, facet) for name, facet in out if name is not None and ("#" in name or "?" in name)]
+
+
+def _links_that_count(links: list[str], shapes_of: dict[str, frozenset[str]], skip: set[str]) -> list[str]:
+    """A page's links that can make it worth its fetch: none of a shape in ``skip`` (its
+    own shapes: a walk's next step; trap shapes; shapes whose pages so far added
+    nothing: a calendar day's own "add an event" page, before it is a trap)."""
+    return [link for link in links if not shapes_of.get(link, frozenset()) & skip]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,17 +98,46 @@ class RuleInfo:
     active: bool
 
 
+@dataclass(frozen=True, slots=True)
+class RuleDrop:
+    """A URL the gate dropped by a learned rule, with the rule and its evidence: the
+    text of the URL's record."""
+    url: str
+    host: str
+    depth: int
+    rule: str
+    evidence: str
+
+    @property
+    def reason(self) -> str:
+        return f"not fetched by the learned rule '{self.rule}' of this host: {self.evidence}"
+
+
+@dataclass(frozen=True, slots=True)
+class _HostRules:
+    """What the gate knows of a host until ``until``: its rules in force with their
+    evidence (units, pairs) and its trap shapes with theirs."""
+    until: float
+    rules: frozenset[str]
+    traps: dict[str, str]
+    evidence: dict[str, tuple[int, int]]
+
+
 @dataclass(slots=True)
 class _HostPlan:
     """One host's share of a batch's pipelines: where its replies are in them, and what
     its writes asked to read back."""
     host: str
     recs: list[PageRecord]
+    shaped: list[PageRecord]
     keys: ShardKeys
     shard: int
     targets: list[list[tuple[str, str]]]
+    shape_names: list[str]
     reads_at: int
-    writes_at: int = 0
+    link_shapes: dict[str, frozenset[str]] = field(default_factory=dict)   # link -> its counted shapes
+    linked: list[str] = field(default_factory=list)   # shapes of the links (not the pages') read
+    weighed_end: int = 0   # the pipeline's length after the URL rules' writes
     writes_end: int = 0
     refuted: bool = False
     learned: list[str] = field(default_factory=list)
@@ -82,7 +147,7 @@ class _HostPlan:
 class UrlRules:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._cache: dict[str, tuple[float, frozenset[str], frozenset[str]]] = {}
+        self._cache: dict[str, _HostRules] = {}
 
     @property
     def learning(self) -> bool:
@@ -93,75 +158,136 @@ class UrlRules:
         return ShardKeys(self.settings.KEY_PREFIX, shard), shard
 
     # -- the gate's side ---------------------------------------------------------------
-    def _host(self, host: str) -> tuple[frozenset[str], frozenset[str]]:
+    def _host(self, host: str) -> _HostRules:
         now = time.monotonic()
         hit = self._cache.get(host)
-        if hit is not None and hit[0] > now:
-            return hit[1], hit[2]
+        if hit is not None and hit.until > now:
+            return hit
         k, shard = self._keys(host)
-        pipe = shard_client(self.settings, shard).pipeline(transaction=False)
+        client = shard_client(self.settings, shard)
+        pipe = client.pipeline(transaction=False)
         pipe.smembers(k.dust_rules(host))
-        pipe.hkeys(k.trap_shapes(host))
+        pipe.hgetall(k.trap_shapes(host))
         rules, traps = pipe.execute()
+        rules = sorted(rules) if self.learning else []
+        evidence = client.hmget(k.dust(host), [f"{f}:{r}" for r in rules for f in ("e", "n")]) if rules else []
         if len(self._cache) >= MAX_CACHED_HOSTS:
             self._cache.clear()
-        entry = (now + self.settings.DUST_CACHE_S, frozenset(rules) if self.learning else frozenset(),
-                 frozenset(traps))
-        self._cache[host] = entry
-        return entry[1], entry[2]
+        entry = self._cache[host] = _HostRules(
+            now + self.settings.DUST_CACHE_S, frozenset(rules), dict(traps),
+            {r: (int(evidence[2 * i] or 0), int(evidence[2 * i + 1] or 0)) for i, r in enumerate(rules)})
+        return entry
 
     def rewrite(self, url: str, host: str, counters: Counters) -> str | None:
         """``url`` under the host's rules (the spelling to test against URL-seen), or None
         when its shape is a trap (counted ``filter/trap_shape``)."""
-        rules, traps = self._host(host)
-        out = apply_rules(url, rules)
+        return self.judge(url, host, counters)
+
+    def judge(self, url: str, host: str, counters: Counters, depth: int = 0,
+              drops: list[RuleDrop] | None = None) -> str | None:
+        """``url`` under the host's rules, or None when its shape is a trap on this host.
+        A URL the rules respell or drop is appended to ``drops`` with the rule and its
+        evidence (its own spelling is never fetched)."""
+        known = self._host(host)
+        out = apply_rules(url, known.rules)
         if out != url:
             bump(counters, "dust/rewritten")
-        if traps and (shape(out) in traps or facet_shape(out) in traps):
-            bump(counters, "filter/trap_shape")
-            return None
+            if drops is not None:
+                applied = [r for r in sorted(known.rules) if apply_rules(url, {r}) != url]
+                units, pairs = (sum(known.evidence.get(r, (0, 0))[i] for r in applied) for i in (0, 1))
+                drops.append(RuleDrop(url, host, depth, "URL rule " + " ".join(applied),
+                                      f"the same page as {out} ({units} evidence units from {pairs} pairs of "
+                                      f"same-content pages of this host, no counter-example)"))
+        for name in (shape(out), facet_shape(out)) if known.traps else ():
+            if name is not None and name in known.traps:
+                bump(counters, "filter/trap_shape")
+                if drops is not None:
+                    drops.append(RuleDrop(url, host, depth, f"trap shape {name}", known.traps[name]))
+                return None
         return out
 
+    def first_drops(self, drops: list[RuleDrop], bloom: BloomSpec) -> list[RuleDrop]:
+        """The drops to record: URLs that never entered the frontier (not all of their
+        URL-seen bits are set: a URL queued or fetched before a rule came has, or will
+        get, a record of its own) and have no record yet (each is recorded once). A
+        URL-seen false positive leaves a drop without a record; it is still counted."""
+        pipes: dict[int, Pipeline] = {}
+        for drop in drops:
+            k, shard = self._keys(drop.host)
+            segment, offsets = bloom.positions(drop.url)
+            pipe = self._pipeline(pipes, shard)
+            for offset in offsets:
+                pipe.getbit(k.bloom(segment), offset)
+        bits = {shard: iter(pipe.execute()) for shard, pipe in pipes.items()}
+        unseen = [drop for drop in drops
+                  if not all([next(bits[self._keys(drop.host)[1]]) for _ in range(bloom.hashes)])]
+        pipes = {}
+        for drop in unseen:
+            k, shard = self._keys(drop.host)
+            self._pipeline(pipes, shard).sadd(k.rule_drops(drop.host), drop.url)
+        added = {shard: iter(pipe.execute()) for shard, pipe in pipes.items()}
+        return [drop for drop in unseen if next(added[self._keys(drop.host)[1]])]
+
     # -- the parse stage's side --------------------------------------------------------
-    def observe(self, records: list[PageRecord], counters: Counters) -> None:
-        """Count the batch's evidence for rules and its pages per shape: one pipeline of
-        reads and one of writes per shard for the whole batch, whatever its hosts."""
-        pages = [r for r in records if r.status == 200 and r.fingerprint and r.kind == EntryKind.PAGE
-                 and not r.soft_404 and not r.error_kind]
-        by_host: dict[str, list[PageRecord]] = {}
-        for rec in pages:
-            by_host.setdefault(_origin_host(rec.url), []).append(rec)
+    def observe(self, records: list[PageRecord], counters: Counters, texts: Mapping[str, str] | None = None) -> None:
+        """Count the batch's evidence for rules and judge its pages per shape (``texts``:
+        url -> main text of the batch's pages, for the template and known-text tests):
+        one pipeline of reads and one of writes per shard for the whole batch."""
+        shaped = [r for r in records if r.status == 200 and r.kind == EntryKind.PAGE and not r.error_kind]
+        by_host: dict[str, tuple[list[PageRecord], list[PageRecord]]] = {}
+        for rec in shaped:
+            lists = by_host.setdefault(_origin_host(rec.url), ([], []))
+            lists[1].append(rec)
+            if rec.fingerprint and not rec.soft_404:
+                lists[0].append(rec)
         if not by_host:
             return
         reads: dict[int, Pipeline] = {}
         plans: list[_HostPlan] = []
-        for host, group in by_host.items():
+        for host, (group, with_shape) in by_host.items():
             k, shard = self._keys(host)
             pipe = self._pipeline(reads, shard)
-            plan = _HostPlan(host, group, k, shard, [applicable(r.url) for r in group], len(pipe))
+            names = list(dict.fromkeys(name for rec in with_shape for name, _ in _shapes_of(rec.url)))
+            plan = _HostPlan(host, group, with_shape, k, shard, [applicable(r.url) for r in group], names, len(pipe))
+            linked: dict[str, None] = {}
+            if texts:
+                for rec in with_shape:
+                    for link in rec.links[:MAX_WALK_LINKS]:
+                        if link not in plan.link_shapes:
+                            plan.link_shapes[link] = found = frozenset(name for name, _ in _shapes_of(link))
+                            linked.update(dict.fromkeys(found))
+            plan.linked = [name for name in linked if name not in names][:MAX_LINKED_SHAPES]
             pipe.hlen(k.dust_urls(host))
             pipe.hlen(k.shapes(host))
+            pipe.hmget(k.shapes(host), [f"r:{name}" for name in names] or ["r:"])
+            pipe.hmget(k.shapes(host), [f"{f}:{name}" for name in plan.linked for f in _COUNT_FIELDS] or ["n:"])
             for rec, cands in zip(group, plan.targets, strict=True):
                 pipe.hmget(k.dust_urls(host), [f"u:{t}" for _, t in cands] + [f"v:{rec.url}"])
             plans.append(plan)
         read = {shard: pipe.execute() for shard, pipe in reads.items()}
         writes: dict[int, Pipeline] = {}
         for plan in plans:
-            n_urls, n_shapes, *stored = read[plan.shard][plan.reads_at:plan.reads_at + 2 + len(plan.recs)]
+            n_urls, n_shapes, rings, linked_counts, *stored = \
+                read[plan.shard][plan.reads_at:plan.reads_at + 4 + len(plan.recs)]
             pipe = self._pipeline(writes, plan.shard)
-            plan.writes_at = len(pipe)
-            self._weigh(pipe, plan, n_urls, n_shapes, stored, counters)
+            self._weigh(pipe, plan, n_urls, stored, counters)
+            plan.weighed_end = len(pipe)
+            poor = {name for i, name in enumerate(plan.linked)
+                    if self._tally(linked_counts[len(_COUNT_FIELDS) * i:len(_COUNT_FIELDS) * (i + 1)]).poor(
+                        self.settings.TRAP_SHAPE_DUP_RATIO)}
+            plan.shapes = self._count_shapes(pipe, plan, n_shapes, dict(zip(plan.shape_names, rings, strict=False)),
+                                             texts or {}, poor)
             plan.writes_end = len(pipe)
         written = {shard: pipe.execute() for shard, pipe in writes.items()}
         finals: dict[int, Pipeline] = {}
         concluded: list[tuple[_HostPlan, list[str], dict[str, str], int]] = []
         for plan in plans:
-            res = written[plan.shard][plan.writes_at:plan.writes_end]
-            tail = res[len(res) - 3 * len(plan.learned) - 3 * len(plan.shapes):]
+            res = written[plan.shard]
+            learned = res[plan.weighed_end - 3 * len(plan.learned):plan.weighed_end]
             bar = EXACT_UNITS * self.settings.DUST_CONFIRMATIONS
             new = [rule for i, rule in enumerate(plan.learned)
-                   if self.learning and int(tail[3 * i]) >= bar and not tail[3 * i + 2]]
-            traps = self._trap_shapes(plan.shapes, tail[3 * len(plan.learned):])
+                   if self.learning and int(learned[3 * i]) >= bar and not learned[3 * i + 2]]
+            traps = self._trap_shapes(plan.shapes, res[plan.writes_end - len(plan.shapes):plan.writes_end])
             if plan.refuted:
                 self._cache.pop(plan.host, None)
             if not new and not traps:
@@ -185,10 +311,12 @@ class UrlRules:
             pipe = pipes[shard] = shard_client(self.settings, shard).pipeline(transaction=False)
         return pipe
 
-    def _weigh(self, writes: Pipeline, plan: _HostPlan, n_urls: int, n_shapes: int, stored: list[Any],
-               counters: Counters) -> None:
+    def _weigh(self, writes: Pipeline, plan: _HostPlan, n_urls: int, stored: list[Any], counters: Counters) -> None:
         """Weigh one host's pages against what is stored; queue the writes (evidence, the
-        pages' URLs, shape counts) and note in ``plan`` what to read back from them."""
+        pages' URLs) and note in ``plan`` what to read back from them. Evidence is content
+        only: two URLs are one page when their texts are (a canonical link is a hint), and
+        a text too short for a simhash (SIMHASH_MIN_WORDS) is no evidence that they are:
+        the pages of a pager whose items are links share one text of chrome."""
         s = self.settings
         host, k = plan.host, plan.keys
         urls_key, dust_key, rules_key = k.dust_urls(host), k.dust(host), k.dust_rules(host)
@@ -208,10 +336,10 @@ class UrlRules:
                     return
                 fp, _, sim = other.partition(" ")
                 n = same_content(rec.fingerprint or "", rec.simhash, fp, sim or None)
-                if n:
-                    units[rule] = max(units.get(rule, 0), n)
-                else:
+                if not n:
                     against.add(rule)
+                elif rec.simhash:   # a thin text (a pager's chrome) tells no pages apart
+                    units[rule] = max(units.get(rule, 0), n)
 
             for (rule, target), value in zip(cands, values, strict=False):  # values ends with the v: field
                 weigh(rule, known.get(target) or value)
@@ -219,9 +347,8 @@ class UrlRules:
             if variant:
                 rule, _, other = variant.partition(" ")
                 weigh(rule, other)
-            for other, n in ((rec.duplicate_of, EXACT_UNITS), (rec.canonical, EXACT_UNITS),
-                             (rec.near_duplicate_of, NEAR_UNITS)):
-                if other and other != rec.url and _origin_host(other) == host:
+            for other, n in ((rec.duplicate_of, EXACT_UNITS), (rec.near_duplicate_of, NEAR_UNITS)):
+                if other and other != rec.url and _origin_host(other) == host and rec.simhash:
                     for rule in candidate_rules(rec.url, other):
                         units[rule] = max(units.get(rule, 0), n)
             for rule in against:
@@ -247,60 +374,67 @@ class UrlRules:
             writes.hincrby(dust_key, f"e:{rule}", evidence[rule])
             writes.hincrby(dust_key, f"n:{rule}", pairs[rule])
             writes.hget(dust_key, f"x:{rule}")
-        plan.shapes = self._count_shapes(writes, k.shapes(host), plan.recs, n_shapes)
 
-    def _count_shapes(self, pipe: Pipeline, key: str, recs: list[PageRecord], n_shapes: int) -> list[tuple[str, bool]]:
-        """Queue the shape counts of the pages; returns (shape, is facet shape) in order,
-        each followed in the pipeline by HINCRBY n, then HMGET d w."""
+    def _count_shapes(self, pipe: Pipeline, plan: _HostPlan, n_fields: int, rings: dict[str, str | None],
+                      texts: Mapping[str, str], poor: set[str]) -> list[tuple[str, bool]]:
+        """Judge each page of the batch per shape (``dedup.evidence``) and queue the
+        counts, the shapes' rings, then one HMGET of each shape's counts; returns
+        (shape, is facet shape) in the order of those HMGETs."""
         s = self.settings
-        if not (s.TRAP_SHAPE_MIN_PAGES or s.TRAP_WALK_PAGES or s.TRAP_FACET_PAGES) \
-                or n_shapes >= 3 * s.TRAP_MAX_SHAPES_PER_HOST:
+        if not s.TRAP_SHAPE_MIN_PAGES or n_fields >= _FIELDS_PER_SHAPE * s.TRAP_MAX_SHAPES_PER_HOST:
             return []
-        counted: dict[str, list[int]] = {}
+        key = plan.keys.shapes(plan.host)
+        counted: dict[str, dict[str, int]] = {}
         facets: set[str] = set()
-        for rec in recs:
-            dup = bool(rec.duplicate_of or rec.near_duplicate_of)
-            walk = walks(rec.url, rec.links[:MAX_WALK_LINKS])
-            main, facet = shape(rec.url), facet_shape(rec.url)
-            for name in (main, facet):
-                if name is None or ("#" not in name and "?" not in name):
-                    continue   # a shape without digits or parameters is one URL
-                tally = counted.setdefault(name, [0, 0, 0])
-                tally[0] += 1
-                tally[1] += dup
-                tally[2] += walk
-            if facet is not None:
-                facets.add(facet)
-        out: list[tuple[str, bool]] = []
-        for name, (n, d, w) in counted.items():
-            pipe.hincrby(key, f"n:{name}", n)
-            if d:
-                pipe.hincrby(key, f"d:{name}", d)
-            else:
-                pipe.hget(key, f"d:{name}")
-            if w:
-                pipe.hincrby(key, f"w:{name}", w)
-            else:
-                pipe.hget(key, f"w:{name}")
-            out.append((name, name in facets))
+        ring = {name: Ring.load(rings.get(name)) for name in plan.shape_names}
+        skip = (set(self._host(plan.host).traps) | poor) if texts else set()
+        for rec in plan.shaped:
+            text = texts.get(rec.url)
+            links = rec.links[:MAX_WALK_LINKS]
+            mine = _shapes_of(rec.url)
+            sketch = None if text is None else PageSketch.of(
+                text, _links_that_count(links, plan.link_shapes, skip | {name for name, _ in mine}))
+            walk = s.TRAP_WALK_PAGES and walks(rec.url, links)
+            for name, facet in mine:
+                verdict = page_yield(duplicate=bool(rec.duplicate_of), near_duplicate=bool(rec.near_duplicate_of),
+                                     soft_404=rec.soft_404, empty=not rec.fingerprint, ring=ring[name], sketch=sketch)
+                tally = counted.setdefault(name, {})
+                for f in ("n", _YIELD_FIELD.get(verdict), "w" if walk else None):
+                    if f:
+                        tally[f] = tally.get(f, 0) + 1
+                if facet:
+                    facets.add(name)
+        for name, tally in counted.items():
+            for f, n in tally.items():
+                pipe.hincrby(key, f"{f}:{name}", n)
+            if texts:
+                pipe.hset(key, f"r:{name}", ring[name].dump())
+        out = [(name, name in facets) for name in counted]
+        for name, _ in out:
+            pipe.hmget(key, [f"{f}:{name}" for f in _COUNT_FIELDS])
         return out
 
+    @staticmethod
+    def _tally(counts: list[Any]) -> Tally:
+        """A shape's tally from its ``_COUNT_FIELDS`` values."""
+        n, w, *low = (int(v or 0) for v in counts)
+        return Tally(n, {y: c for y, c in zip(_LOW_YIELDS, low, strict=True) if c}, w)
+
     def _trap_shapes(self, shapes: list[tuple[str, bool]], values: list[Any]) -> dict[str, str]:
+        """Shapes whose counts make them traps -> the evidence in words."""
         s = self.settings
+        bar = TrapBar(s.TRAP_SHAPE_MIN_PAGES, s.TRAP_SHAPE_DUP_RATIO, s.TRAP_WALK_PAGES, s.TRAP_FACET_PAGES)
         out: dict[str, str] = {}
-        for i, (name, facet) in enumerate(shapes):
-            n, d, w = (int(v or 0) for v in values[3 * i:3 * i + 3])
-            if s.TRAP_SHAPE_MIN_PAGES and n >= s.TRAP_SHAPE_MIN_PAGES and d >= s.TRAP_SHAPE_DUP_RATIO * n:
-                out[name] = "dup"
-            elif s.TRAP_WALK_PAGES and w >= s.TRAP_WALK_PAGES:
-                out[name] = "walk"
-            elif facet and s.TRAP_FACET_PAGES and n >= s.TRAP_FACET_PAGES:
-                out[name] = "facet"
+        for (name, facet), counts in zip(shapes, values, strict=True):
+            verdict = self._tally(counts).verdict(bar, facet)
+            if verdict is not None:
+                out[name] = verdict
         return out
 
     # -- the operator's side -----------------------------------------------------------
     def host_rules(self, host: str) -> tuple[list[RuleInfo], dict[str, str]]:
-        """The host's rules with their evidence (rules in force first) and its trap shapes."""
+        """The host's rules with their evidence (rules in force first) and its trap shapes
+        with theirs."""
         k, shard = self._keys(host)
         pipe = shard_client(self.settings, shard).pipeline(transaction=False)
         pipe.hgetall(k.dust(host))

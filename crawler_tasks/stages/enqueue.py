@@ -9,6 +9,7 @@ import time
 from datetime import UTC, datetime
 
 from crawler_tasks.counters import Counters, bump
+from crawler_tasks.dedup.rules import RuleDrop
 from crawler_tasks.frontier import ENQUEUED, SEEN, VERDICT_NAMES, Discovered, Frontier
 from crawler_tasks.ops.control import Control
 from crawler_tasks.ops.messages import quote
@@ -31,8 +32,9 @@ def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
     claims = [(e.url, e.lastmod) for rec in records for e in rec.sitemap_urls if e.lastmod] if s.CONTINUOUS else []
     if claims:   # before the entries go: a sitemap's lastmod is evidence of change
         bump(counters, "recrawl/sitemap_due", w.recrawler.sitemap_claims(claims))
+    drops: list[RuleDrop] = []
     for rec in records:
-        found, redirect = _discoveries(w, rec, counters)
+        found, redirect = _discoveries(w, rec, counters, drops)
         discovered += found
         if redirect is not None:
             redirects[len(discovered)] = rec
@@ -57,6 +59,11 @@ def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
     if s.CONTINUOUS:
         for name, n in w.recrawler.record_visits(records).items():
             bump(counters, name, n)
+    if drops:   # one record per URL a learned rule dropped, naming the rule and its evidence
+        dropped = [PageRecord(url=d.url, depth=d.depth, error_kind=ErrorKind.FILTERED, error=d.reason)
+                   for d in w.rules.first_drops(drops, w.frontier.bloom)]
+        bump(counters, "records/error/filtered", len(dropped))
+        records = [*records, *dropped]
     append_jsonl(pages_path(s), [rec.output() for rec in records])
     bump(counters, "records/written", len(records))
     bump(counters, "records/indexable", sum(1 for r in records if r.indexable))
@@ -65,16 +72,18 @@ def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
     return enqueued
 
 
-def _discoveries(w: Worker, rec: PageRecord, counters: Counters) -> tuple[list[Discovered], Discovered | None]:
-    """The record's links, sitemap entries and canonical; its redirect target apart."""
+def _discoveries(w: Worker, rec: PageRecord, counters: Counters,
+                 drops: list[RuleDrop]) -> tuple[list[Discovered], Discovered | None]:
+    """The record's links, sitemap entries and canonical; its redirect target apart.
+    Links and sitemap entries that a learned rule drops go to ``drops``."""
     s, gate = w.settings, w.gate
     out: list[Discovered | None] = []
     depth = rec.depth
-    if not rec.duplicate_of and not rec.soft_404:
-        out += [gate.admit(url, depth + 1, counters, normalized=True) for url in rec.links]
+    if _follows_links(rec):
+        out += [gate.admit(url, depth + 1, counters, normalized=True, drops=drops) for url in rec.links]
     # sitemap entries are not forced: a sitemap usually lists pages the links reach too,
     # and only the Bloom filter knows those (an exact test would fetch each of them twice)
-    out += [gate.admit(e.url, 0, counters, check_depth=False,
+    out += [gate.admit(e.url, 0, counters, check_depth=False, drops=drops,
                        priority=_sitemap_level(s, e.priority, e.lastmod)) for e in rec.sitemap_urls]
     out += [gate.admit(url, 0, counters, check_depth=False, kind=EntryKind.SITEMAP)
             for url in rec.sitemaps]
@@ -94,6 +103,16 @@ def _discoveries(w: Worker, rec: PageRecord, counters: Counters) -> tuple[list[D
                                   check_depth=kind != EntryKind.SITEMAP)
     rec.links, rec.sitemap_urls, rec.sitemaps = [], [], []
     return [d for d in out if d is not None], redirect
+
+
+def _follows_links(rec: PageRecord) -> bool:
+    """A soft 404's links are not followed, nor those of a copy of another host's page (a
+    mirror links its own copies). A copy of a page of its own host is followed: the main
+    text of a pager's pages can be the same chrome while their links name other items
+    (the links already seen cost a URL-seen test)."""
+    if rec.soft_404:
+        return False
+    return not rec.duplicate_of or rec.duplicate_of.split("/", 3)[2:3] == rec.url.split("/", 3)[2:3]
 
 
 def _sitemap_level(s: Settings, priority: float | None, lastmod: str | None = None) -> int:

@@ -5,12 +5,13 @@ targets, canonicals and seeds all pass ``UrlGate.admit``: normalization (which r
 control characters and anything that is not http(s)), then the URL filters (scope,
 depth, extensions, length, traps), then the host's learned URL rules and trap shapes
 (``dedup.rules``: a variant becomes the spelling already seen), each refusal counted as
-``filter/<reason>``.
+``filter/<reason>``. A URL that a learned rule drops or respells is also handed back
+with the rule and its evidence, for its record.
 """
 from __future__ import annotations
 
 from crawler_tasks.counters import Counters, bump
-from crawler_tasks.dedup.rules import UrlRules
+from crawler_tasks.dedup.rules import RuleDrop, UrlRules
 from crawler_tasks.frontier import Discovered
 from crawler_tasks.records import EntryKind
 from crawler_tasks.settings import Settings
@@ -34,12 +35,13 @@ class UrlGate:
 
     def admit(self, raw: str | None, depth: int, counters: Counters, *, base: str | None = None,
               hops: int = 0, check_depth: bool = True, priority: int | None = None,
-              kind: EntryKind = EntryKind.PAGE, force: bool = False,
-              normalized: bool = False) -> Discovered | None:
+              kind: EntryKind = EntryKind.PAGE, force: bool = False, normalized: bool = False,
+              drops: list[RuleDrop] | None = None) -> Discovered | None:
         """A URL ready for the URL-seen test, or None (counted by reason). ``normalized``:
         the URL comes from this crawler's own parser, which normalized it with the same
         rules (links of a record; the task boundary checked they are printable http(s)),
-        so it is not normalized twice."""
+        so it is not normalized twice. A URL dropped or respelled by a learned rule is
+        appended to ``drops``."""
         url = raw if normalized else (normalize_url(raw, base, drop_params=self.drop) if raw else None)
         if not url:
             if raw:
@@ -53,7 +55,7 @@ class UrlGate:
         # a normalized URL is scheme://authority/path...: its authority is its politeness key
         host = url.split("/", 3)[2] if normalized else host_key(url)
         if self.rules is not None and not force and not hops:   # the host's learned spelling
-            rewritten = self.rules.rewrite(url, host, counters)
+            rewritten = self.rules.judge(url, host, counters, depth, drops)
             if rewritten is None:
                 return None
             url = rewritten

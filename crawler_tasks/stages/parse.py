@@ -66,7 +66,8 @@ def parse_stage(w: Worker, pages: list[FetchedPage], batch_id: str) -> list[Page
     records += extra
     counters: Counters = {}
     w.content.mark(records, counters)
-    w.rules.observe(records, counters)   # same-content URL pairs teach the host's URL rules
+    # same-content URL pairs teach the host's URL rules; texts judge its URL shapes
+    w.rules.observe(records, counters, {url: text.text for url, (text, _) in texts.items()})
     feed = []
     for rec in records:
         rec.indexable = _indexable(rec)
