@@ -3,6 +3,7 @@
 
     python manage.py crawl URL... [--seeds-file F] [--out DIR] [--max-pages N] [--max-seconds S]
                                [--min-delay S] [--user-agent UA] [--allow-private] [--workers N]
+                               [--resume | --restore FILE|latest | --overwrite]
     python manage.py seed URL... [--out DIR | --redis-url URL]     add URLs to a running crawl
     python manage.py stats [--out DIR | --redis-url URL] [--watch]
     python manage.py hosts HOST [--out DIR]                        one host's frontier state
@@ -136,7 +137,8 @@ def _crawl(args: argparse.Namespace, settings: Settings, forks: ForkServer) -> i
         print("note: private and loopback addresses are refused (use --allow-private for local webs)",
               file=sys.stderr)
     runner = CrawlRunner(settings, seeds=seeds, workers=args.workers, parsers=args.parsers,
-                         resume=args.resume or bool(args.restore), restore_from=args.restore, forks=forks)
+                         resume=args.resume or bool(args.restore), restore_from=args.restore, forks=forks,
+                         overwrite=args.overwrite)
     return runner.run()
 
 
@@ -362,6 +364,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--resume", action="store_true", help="continue the crawl whose state is in --out / Redis")
     c.add_argument("--restore", metavar="FILE|latest",
                    help="load a snapshot (OUT/snapshots/...) first, then resume from it")
+    c.add_argument("--overwrite", action="store_true",
+                   help="delete a previous crawl's output in --out first (without it, a crawl refuses such a folder "
+                        "unless --resume or --restore continues it)")
     c.add_argument("--metrics-port", type=int, help="Prometheus endpoint port (0 = free port, -1 = off)")
     c.set_defaults(func=cmd_crawl)
 

@@ -44,6 +44,7 @@ from crawler_tasks.ops.embedded import EmbeddedRedis, log_tail, private_dir, wri
 from crawler_tasks.ops.maintenance import Progress, read_progress, settle
 from crawler_tasks.ops.metrics import serve_metrics
 from crawler_tasks.ops.metrics import stop as stop_metrics
+from crawler_tasks.ops.outdir import OutputLock, previous_outputs
 from crawler_tasks.ops.progress import StatusLine, eta_s, progress_line
 from crawler_tasks.ops.restore import restore
 from crawler_tasks.ops.snapshot import latest_snapshot
@@ -51,6 +52,7 @@ from crawler_tasks.ops.waiting import WaitingHost, WaitReason, describe, waiting
 from crawler_tasks.queues import CONTROL_QUEUE, DEDUP_QUEUE, fetch_queue, parse_queue
 from crawler_tasks.settings import Settings
 from crawler_tasks.stages.enqueue import seed_urls
+from crawler_tasks.stages.gate import UrlGate
 
 log = logging.getLogger(__name__)
 
@@ -159,8 +161,10 @@ class Child:
 class CrawlRunner:
     def __init__(self, settings: Settings, *, seeds: list[str], workers: int = 2, parsers: int = 2,
                  resume: bool = False, restore_from: str | None = None, out: TextIO = sys.stderr,
-                 forks: ForkServer | None = None) -> None:
+                 forks: ForkServer | None = None, overwrite: bool = False) -> None:
         self.restore_from = restore_from
+        self.overwrite = overwrite
+        self.lock = OutputLock(Path(settings.OUT_DIR).resolve())
         self.settings = settings
         self.seeds = seeds
         self.workers = max(1, workers)
@@ -202,6 +206,7 @@ class CrawlRunner:
         finally:
             self.status.close()
             self._shutdown()
+            self.lock.release()
             for sig, handler in old.items():
                 signal.signal(sig, handler)
 
@@ -216,21 +221,24 @@ class CrawlRunner:
 
     def _prepare(self) -> None:
         s = self.settings
-        try:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"cannot create the output folder {self.out_dir}: {exc.strerror or exc}") from None
+        if not self.resume and not any(UrlGate(s).admit(url, 0, {}, force=True) for url in self.seeds):
+            # said before the folder is touched: a mistyped seed costs nothing
+            raise ConfigError("no usable seed URL" + (f" (first: {self.seeds[0][:200]!r})" if self.seeds else ""))
+        previous = self.lock.acquire().previous
+        if previous is not None:
+            self._say(f"the previous crawl in {self.out_dir} ({previous.describe()}) was killed; its lock is taken over")
         if not self.resume:
-            removed = [name for name in ("pages.jsonl", "feed.jsonl", "warc", "redis", "logs", STATE_FILE,
-                                         "snapshots", "spool", "spill")
-                       if (self.out_dir / name).exists()]
-            removed += [p.name for p in self.out_dir.glob("celerybeat-schedule*")]
+            removed = previous_outputs(self.out_dir)
+            if removed and not self.overwrite:
+                raise ConfigError(f"{self.out_dir} holds a previous crawl ({', '.join(removed)}): give --resume to "
+                                  "continue it, --overwrite to delete it, or another --out")
+            if removed and (self.out_dir / "logs").exists():
+                removed.append("logs")   # the previous crawl's: not to be mixed with this one's
             for name in removed:
                 old = self.out_dir / name
                 shutil.rmtree(old) if old.is_dir() else old.unlink()
             if removed:
-                self._say(f"fresh crawl: removed previous output in {self.out_dir} ({', '.join(removed)}); "
-                          "use --resume to continue a crawl")
+                self._say(f"--overwrite: removed the previous crawl in {self.out_dir} ({', '.join(removed)})")
         private_dir(self.out_dir / "logs")
         if not s.REDIS_URL:
             # with EMBEDDED_REDIS_AOF a crashed redis-server comes back with all but the
