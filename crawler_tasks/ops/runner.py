@@ -241,8 +241,8 @@ class CrawlRunner:
                 self._say(f"--overwrite: removed the previous crawl in {self.out_dir} ({', '.join(removed)})")
         private_dir(self.out_dir / "logs")
         if not s.REDIS_URL:
-            # with EMBEDDED_REDIS_AOF a crashed redis-server comes back with all but the
-            # last second; without, with its last RDB save or else the last checkpoint
+            # with EMBEDDED_REDIS_AOF (the default) a crashed redis-server comes back with all
+            # it acknowledged; without, with its last RDB save or else the last checkpoint
             self.redis = EmbeddedRedis(self.out_dir / "redis", appendonly=s.EMBEDDED_REDIS_AOF,
                                        save="30 1000 300 1").start()
             s = self.settings = dataclasses.replace(s, REDIS_URL=self.redis.url)
