@@ -46,6 +46,7 @@ from crawler_tasks.ops.metrics import serve_metrics
 from crawler_tasks.ops.metrics import stop as stop_metrics
 from crawler_tasks.ops.outdir import OutputLock, previous_outputs
 from crawler_tasks.ops.progress import StatusLine, eta_s, progress_line
+from crawler_tasks.ops.reconcile import reconcile
 from crawler_tasks.ops.restore import restore
 from crawler_tasks.ops.snapshot import latest_snapshot
 from crawler_tasks.ops.waiting import WaitingHost, WaitReason, describe, waiting_hosts
@@ -263,6 +264,9 @@ class CrawlRunner:
             self._clear_keys()
         elif not control.exists():
             raise ConfigError(f"--resume: no crawl state found in {redact(s.REDIS_URL)} (prefix {s.KEY_PREFIX!r})")
+        else:   # no worker runs yet: what the dead crawl held comes back now, recorded pages stay done
+            control.forget_batches()
+            self._say(f"resume: {reconcile(s, self.out_dir).summary()}")
         control.start(started_at=self.started)
         if self.resume:
             self._pages_before = control.stats().get("fetch/pages", 0)
