@@ -97,9 +97,10 @@ def _attach(args: argparse.Namespace) -> Iterator[Settings]:
         except redis.RedisError:
             if not (out / "redis").is_dir():
                 raise ConfigError(f"the crawl's Redis {redact(info['redis_url'])} is unreachable") from None
-            from crawler_tasks.ops.embedded import EmbeddedRedis
+            from crawler_tasks.ops.embedded import AOF_FILE, EmbeddedRedis
 
-            server = EmbeddedRedis(out / "redis").start()
+            # its append-only file, when it has one, is its full state (an RDB save may have failed)
+            server = EmbeddedRedis(out / "redis", appendonly=(out / "redis" / AOF_FILE).exists()).start()
             extra["REDIS_URL"] = server.url
     try:
         yield _settings_from(args, **extra)

@@ -299,6 +299,10 @@ class Settings:
     # this many files. Taken by the maintenance task, which pauses wakes meanwhile.
     SNAPSHOT_INTERVAL_S: float = 300.0
     SNAPSHOT_KEEP: int = 3
+    # manage.py crawl stops cleanly (state saved, --resume works) when the output folder's
+    # filesystem has less free space than this: room for the exchanges in flight, the
+    # final Redis save and a checkpoint (0 = never).
+    DISK_MIN_FREE_BYTES: int = 256 * 2**20
     # Prometheus endpoint of manage.py crawl: -1 = off, 0 = a free port.
     METRICS_PORT: int = 0
     METRICS_ADDR: str = "127.0.0.1"

@@ -205,6 +205,62 @@ def test_two_crawls_on_one_out(web: TestWeb, clean: float, tmp_path: Path) -> No
     check(f, clean, len(web.reachable()))
 
 
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 64 MiB tmpfs (root may mount one here; elsewhere the test is skipped: a loop
+    image needs root as well)."""
+    mnt = tmp_path / "disk"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)],
+                      capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def fill(disk: Path, leave_bytes: int) -> Path:
+    """A file that leaves ``leave_bytes`` free on ``disk``."""
+    filler = disk / "filler"
+    free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
+    with open(filler, "ab") as f:
+        try:
+            f.write(b"\0" * max(0, free - leave_bytes))
+        except OSError:   # the crawl wrote meanwhile: the disk is full, as asked
+            pass
+    return filler
+
+
+@pytest.mark.parametrize("left_mib", [16, 0])
+def test_disk_nearly_full_stops_cleanly_then_resumes(left_mib: int, web: TestWeb, clean: float,
+                                                     small_disk: Path) -> None:
+    """Another program eats the crawl's disk: the crawl stops and says why in one line,
+    with its state saved, or (no byte left) says that the final save failed, never that
+    all went well; once space is back, --resume finishes the crawl from the state."""
+    out = small_disk / "out"
+    env = {"CRAWLER_DISK_MIN_FREE_BYTES": str(24 * 2**20)}
+    web.clear_log()
+    t0 = time.monotonic()
+    proc = crawl(out, web, env=env)
+    wait_records(out, 40, proc)
+    filler = fill(small_disk, left_mib * 2**20)
+    _, err = proc.communicate(timeout=120)
+    assert "disk nearly full: " in err and "MiB free" in err, err[-3000:]
+    if left_mib:
+        assert proc.returncode == 75 and "was not saved" not in err, err[-3000:]
+    else:
+        assert proc.returncode != 0, err[-3000:]
+    filler.unlink()
+    resumed = crawl(out, web, "--resume", env=env)
+    _, err2 = resumed.communicate(timeout=180)
+    assert resumed.returncode == 0, err2[-3000:]
+    f = figures(f"disk, {left_mib} MiB left", out, web, time.monotonic() - t0,
+                said(err + err2, "disk nearly full", "resume:", "crawl finished", "Error"))
+    handed_back = re.search(r"(\d+) fetched URL\(s\) not handed on", err2)
+    check(f, clean, len(web.reachable()), MAX_IN_FLIGHT + (int(handed_back[1]) if handed_back else 0))
+
+
 def test_report(clean: float) -> None:
     """Last: the table for the lead's note (pytest -s shows it)."""
     print("\n" + "\n".join(FIGURES))

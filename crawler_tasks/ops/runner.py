@@ -40,7 +40,7 @@ from crawler_tasks.exceptions import ConfigError, CrawlerError
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.ops.child import ForkedProc, ForkServer, die_with_parent
 from crawler_tasks.ops.control import Control, CrawlState
-from crawler_tasks.ops.embedded import EmbeddedRedis, log_tail, private_dir, write_private
+from crawler_tasks.ops.embedded import EmbeddedRedis, error_line, log_tail, private_dir, write_private
 from crawler_tasks.ops.maintenance import Progress, read_progress, settle
 from crawler_tasks.ops.metrics import serve_metrics
 from crawler_tasks.ops.metrics import stop as stop_metrics
@@ -76,6 +76,8 @@ WATCH_S = 0.5
 # so the limit and the last batch's end are seen this soon.
 WATCH_ENDING_S = 0.05
 UNBLOCK_EVERY_S = 0.02   # how often a stopping worker's BRPOP is ended for it (see _unblock_workers)
+# Exit code of a crawl stopped because its disk is nearly full (EX_TEMPFAIL: free space, then --resume).
+DISK_LOW_EXIT = 75
 
 
 class StartupError(CrawlerError):
@@ -188,6 +190,8 @@ class CrawlRunner:
         self._pages_before = 0   # fetched by the runs this one resumes
         self._scan_from = self.started
         self._scan_until = 0.0
+        self._disk_low = False
+        self.save_error = ""
 
     # -- lifecycle ------------------------------------------------------------------
     def run(self) -> int:
@@ -203,13 +207,19 @@ class CrawlRunner:
             for child in self.children:  # they wind down while the summary is read
                 child.terminate()
             self._summary(progress)
-            return 0 if progress.state == CrawlState.FINISHED or self._stop_requested else 1
+            code = 0 if progress.state == CrawlState.FINISHED or self._stop_requested else 1
+            code = DISK_LOW_EXIT if self._disk_low else code
         finally:
             self.status.close()
             self._shutdown()
             self.lock.release()
             for sig, handler in old.items():
                 signal.signal(sig, handler)
+        if self.save_error:   # never "finished" over a state that did not reach the disk
+            self._say(f"error: the crawl state in {self.out_dir / 'redis'} was not saved completely: "
+                      f"{self.save_error}")
+            return 1
+        return code
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         if self._stop_requested:
@@ -379,10 +389,12 @@ class CrawlRunner:
             for i, child in enumerate(self.children):
                 if child.alive():
                     continue
+                why = error_line(child.log_path)
                 if not child.came_up():
                     raise StartupError(
-                        f"{child.name} exited with code {child.proc.returncode} before it was ready; "
-                        f"last lines of {child.log_path}:\n{log_tail(child.log_path, 15) or '(empty log)'}")
+                        f"{child.name} exited with code {child.proc.returncode} before it was ready"
+                        + (f": {why}" if why else "")
+                        + f"\nlast lines of {child.log_path}:\n{log_tail(child.log_path, 15) or '(empty log)'}")
                 if self.restarts >= MAX_RESTARTS:
                     reason = f"{child.name} died {self.restarts} times; giving up (see {self.out_dir / 'logs'})"
                     self._say(reason)
@@ -391,20 +403,38 @@ class CrawlRunner:
                     return progress
                 # a dead worker's hosts return when their leases expire; nothing is lost
                 self.restarts += 1
-                self._say(f"{child.name} exited with {child.proc.returncode}; restarting it\n"
-                          f"{log_tail(child.log_path, 5)}")
+                self._say(f"{child.name} exited with {child.proc.returncode}"
+                          + (f": {why}" if why else "") + f"; restarting it (log: {child.log_path})")
                 child.reap(time.monotonic())
                 self.children[i] = Child(child.name, child.args, child.env, child.log_path, child.forks)
+            if progress.state == CrawlState.RUNNING and not self._disk_low:
+                self._check_disk()
             if self._stop_requested and progress.state == CrawlState.RUNNING:
                 Control(s).set_state(CrawlState.STOPPING, f"stopped by {self._stop_requested}")
             if s.MAX_SECONDS and now - self.started >= s.MAX_SECONDS and progress.state == CrawlState.RUNNING:
                 Control(s).set_state(CrawlState.STOPPING, f"max seconds ({s.MAX_SECONDS:g}) reached")
-            if progress.state == CrawlState.STOPPING and (self._stop_requested or s.MAX_SECONDS):
+            if progress.state == CrawlState.STOPPING and (self._stop_requested or s.MAX_SECONDS or self._disk_low):
                 # maintenance finishes the crawl once in-flight batches are through;
                 # do not wait for that longer than a fetch can take
                 stopping_for = now - (Control(s).state()[2] or now)
                 if stopping_for > s.TOTAL_TIMEOUT_S + 10:
                     Control(s).set_state(CrawlState.FINISHED, "stopped with batches still in flight")
+
+    def _check_disk(self) -> None:
+        """Stop cleanly while there is room to: the exchanges in flight, the final save
+        and a checkpoint must still fit (DISK_MIN_FREE_BYTES)."""
+        try:
+            free = shutil.disk_usage(self.out_dir).free
+        except OSError:
+            return
+        if free >= self.settings.DISK_MIN_FREE_BYTES:
+            return
+        self._disk_low = True
+        reason = (f"disk nearly full: {self.out_dir} has {free / 2**20:.1f} MiB free (below "
+                  f"{self.settings.DISK_MIN_FREE_BYTES / 2**20:.0f} MiB); stopping with the state saved, "
+                  "free some space, then crawl --resume")
+        self._say(reason)
+        Control(self.settings).set_state(CrawlState.STOPPING, reason)
 
     def _report_unreachable(self, progress: Progress, now: float) -> None:
         """Name each host whose robots.txt could not be fetched, the first time. The
@@ -520,6 +550,7 @@ class CrawlRunner:
             self.forks = None
         if self.redis is not None:
             self.redis.stop()
+            self.save_error = self.redis.save_error
             self.redis = None
 
     def _unblock_workers(self, deadline: float) -> None:
