@@ -83,3 +83,25 @@ def test_uncommitted_feed_lines_move_aside(tmp_path):
     assert feed.read_bytes() == _line("http://a.test/recorded") + _line("http://a.test/handed-on")
     assert (tmp_path / "feed.jsonl.uncommitted").read_bytes() == _line("http://a.test/lost")
     assert _move_uncommitted_feed(feed, pages, {"http://a.test/handed-on"}) == 0
+
+
+def test_a_torn_warc_record_is_cut_from_each_process_last_file(tmp_path):
+    import gzip
+
+    from crawler_tasks.ops.reconcile import cut_torn_warc
+
+    warc = tmp_path / "warc"
+    warc.mkdir()
+    records = [gzip.compress(f"WARC/1.1 record {i}\r\n".encode() * 50) for i in range(3)]
+    older = warc / "crawl-20260101000000-vm-41-00001.warc.gz"
+    last = warc / "crawl-20260101000100-vm-41-00002.warc.gz"
+    other = warc / "crawl-20260101000000-vm-42-00001.warc.gz"
+    older.write_bytes(records[0] + records[1][:20])      # not the last of its process: left alone
+    last.write_bytes(records[0] + records[1] + records[2][: len(records[2]) // 2])
+    other.write_bytes(records[0] + records[1])
+    assert cut_torn_warc(warc) == len(records[2]) // 2
+    assert last.read_bytes() == records[0] + records[1]
+    assert other.read_bytes() == records[0] + records[1]
+    assert older.stat().st_size == len(records[0]) + 20
+    with gzip.open(last) as f:
+        assert f.read().count(b"record 1") == 50

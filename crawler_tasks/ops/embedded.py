@@ -264,9 +264,9 @@ class EmbeddedRedis:
                 proc.kill()
                 proc.wait()
             if proc.returncode != 0:   # it refused to exit without saving, or died
-                errors = [line.split(" ", 4)[-1] for line in self._new_log_lines()
-                          if "error" in line.lower() or "can't" in line.lower()]
-                parts = [part for part in dict.fromkeys([self.save_error, *errors[-3:]]) if part]
+                errors = [line.split(" # ", 1)[-1] for line in self._new_log_lines()   # "pid:M date # text"
+                          if "error" in line.lower() and "SIGTERM" not in line]
+                parts = [part for part in dict.fromkeys([self.save_error, *errors[-2:]]) if part]
                 self.save_error = "; ".join(parts) or f"redis-server exited with {proc.returncode}"
         if proc.stderr is not None:
             proc.stderr.close()

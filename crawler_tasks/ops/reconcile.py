@@ -11,7 +11,8 @@ The contract (README, "Crash safety"):
 
 ``crawl --resume`` (and ``--restore``) runs ``reconcile`` before any worker starts, while
 it holds the folder's lock:
-1. a torn last line (a worker killed mid-write) is cut from pages.jsonl and feed.jsonl;
+1. a torn last line (a worker killed mid-write, a full disk) is cut from pages.jsonl and
+   feed.jsonl, and a torn last record from each process's last WARC file;
 2. the dead workers' broker messages are settled (``broker.settle_leftovers``): stage
    messages they had taken are queued again, fetch session messages dropped;
 3. the frontier gives back the dead sessions' leases and hand-offs at once
@@ -28,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,7 +68,7 @@ class Reconciled:
             (self.leases, "host lease(s) reclaimed"), (self.handoffs, "fetched URL(s) not handed on requeued"),
             (self.requeued, "interrupted task(s) queued again"),
             (self.forgotten, "queued URL(s) already recorded dropped"),
-            (self.torn_bytes, "byte(s) of a torn last line cut"),
+            (self.torn_bytes, "byte(s) of torn last lines or WARC records cut"),
             (self.feed_moved, "uncommitted feed line(s) moved aside")) if n]
         return "; ".join(parts) or "nothing to repair"
 
@@ -91,6 +93,45 @@ def cut_torn_line(path: Path) -> int:
             return size - end
     except FileNotFoundError:
         return 0
+
+
+def whole_gzip_members(path: Path) -> int:
+    """Length of the complete gzip members at the start of ``path`` (a WARC file is
+    one member per record): where a record torn by a crash begins, or the file size."""
+    good = pos = 0
+    with open(path, "rb") as f:
+        d = zlib.decompressobj(31)
+        while chunk := f.read(1 << 20):
+            while chunk:
+                try:
+                    d.decompress(chunk, 0)
+                except zlib.error:
+                    return good
+                pos += len(chunk) - len(d.unused_data)
+                if not d.eof:
+                    break
+                good, chunk = pos, d.unused_data
+                d = zlib.decompressobj(31)
+    return good
+
+
+def cut_torn_warc(warc_dir: Path) -> int:
+    """Cut a record torn by a crash from the end of each process's last WARC file
+    (``...-<pid>-<serial>.warc.gz``: only a file still open at the crash can hold one).
+    Returns the bytes cut."""
+    last: dict[str, Path] = {}
+    for path in sorted(warc_dir.glob("*.warc.gz")):
+        parts = path.name[: -len(".warc.gz")].rsplit("-", 2)
+        if len(parts) == 3:
+            last[parts[1]] = max(last.get(parts[1], path), path)
+    cut = 0
+    for path in last.values():
+        size = path.stat().st_size
+        good = whole_gzip_members(path)
+        if good < size:
+            os.truncate(path, good)
+            cut += size - good
+    return cut
 
 
 def _url(line: bytes) -> str | None:
@@ -124,7 +165,7 @@ def reconcile(settings: Settings, out_dir: Path, now: float | None = None) -> Re
     docstring). Only with no worker of the crawl running."""
     now = time.time() if now is None else now
     pages, feed = out_dir / PAGES_FILE, out_dir / FEED_FILE
-    out = Reconciled(torn_bytes=cut_torn_line(pages) + cut_torn_line(feed))
+    out = Reconciled(torn_bytes=cut_torn_line(pages) + cut_torn_line(feed) + cut_torn_warc(out_dir / "warc"))
     parse_q = parse_queue(settings.node_name)
     leftovers = settle_leftovers(broker_url(settings), {parse_q, DEDUP_QUEUE},
                                  {fetch_queue(i) for i in range(settings.SHARDS)})

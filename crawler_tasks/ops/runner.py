@@ -84,6 +84,7 @@ class StartupError(CrawlerError):
     """A process of the crawl exited before it was up; the message holds its log lines."""
 
 
+
 def read_seeds_file(path: str) -> list[str]:
     """One URL per line; blank lines and ``#`` comments skipped."""
     try:
@@ -202,12 +203,20 @@ class CrawlRunner:
             self._prepare()
             self._start_metrics()
             self._start_children()
-            progress = self._watch()
+            try:
+                progress: Progress | None = self._watch()
+            except redis.ResponseError as exc:   # MISCONF: Redis refuses writes it cannot save
+                if not str(exc).startswith("MISCONF"):
+                    raise
+                self._disk_low, progress = True, None
+                self._say(f"stopping: Redis cannot save the crawl state under {self.out_dir} "
+                          f"({str(exc).split(' ', 1)[1]}); every change it accepted is kept")
             self.status.close()
             for child in self.children:  # they wind down while the summary is read
                 child.terminate()
-            self._summary(progress)
-            code = 0 if progress.state == CrawlState.FINISHED or self._stop_requested else 1
+            if progress is not None:
+                self._summary(progress)
+            code = 0 if progress and (progress.state == CrawlState.FINISHED or self._stop_requested) else 1
             code = DISK_LOW_EXIT if self._disk_low else code
         finally:
             self.status.close()
@@ -216,9 +225,11 @@ class CrawlRunner:
             for sig, handler in old.items():
                 signal.signal(sig, handler)
         if self.save_error:   # never "finished" over a state that did not reach the disk
-            self._say(f"error: the crawl state in {self.out_dir / 'redis'} was not saved completely: "
-                      f"{self.save_error}")
-            return 1
+            kept = ("; its append-only file keeps every change Redis accepted: free some space, then crawl --resume"
+                    if self.settings.EMBEDDED_REDIS_AOF else "")
+            self._say(f"error: the final save of the crawl state in {self.out_dir / 'redis'} failed: "
+                      f"{self.save_error}{kept}")
+            return code or 1
         return code
 
     def _on_signal(self, signum: int, _frame: object) -> None:
@@ -386,8 +397,10 @@ class CrawlRunner:
                       or bool(s.MAX_PAGES and s.MAX_PAGES - progress.pages <= soon)
                       or bool(s.MAX_SECONDS and elapsed >= s.MAX_SECONDS - WATCH_S))
             interval = WATCH_ENDING_S if ending else WATCH_S
+            if progress.state == CrawlState.RUNNING and not self._disk_low:
+                self._check_disk()
             for i, child in enumerate(self.children):
-                if child.alive():
+                if child.alive() or self._disk_low:   # stopping for want of space: no restart
                     continue
                 why = error_line(child.log_path)
                 if not child.came_up():
@@ -407,8 +420,6 @@ class CrawlRunner:
                           + (f": {why}" if why else "") + f"; restarting it (log: {child.log_path})")
                 child.reap(time.monotonic())
                 self.children[i] = Child(child.name, child.args, child.env, child.log_path, child.forks)
-            if progress.state == CrawlState.RUNNING and not self._disk_low:
-                self._check_disk()
             if self._stop_requested and progress.state == CrawlState.RUNNING:
                 Control(s).set_state(CrawlState.STOPPING, f"stopped by {self._stop_requested}")
             if s.MAX_SECONDS and now - self.started >= s.MAX_SECONDS and progress.state == CrawlState.RUNNING:
