@@ -99,6 +99,15 @@ def children(manage_pid: int, out: Path) -> dict[str, psutil.Process]:
     return found
 
 
+def counter(out: Path, name: str) -> int:
+    """One of the finished crawl's counters (``manage.py stats``)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
+    stats = subprocess.run([sys.executable, str(ROOT / "manage.py"), "stats", "--out", str(out)], cwd=ROOT,
+                           env=base, capture_output=True, text=True, timeout=60).stdout
+    found = re.search(rf"^\s*{re.escape(name)}\s+(\d+)$", stats, re.M)
+    return int(found[1]) if found else 0
+
+
 @dataclass
 class Figures:
     fault: str
@@ -109,11 +118,12 @@ class Figures:
     fetched_twice: int
     seconds: float
     saw: str
+    in_flight: int = 0   # exchanges in flight at the fault, fetched or not yet handed on
 
     def line(self) -> str:
         return (f"{self.fault:<22} records {self.records:4d}  dup records {self.duplicates}  dup feed "
-                f"{self.feed_duplicates}  dup WARC {self.warc_duplicates}  fetched twice {self.fetched_twice:2d}  "
-                f"{self.seconds:5.1f} s  saw: {self.saw}")
+                f"{self.feed_duplicates}  dup WARC {self.warc_duplicates}  fetched twice {self.fetched_twice:2d} "
+                f"(in flight <= {self.in_flight:2d})  {self.seconds:5.1f} s  saw: {self.saw}")
 
 
 def figures(fault: str, out: Path, web: TestWeb, seconds: float, saw: str) -> Figures:
@@ -122,9 +132,12 @@ def figures(fault: str, out: Path, web: TestWeb, seconds: float, saw: str) -> Fi
     f = Figures(fault, len(recs), dupes([r["url"] for r in recs]),
                 dupes([r["url"] for r in lines(out / "feed.jsonl")]), dupes(warc_responses(out)),
                 sum(n - 1 for n in gets.values() if n > 1), seconds, saw)
+    return f
+
+
+def report(f: Figures) -> None:
     FIGURES.append(f.line())
     print("\n" + f.line())
-    return f
 
 
 def said(err: str, *patterns: str) -> str:
@@ -134,6 +147,8 @@ def said(err: str, *patterns: str) -> str:
 
 
 def check(f: Figures, clean_s: float, reachable: int, in_flight: int = MAX_IN_FLIGHT) -> None:
+    f.in_flight = in_flight
+    report(f)
     assert f.duplicates == 0 and f.feed_duplicates == 0, f.line()
     # WARC holds each real exchange: a second capture only for a page fetched twice
     assert f.warc_duplicates <= f.fetched_twice <= in_flight, f.line()
@@ -150,6 +165,7 @@ def clean(web: TestWeb, tmp_path_factory: pytest.TempPathFactory) -> float:
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err[-2000:]
     f = figures("none", out, web, time.monotonic() - t0, said(err, "crawl finished"))
+    report(f)
     assert f.duplicates == 0 and f.fetched_twice == 0
     return f.seconds
 
@@ -167,7 +183,7 @@ def test_kill_9_of_a_child(victim: str, web: TestWeb, clean: float, tmp_path: Pa
     assert proc.returncode == 0, err[-3000:]
     f = figures(f"kill -9 {victim}", out, web, time.monotonic() - t0,
                 said(err, "restart", "exited", "crawl finished", "Error"))
-    check(f, clean, len(web.reachable()))
+    check(f, clean, len(web.reachable()), MAX_IN_FLIGHT + counter(out, "frontier/handoff_returned"))
 
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
