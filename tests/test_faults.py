@@ -206,6 +206,34 @@ def test_manage_py_stopped_then_resumed(how: signal.Signals, web: TestWeb, clean
     check(f, clean, len(web.reachable()), MAX_IN_FLIGHT + (int(handed_back[1]) if handed_back else 0))
 
 
+def test_redis_data_lost_then_restore_latest(web: TestWeb, clean: float, tmp_path: Path) -> None:
+    """The crawl dies with its Redis data (deleted): --restore latest goes back to the
+    last checkpoint; records of pages fetched since then are rolled back and written
+    once, when fetched again. Fetched twice: the pages rolled back, and those fetched
+    but not recorded when the broker's messages were lost."""
+    import shutil
+
+    out = tmp_path / "out"
+    env = {"CRAWLER_SNAPSHOT_INTERVAL_S": "1"}
+    web.clear_log()
+    t0 = time.monotonic()
+    proc = crawl(out, web, env=env)
+    wait_records(out, 70, proc)
+    proc.kill()
+    proc.communicate(timeout=60)
+    time.sleep(1.0)   # its children die with it
+    shutil.rmtree(out / "redis")   # the broker's messages go with it: fetched pages not yet recorded are lost
+    unrecorded = set(warc_responses(out)) - {r["url"] for r in lines(out / "pages.jsonl")}
+    resumed = crawl(out, web, "--restore", "latest", env=env)
+    _, err = resumed.communicate(timeout=180)
+    assert resumed.returncode == 0, err[-3000:]
+    rolled = re.search(r"; (\d+) record\(s\) of pages fetched since then", err)
+    f = figures("Redis lost, restore", out, web, time.monotonic() - t0, said(err, "restored", "resume:", "crawl finished"))
+    handed_back = re.search(r"(\d+) fetched URL\(s\) not handed on", err)
+    check(f, clean, len(web.reachable()), MAX_IN_FLIGHT + len(unrecorded) + (int(rolled[1]) if rolled else 0)
+          + (int(handed_back[1]) if handed_back else 0))
+
+
 def test_two_crawls_on_one_out(web: TestWeb, clean: float, tmp_path: Path) -> None:
     out = tmp_path / "out"
     web.clear_log()

@@ -105,3 +105,15 @@ def test_a_torn_warc_record_is_cut_from_each_process_last_file(tmp_path):
     assert older.stat().st_size == len(records[0]) + 20
     with gzip.open(last) as f:
         assert f.read().count(b"record 1") == 50
+
+
+def test_unseen_and_queued_among(settings):
+    from crawler_tasks.frontier.reclaim import queued_among, unseen_among
+
+    f = Frontier(settings)
+    known = [f"http://a.test:8080/{i}" for i in range(50)]
+    f.put_discovered([Discovered(url=u, host="a.test:8080") for u in known])
+    new = {f"http://b.test/{i}" for i in range(50)}
+    assert unseen_among(f, set(known) | new) == new
+    shard = f.shard_of("a.test:8080")
+    assert queued_among(f, shard, set(known[:3]) | new) == set(known[:3])

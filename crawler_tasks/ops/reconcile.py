@@ -30,18 +30,20 @@ import logging
 import os
 import time
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import orjson
 
 from crawler_tasks.broker import settle_leftovers
 from crawler_tasks.connection import broker_url
-from crawler_tasks.frontier import Entry, Frontier
-from crawler_tasks.frontier.reclaim import forget, give_back, queue_heads
+from crawler_tasks.frontier import Discovered, Entry, Frontier
+from crawler_tasks.frontier.reclaim import forget, give_back, queue_heads, queued_among, remember_queued, unseen_among
 from crawler_tasks.output.jsonl import FEED_FILE, PAGES_FILE
 from crawler_tasks.queues import DEDUP_QUEUE, fetch_queue, parse_queue
+from crawler_tasks.records import EntryKind
 from crawler_tasks.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,7 @@ log = logging.getLogger(__name__)
 # page groups of each parse worker).
 FEED_TAIL_BYTES = 64 * 2**20
 UNCOMMITTED_SUFFIX = ".uncommitted"
+ROLLED_BACK_SUFFIX = ".rolled-back"
 
 
 @dataclass(slots=True)
@@ -160,6 +163,107 @@ def recorded_among(path: Path, urls: Iterable[str]) -> set[str]:
     return found
 
 
+def _fetched_epoch(record: dict) -> float:
+    try:
+        return datetime.fromisoformat(str(record.get("fetched_at")).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def roll_back(settings: Settings, out_dir: Path, since: float) -> int:
+    """After a restore of the checkpoint taken at ``since``: the records of pages fetched
+    since then (less a page group's time in flight) that the restored frontier will fetch
+    again (queued in it, or unknown to its URL-seen test) leave pages.jsonl and the feed
+    for ``<file>.rolled-back``, so each is recorded once, when it is fetched again, and
+    the links found on it are found again. Returns how many records were rolled back."""
+    pages, feed = out_dir / PAGES_FILE, out_dir / FEED_FILE
+    cutoff = since - settings.batch_timeout_s
+    first, candidates = _since(pages, cutoff)
+    if first is None:
+        return 0
+    frontier = Frontier(settings)
+    for shard in range(settings.SHARDS):
+        remember_queued(frontier, shard)
+    # fetched again: still queued in the checkpoint, or first found since (found again
+    # when the pages that link to them are fetched again)
+    again = set().union(*(queued_among(frontier, shard, candidates) for shard in range(settings.SHARDS)))
+    unseen = unseen_among(frontier, candidates - again)
+    again |= unseen
+
+    def undone(record: dict) -> bool:
+        return record.get("url") in again and _fetched_epoch(record) >= cutoff
+
+    moved = _move_lines(pages, first, undone, ROLLED_BACK_SUFFIX)
+    feed_first, _ = _since(feed, cutoff)
+    if feed_first is not None:
+        _move_lines(feed, feed_first, undone, ROLLED_BACK_SUFFIX)
+    # first found since the checkpoint: queued again now, in case the page that linked to
+    # them is not fetched again (the checkpoint's filter was read before their discovery)
+    kinds = {kind.label: kind for kind in EntryKind}
+    lost = {r["url"]: r for r in moved if r["url"] in unseen}
+    frontier.put_discovered([Discovered(url=url, host=url.split("/", 3)[2], depth=int(r.get("depth") or 0),
+                                        hops=int(r.get("hops") or 0), kind=kinds.get(r.get("kind", ""), EntryKind.PAGE))
+                             for url, r in lost.items()])
+    return len(moved)
+
+
+def _since(path: Path, cutoff: float) -> tuple[int | None, set[str]]:
+    """Byte offset of the first line of ``path`` fetched at ``cutoff`` or later, and the
+    URLs of all such lines (one streaming pass)."""
+    first, urls, offset = None, set(), 0
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                record = _record(line)
+                if record is not None and isinstance(record.get("url"), str) and _fetched_epoch(record) >= cutoff:
+                    urls.add(record["url"])
+                    first = offset if first is None else first
+                offset += len(line)
+    except FileNotFoundError:
+        pass
+    return first, urls
+
+
+def _record(line: bytes) -> dict | None:
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _move_lines(path: Path, start: int, matches: Callable[[dict], bool], suffix: str) -> list[dict]:
+    """Move the lines of ``path`` from byte ``start`` on whose record ``matches`` to
+    ``<path><suffix>`` (appended, synced first); returns their records."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            lines = f.read().splitlines(keepends=True)
+    except FileNotFoundError:
+        return []
+    keep: list[bytes] = []
+    moved: list[bytes] = []
+    records: list[dict] = []
+    for line in lines:
+        record = _record(line)
+        if record is not None and matches(record):
+            moved.append(line)
+            records.append(record)
+        else:
+            keep.append(line)
+    if not moved:
+        return []
+    with open(path.with_name(path.name + suffix), "ab") as aside:
+        aside.write(b"".join(moved))
+        aside.flush()
+        os.fsync(aside.fileno())
+    with open(path, "rb+") as f:
+        f.seek(start)
+        f.write(b"".join(keep))
+        f.truncate()
+    return records
+
+
 def reconcile(settings: Settings, out_dir: Path, now: float | None = None) -> Reconciled:
     """Make the frontier, the broker and the outputs of a crawl that died agree (module
     docstring). Only with no worker of the crawl running."""
@@ -208,19 +312,9 @@ def _move_uncommitted_feed(feed: Path, pages: Path, handed_on: set[str]) -> int:
     lines = tail.splitlines(keepends=True)
     urls = [_url(line) for line in lines]
     recorded = recorded_among(pages, {u for u in urls if u and u not in handed_on})
-    keep: list[bytes] = []
-    moved: list[bytes] = []
-    for line, url in zip(lines, urls, strict=True):
-        (keep if url is None or url in handed_on or url in recorded else moved).append(line)
+    moving = {u for u in urls if u and u not in handed_on and u not in recorded}
+    moved = len(_move_lines(feed, start, lambda r: r.get("url") in moving, UNCOMMITTED_SUFFIX))
     if not moved:
         return 0
-    with open(feed.with_name(feed.name + UNCOMMITTED_SUFFIX), "ab") as aside:
-        aside.write(b"".join(moved))
-        aside.flush()
-        os.fsync(aside.fileno())
-    with open(feed, "rb+") as f:
-        f.seek(start)
-        f.write(b"".join(keep))
-        f.truncate()
-    log.warning("moved %d uncommitted feed line(s) to %s", len(moved), feed.name + UNCOMMITTED_SUFFIX)
-    return len(moved)
+    log.warning("moved %d uncommitted feed line(s) to %s", moved, feed.name + UNCOMMITTED_SUFFIX)
+    return moved

@@ -46,7 +46,7 @@ from crawler_tasks.ops.metrics import serve_metrics
 from crawler_tasks.ops.metrics import stop as stop_metrics
 from crawler_tasks.ops.outdir import OutputLock, previous_outputs
 from crawler_tasks.ops.progress import StatusLine, eta_s, progress_line
-from crawler_tasks.ops.reconcile import reconcile
+from crawler_tasks.ops.reconcile import reconcile, roll_back
 from crawler_tasks.ops.restore import restore
 from crawler_tasks.ops.snapshot import latest_snapshot
 from crawler_tasks.ops.waiting import WaitingHost, WaitReason, describe, waiting_hosts
@@ -280,7 +280,10 @@ class CrawlRunner:
             if path is None:
                 raise ConfigError(f"--restore latest: no snapshot in {self.out_dir / 'snapshots'}")
             info = restore(s, path, replace=True)
-            self._say(f"restored {path} ({info.keys} keys)")
+            rolled = roll_back(s, self.out_dir, float(info.header.get("created_epoch", 0.0)))
+            self._say(f"restored {path} ({info.keys} keys)" + (
+                f"; {rolled} record(s) of pages fetched since then, which it fetches again, moved to "
+                "pages.jsonl.rolled-back" if rolled else ""))
         if not self.resume:
             self._clear_keys()
         elif not control.exists():
