@@ -280,11 +280,19 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def cmd_restore(args: argparse.Namespace) -> int:
+    from crawler_tasks.ops.outdir import OutputLock
+    from crawler_tasks.ops.reconcile import roll_back
     from crawler_tasks.ops.restore import restore
     from crawler_tasks.ops.snapshot import info_dict
 
-    with _attach(args) as settings:
+    with _attach(args) as settings, contextlib.ExitStack() as held:
+        out = Path(settings.OUT_DIR)
+        outputs = (out / "pages.jsonl").exists()
+        if outputs:   # no crawl may write there meanwhile
+            held.enter_context(OutputLock(out))
         info = restore(settings, args.file, replace=args.replace)
+        if outputs:   # records of pages the restored state fetches again are rolled back
+            info.repaired["records_rolled_back"] = roll_back(settings, out, float(info.header.get("created_epoch", 0)))
     print(json.dumps(info_dict(info), indent=1, default=str))
     return 0
 

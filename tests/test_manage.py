@@ -127,6 +127,29 @@ def test_snapshot_then_restore_after_losing_redis(tmp_path):
         assert web.reachable(web.seeds()) <= set(fetched)
 
 
+def test_restore_of_an_older_snapshot_rolls_back_later_records(tmp_path):
+    """`restore` of a checkpoint older than the records: the records of pages the restored
+    frontier fetches again move to pages.jsonl.rolled-back; the resumed crawl writes each
+    URL once."""
+    out = tmp_path / "out"
+    with TestWeb(n_hosts=2, pages_per_host=6, seed=9) as web:
+        common = ["--out", str(out), "--allow-private", "--min-delay", "0.05", *UA]
+        assert manage("crawl", *web.seeds(), "--max-pages", "3", *common).returncode == 0
+        snap = tmp_path / "early.jsonl.gz"
+        assert manage("snapshot", "--out", str(out), "--path", str(snap)).returncode == 0
+        finished = manage("crawl", "--resume", *common)
+        assert finished.returncode == 0 and "frontier exhausted" in finished.stderr, finished.stderr[-2000:]
+        before = len(records(out))
+        restored = manage("restore", str(snap), "--out", str(out), "--replace")
+        assert restored.returncode == 0, restored.stderr[-2000:]
+        rolled = json.loads(restored.stdout)["repaired"]["records_rolled_back"]
+        assert rolled > 0 and len(records(out)) == before - rolled
+        again = manage("crawl", "--resume", *common)
+        assert again.returncode == 0, again.stderr[-2000:]
+        urls = [r["url"] for r in records(out)]
+        assert len(urls) == len(set(urls)) and web.reachable(web.seeds()) <= set(urls)
+
+
 def test_corrupt_snapshot_is_a_clear_error(tmp_path):
     bad = tmp_path / "bad.jsonl.gz"
     bad.write_bytes(b"not gzip at all")
