@@ -84,7 +84,6 @@ class StartupError(CrawlerError):
     """A process of the crawl exited before it was up; the message holds its log lines."""
 
 
-
 def read_seeds_file(path: str) -> list[str]:
     """One URL per line; blank lines and ``#`` comments skipped."""
     try:
@@ -261,6 +260,10 @@ class CrawlRunner:
                 shutil.rmtree(old) if old.is_dir() else old.unlink()
             if removed:
                 self._say(f"--overwrite: removed the previous crawl in {self.out_dir} ({', '.join(removed)})")
+        free = shutil.disk_usage(self.out_dir).free
+        if free < s.DISK_MIN_FREE_BYTES:
+            raise ConfigError(f"disk nearly full: {self.out_dir} has {free / 2**20:.1f} MiB free (below "
+                              f"{s.DISK_MIN_FREE_BYTES / 2**20:.0f} MiB, CRAWLER_DISK_MIN_FREE_BYTES)")
         private_dir(self.out_dir / "logs")
         if not s.REDIS_URL:
             # with EMBEDDED_REDIS_AOF (the default) a crashed redis-server comes back with all
