@@ -117,3 +117,24 @@ def test_unseen_and_queued_among(settings):
     assert unseen_among(f, set(known) | new) == new
     shard = f.shard_of("a.test:8080")
     assert queued_among(f, shard, set(known[:3]) | new) == set(known[:3])
+
+
+def test_once_written_waits_for_redis_instead_of_retrying_the_task():
+    import pytest
+    import redis
+
+    from crawler_tasks.output.jsonl import once_written
+
+    calls = []
+
+    def flaky() -> None:
+        calls.append(1)
+        if len(calls) < 3:
+            raise redis.ConnectionError("restarting")
+
+    once_written(flaky)
+    assert len(calls) == 3
+    with pytest.raises(redis.ConnectionError):
+        once_written(lambda: (_ for _ in ()).throw(redis.ConnectionError("down")), wait_s=0.0)
+    with pytest.raises(ValueError):   # not a Redis outage: raised at once
+        once_written(lambda: int("x"))
