@@ -94,7 +94,8 @@ def children(manage_pid: int, out: Path) -> dict[str, psutil.Process]:
             found["redis"] = p
         for role, mark in (("fetch", f"fetch0-{manage_pid}@"), ("process", f"process0-{manage_pid}@"),
                            ("control", f"control-{manage_pid}@"), ("beat", f"{out}/celerybeat-schedule")):
-            if mark in cmd:
+            # a worker's forked helpers (the parse sandbox) share its command line: the oldest is the worker
+            if mark in cmd and (role not in found or p.create_time() < found[role].create_time()):
                 found[role] = p
     return found
 
