@@ -3,6 +3,7 @@
 
     python manage.py crawl URL... [--seeds-file F] [--out DIR] [--max-pages N] [--max-seconds S]
                                [--min-delay S] [--user-agent UA] [--allow-private] [--workers N]
+                               [--resume | --restore FILE|latest | --overwrite]
     python manage.py seed URL... [--out DIR | --redis-url URL]     add URLs to a crawl (starts or revives it)
     python manage.py pause | resume [--out DIR | --redis-url URL]  hold a running crawl / let it go on
     python manage.py stop [--out DIR | --redis-url URL]            stop a crawl (production shape)
@@ -106,9 +107,10 @@ def _attached(args: argparse.Namespace) -> Iterator[tuple[Settings, bool]]:
         except redis.RedisError:
             if not (out / "redis").is_dir():
                 raise ConfigError(f"the crawl's Redis {redact(info['redis_url'])} is unreachable") from None
-            from crawler_tasks.ops.embedded import EmbeddedRedis
+            from crawler_tasks.ops.embedded import AOF_FILE, EmbeddedRedis
 
-            server = EmbeddedRedis(out / "redis").start()
+            # its append-only file, when it has one, is its full state (an RDB save may have failed)
+            server = EmbeddedRedis(out / "redis", appendonly=(out / "redis" / AOF_FILE).exists()).start()
             extra["REDIS_URL"] = server.url
     try:
         yield _settings_from(args, **extra), server is None
@@ -146,7 +148,8 @@ def _crawl(args: argparse.Namespace, settings: Settings, forks: ForkServer) -> i
         print("note: private and loopback addresses are refused (use --allow-private for local webs)",
               file=sys.stderr)
     runner = CrawlRunner(settings, seeds=seeds, workers=args.workers, parsers=args.parsers,
-                         resume=args.resume or bool(args.restore), restore_from=args.restore, forks=forks)
+                         resume=args.resume or bool(args.restore), restore_from=args.restore, forks=forks,
+                         overwrite=args.overwrite)
     return runner.run()
 
 
@@ -444,10 +447,12 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 def cmd_restore(args: argparse.Namespace) -> int:
     from crawler_tasks.connection import redact
     from crawler_tasks.ops.control import Control, CrawlState
+    from crawler_tasks.ops.outdir import OutputLock
+    from crawler_tasks.ops.reconcile import roll_back
     from crawler_tasks.ops.restore import restore
     from crawler_tasks.ops.snapshot import info_dict
 
-    with _attached(args) as (settings, live):
+    with _attached(args) as (settings, live), contextlib.ExitStack() as held_lock:
         held = Control(settings).read()
         if held.exists and not args.replace:   # said here: the library's message names its own argument
             running = live and held.state in (CrawlState.RUNNING, CrawlState.PAUSED, CrawlState.STOPPING)
@@ -456,7 +461,13 @@ def cmd_restore(args: argparse.Namespace) -> int:
                 f"({held.state} {held.reason}".rstrip() + "); "
                 + ("it looks running: stop it first, then " if running else "")
                 + "add --replace to drop its keys and load the snapshot")
+        out = Path(settings.OUT_DIR)
+        outputs = (out / "pages.jsonl").exists()
+        if outputs:   # no crawl may write there meanwhile
+            held_lock.enter_context(OutputLock(out))
         info = restore(settings, args.file, replace=args.replace)
+        if outputs:   # records of pages the restored state fetches again are rolled back
+            info.repaired["records_rolled_back"] = roll_back(settings, out, float(info.header.get("created_epoch", 0)))
     print(json.dumps(info_dict(info), indent=1, default=str))
     return 0
 
@@ -539,6 +550,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "anew; to let a paused but running crawl go on, use `manage.py resume`)")
     c.add_argument("--restore", metavar="FILE|latest",
                    help="load a snapshot (OUT/snapshots/...) first, then resume from it")
+    c.add_argument("--overwrite", action="store_true",
+                   help="delete a previous crawl's output in --out first (without it, a crawl refuses such a folder "
+                        "unless --resume or --restore continues it)")
     c.add_argument("--metrics-port", type=int, help="Prometheus endpoint port (0 = free port, -1 = off)")
     c.set_defaults(func=cmd_crawl)
 

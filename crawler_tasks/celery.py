@@ -84,8 +84,11 @@ class WakeOnSignal(bootsteps.StartStopStep):
 def make_app() -> Celery:
     settings = get_settings()
     app = Celery("crawler_tasks", include=["crawler_tasks.tasks"])
+    url = broker_url(settings) if settings.REDIS_URL or settings.BROKER_URL else "redis://127.0.0.1:6379/1"
     app.conf.update(
-        broker_url=broker_url(settings) if settings.REDIS_URL or settings.BROKER_URL else "redis://127.0.0.1:6379/1",
+        broker_url=url,
+        # kombu's Redis transport, minus a crash when the broker dies (broker.py)
+        broker_transport="crawler_tasks.broker:Transport" if url.startswith(("redis://", "rediss://")) else None,
         broker_connection_retry_on_startup=True,
         broker_transport_options={"visibility_timeout": max(600, int(settings.batch_timeout_s)),
                                   "polling_interval": BROKER_POLL_S},

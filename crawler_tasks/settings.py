@@ -34,10 +34,11 @@ class Settings:
     REDIS_SHARD_URLS: tuple[str, ...] = ()
     # Celery broker. Empty: the frontier Redis, database 1 (frontier state stays in db 0).
     BROKER_URL: str = ""
-    # The embedded redis-server keeps an append-only file (fsync every second): a crash
-    # then loses about a second instead of everything since the last RDB save or
-    # checkpoint, for ~10 % more CPU per page (every Bloom bit set is logged).
-    EMBEDDED_REDIS_AOF: bool = False
+    # The embedded redis-server keeps an append-only file (fsync every second): a killed
+    # redis-server loses nothing it acknowledged (its writes are in the OS's cache), a
+    # machine crash about a second, instead of everything since the last RDB save or
+    # checkpoint. Off (0) only for throwaway crawls (its cost: README, "Durability").
+    EMBEDDED_REDIS_AOF: bool = True
     # Prefix of every Redis key the crawler owns (two crawls can share one Redis).
     KEY_PREFIX: str = "crawl"
     # Socket timeout for Redis commands, seconds.
@@ -300,6 +301,10 @@ class Settings:
     # this many files. Taken by the maintenance task, which pauses wakes meanwhile.
     SNAPSHOT_INTERVAL_S: float = 300.0
     SNAPSHOT_KEEP: int = 3
+    # manage.py crawl stops cleanly (state saved, --resume works) when the output folder's
+    # filesystem has less free space than this: room for the exchanges in flight, the
+    # final Redis save and a checkpoint (0 = never).
+    DISK_MIN_FREE_BYTES: int = 256 * 2**20
     # Prometheus endpoint of manage.py crawl: -1 = off, 0 = a free port.
     METRICS_PORT: int = 0
     METRICS_ADDR: str = "127.0.0.1"

@@ -247,7 +247,7 @@ def test_kill_9_worker_and_beat_mid_crawl(tmp_path):
 def test_redis_killed_mid_crawl_restarts_from_its_aof(tmp_path):
     out = tmp_path / "out"
     with TestWeb(n_hosts=3, pages_per_host=8, seed=12, mean_page_bytes=3000) as web:
-        proc = start_crawl(out, web.seeds(), 0.3, 6, {**FAST_FAIL, "CRAWLER_EMBEDDED_REDIS_AOF": "1"})
+        proc = start_crawl(out, web.seeds(), 0.3, 6, FAST_FAIL)   # the append-only file is on by default
         redis_proc = crawl_redis(out)
         assert len(redis_proc) == 1
         redis_proc[0].kill()
@@ -264,7 +264,8 @@ def test_redis_state_lost_without_checkpoint_is_an_error_not_success(tmp_path):
     """No AOF, no RDB save yet, no checkpoint: the crawl must say it cannot go on."""
     out = tmp_path / "out"
     with TestWeb(n_hosts=2, pages_per_host=8, seed=13, mean_page_bytes=3000) as web:
-        proc = start_crawl(out, web.seeds(), 0.5, 2, {"CRAWLER_SNAPSHOT_INTERVAL_S": "0"})
+        proc = start_crawl(out, web.seeds(), 0.5, 2, {"CRAWLER_SNAPSHOT_INTERVAL_S": "0",
+                                                      "CRAWLER_EMBEDDED_REDIS_AOF": "0"})
         victims = crawl_redis(out)
         assert len(victims) == 1
         victims[0].kill()

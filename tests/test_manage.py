@@ -62,15 +62,28 @@ def test_resume_continues_where_the_crawl_stopped(tmp_path):
         assert web.reachable(web.seeds()) | {extra} <= set(all_fetched)
 
 
-def test_fresh_crawl_replaces_previous_output(tmp_path):
+def test_a_previous_crawl_is_kept_unless_the_operator_asks(tmp_path):
+    """A mistyped seed, a missing seeds file or a plain second crawl on the same --out
+    are refused before anything is deleted; --overwrite replaces the previous crawl."""
     out = tmp_path / "out"
     with TestWeb(n_hosts=1, pages_per_host=2) as web:
-        for _ in range(2):
-            proc = manage("crawl", *web.seeds(), "--out", str(out), "--allow-private", "--min-delay", "0", *UA)
-            assert proc.returncode == 0, proc.stderr[-2000:]
-        assert "fresh crawl: removed previous output" in proc.stderr
+        first = manage("crawl", *web.seeds(), "--out", str(out), "--allow-private", "--min-delay", "0", *UA)
+        assert first.returncode == 0, first.stderr[-2000:]
+        kept = (out / "pages.jsonl").read_bytes()
+        assert kept and list((out / "warc").iterdir())
+        for args, message in ((["htp:/typo.example"], "no usable seed URL"),
+                              (["--seeds-file", str(tmp_path / "missing.txt")], "cannot read seeds file"),
+                              (web.seeds(), "holds a previous crawl")):
+            proc = manage("crawl", *args, "--out", str(out), "--allow-private", *UA, timeout=60)
+            assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
+            assert (out / "pages.jsonl").read_bytes() == kept and list((out / "warc").iterdir())
+        assert "--overwrite" in proc.stderr and "--resume" in proc.stderr
+        again = manage("crawl", *web.seeds(), "--out", str(out), "--allow-private", "--min-delay", "0",
+                       "--overwrite", *UA)
+        assert again.returncode == 0, again.stderr[-2000:]
+        assert "--overwrite: removed the previous crawl" in again.stderr
         urls = [r["url"] for r in records(out) if r.get("status") == 200]
-        assert len(urls) == len(set(urls))
+        assert urls and len(urls) == len(set(urls))
 
 
 def test_robots_command_explains_the_verdict():
@@ -114,6 +127,29 @@ def test_snapshot_then_restore_after_losing_redis(tmp_path):
         fetched = [r["url"] for r in records(out) if r.get("status") == 200]
         assert len(fetched) == len(set(fetched))
         assert web.reachable(web.seeds()) <= set(fetched)
+
+
+def test_restore_of_an_older_snapshot_rolls_back_later_records(tmp_path):
+    """`restore` of a checkpoint older than the records: the records of pages the restored
+    frontier fetches again move to pages.jsonl.rolled-back; the resumed crawl writes each
+    URL once."""
+    out = tmp_path / "out"
+    with TestWeb(n_hosts=2, pages_per_host=6, seed=9) as web:
+        common = ["--out", str(out), "--allow-private", "--min-delay", "0.05", *UA]
+        assert manage("crawl", *web.seeds(), "--max-pages", "3", *common).returncode == 0
+        snap = tmp_path / "early.jsonl.gz"
+        assert manage("snapshot", "--out", str(out), "--path", str(snap)).returncode == 0
+        finished = manage("crawl", "--resume", *common)
+        assert finished.returncode == 0 and "frontier exhausted" in finished.stderr, finished.stderr[-2000:]
+        before = len(records(out))
+        restored = manage("restore", str(snap), "--out", str(out), "--replace")
+        assert restored.returncode == 0, restored.stderr[-2000:]
+        rolled = json.loads(restored.stdout)["repaired"]["records_rolled_back"]
+        assert rolled > 0 and len(records(out)) == before - rolled
+        again = manage("crawl", "--resume", *common)
+        assert again.returncode == 0, again.stderr[-2000:]
+        urls = [r["url"] for r in records(out)]
+        assert len(urls) == len(set(urls)) and web.reachable(web.seeds()) <= set(urls)
 
 
 def test_corrupt_snapshot_is_a_clear_error(tmp_path):

@@ -247,3 +247,18 @@ def test_stage_messages_a_crash_left_unacknowledged_are_queued_again(redis_url):
             assert requeue_unacked(url, {"crawl.parse.t", "crawl.dedup"}, restart) == 0
         finally:
             redis.Redis.from_url(url).flushdb()
+
+
+def test_a_folder_saved_without_aof_is_resumed_with_it(tmp_path):
+    """redis-server 6.2 with appendonly on loads nothing from an RDB-only folder: the RDB
+    is written out as the append-only file first, so a crawl made with AOF off resumes."""
+    import redis as redis_lib
+
+    from crawler_tasks.ops.embedded import AOF_FILE, EmbeddedRedis
+
+    with EmbeddedRedis(tmp_path / "redis", appendonly=False) as old:
+        redis_lib.Redis.from_url(old.url).set("crawl:x", "kept")
+    assert not (tmp_path / "redis" / AOF_FILE).exists()
+    with EmbeddedRedis(tmp_path / "redis", appendonly=True) as new:
+        assert redis_lib.Redis.from_url(new.url).get("crawl:x") == b"kept"
+    assert (tmp_path / "redis" / AOF_FILE).exists() and new.save_error == ""

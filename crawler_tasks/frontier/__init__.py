@@ -37,7 +37,8 @@ def _script(name: str) -> str:
 
 
 _SCRIPTS = {name: _script(name) for name in ("add", "lease", "complete", "renew", "expire", "ipclaim",
-                                             "recrawl", "spill", "hostload", "ack", "handoff")}
+                                             "recrawl", "spill", "hostload", "ack", "handoff", "reclaim",
+                                             "forget")}
 
 # Most front-queue URLs moved into back queues by one wake, per shard.
 MAX_REFILL_MOVES = 2000
@@ -165,7 +166,7 @@ class Frontier:
         return self._script(client, name)(keys=keys, args=args, client=client)
 
     def run_script(self, shard: int, name: str, keys: list[str], args: list) -> object:
-        """Run one of the frontier's Lua scripts on a shard (for recrawl.py)."""
+        """Run one of the frontier's Lua scripts on a shard (for recrawl.py, reclaim.py)."""
         return self._run(shard, name, keys, args)
 
     def shard_of(self, host: str) -> int:

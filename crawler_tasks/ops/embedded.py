@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import secrets
 import signal
 import socket
@@ -40,6 +41,8 @@ DISABLED_COMMANDS: tuple[str, ...] = ("CONFIG", "DEBUG", "MODULE", "ACL", "REPLI
                                       "FAILOVER", "SYNC", "PSYNC")
 CONFIG_FILE = "redis.conf"
 LOG_FILE = "redis.log"
+RDB_FILE = "dump.rdb"
+AOF_FILE = "appendonly.aof"
 
 
 def redis_server_binary() -> str:
@@ -91,6 +94,23 @@ def log_tail(path: Path, lines: int = 10) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+_EXCEPTION = re.compile(r"\b[A-Za-z_][\w.]*(?:Error|Exception): .+$")
+_ERRNO = re.compile(r"\[Errno \d+\]|No space left on device")
+_LOG_PREFIX = re.compile(r"^\[[^\]]*\]\s*")
+
+
+def error_line(path: Path) -> str:
+    """The last line of a log that names an error (``OSError: [Errno 28] No space left
+    on device``), from its exception's name on; "" when there is none."""
+    for line in reversed(log_tail(path, 200).splitlines()):
+        match = _EXCEPTION.search(line)
+        if match:
+            return match.group(0)
+        if _ERRNO.search(line):
+            return _LOG_PREFIX.sub("", line.strip())
+    return ""
+
+
 class EmbeddedRedis:
     """A redis-server child process; ``url`` (which carries the password) is valid
     between ``start()`` and ``stop()``."""
@@ -105,6 +125,8 @@ class EmbeddedRedis:
         self.password = secrets.token_hex(24)
         self.shutdown_command = f"SHUTDOWN-{secrets.token_hex(16)}"  # SHUTDOWN's name here
         self.proc: subprocess.Popen[bytes] | None = None
+        self.save_error = ""   # set by stop(): why the data folder may lack acknowledged writes
+        self._log_start = 0
 
     @property
     def url(self) -> str:
@@ -113,7 +135,7 @@ class EmbeddedRedis:
     def _config(self) -> str:
         lines = [
             f"port {self.port}", f"bind {self.host}", "protected-mode yes", f"requirepass {self.password}",
-            f"dir {_quote(str(self.data_dir))}", "dbfilename dump.rdb",
+            f"dir {_quote(str(self.data_dir))}", f"dbfilename {RDB_FILE}", f"appendfilename {AOF_FILE}",
             f"appendonly {'yes' if self.appendonly else 'no'}", "appendfsync everysec",
             "maxmemory-policy noeviction", "daemonize no", "loglevel warning",
             # the dump is mostly the feed's text and Bloom bits: LZF took 0.19 s of the
@@ -141,6 +163,32 @@ class EmbeddedRedis:
             private_dir(self.data_dir)
         except OSError as exc:
             raise ConfigError(f"cannot create the Redis data folder {self.data_dir}: {exc.strerror or exc}") from None
+        if self.appendonly and (self.data_dir / RDB_FILE).exists() and not (self.data_dir / AOF_FILE).exists():
+            self._rdb_to_aof(timeout_s)
+        return self._start(timeout_s)
+
+    def _rdb_to_aof(self, timeout_s: float) -> None:
+        """A folder saved without the append-only file (a crawl run with it off): with
+        ``appendonly yes`` redis-server would load nothing from it, so its RDB is loaded
+        once without, and written out as the append-only file."""
+        self.appendonly = False
+        try:
+            self._start(timeout_s)
+            client = self._client()
+            client.bgrewriteaof()
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                info = client.info("persistence")
+                if not info.get("aof_rewrite_in_progress") and not info.get("aof_rewrite_scheduled"):
+                    break
+                time.sleep(0.05)
+            if info.get("aof_last_bgrewrite_status") != "ok" or not (self.data_dir / AOF_FILE).exists():
+                raise ConfigError(f"could not write {self.data_dir / AOF_FILE} from {RDB_FILE}; see {self.data_dir / LOG_FILE}")
+        finally:
+            self.stop()
+            self.appendonly = True
+
+    def _start(self, timeout_s: float) -> "EmbeddedRedis":
         binary = redis_server_binary()
         log = self.data_dir / LOG_FILE
         fixed = self.port
@@ -148,7 +196,7 @@ class EmbeddedRedis:
         for _ in range(5):  # the free port may be taken between probe and bind
             self.port = fixed or free_port(self.host)
             write_private(self.data_dir / CONFIG_FILE, self._config())
-            start_of_log = log.stat().st_size if log.exists() else 0
+            start_of_log = self._log_start = log.stat().st_size if log.exists() else 0
             self.proc = subprocess.Popen([binary, str(self.data_dir / CONFIG_FILE)], stdin=subprocess.DEVNULL,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                          preexec_fn=die_with_parent)
@@ -180,19 +228,28 @@ class EmbeddedRedis:
         return self.proc is not None and self.proc.poll() is None
 
     def restart(self) -> "EmbeddedRedis":
-        """Start again on the same port and password from the data folder's last RDB
-        (after a crash), so every client's URL stays valid and reconnects."""
+        """Start again on the same port and password from the data folder's append-only
+        file or last RDB (after a crash), so every client's URL stays valid and reconnects."""
         self.stop()
         self.proc = None
         return self.start()
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """SHUTDOWN (else SIGTERM): redis-server saves its RDB (if save points are set) and
-        exits, so the data folder holds the final state."""
+        """SHUTDOWN (else SIGTERM): redis-server saves its RDB (if save points are set),
+        flushes its append-only file and exits, so the data folder holds the final state.
+        ``save_error`` says when it may not (a write that failed, a save refused)."""
         proc, self.proc = self.proc, None
         if proc is None:
             return
+        self.save_error = ""
         if proc.poll() is None:
+            try:
+                info = self._client().info("persistence")
+                failed = [name for name in ("aof_last_write_status", "aof_last_bgrewrite_status")
+                          if self.appendonly and info.get(name, "ok") != "ok"]
+                self.save_error = ", ".join(f"{name} {info[name]}" for name in failed)
+            except redis.RedisError:
+                pass
             try:  # the reply never comes: the server exits, or refuses (then SIGTERM)
                 self._client().execute_command(self.shutdown_command)
             except redis.RedisError:
@@ -206,8 +263,21 @@ class EmbeddedRedis:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            if proc.returncode != 0:   # it refused to exit without saving, or died
+                errors = [line.split(" # ", 1)[-1] for line in self._new_log_lines()   # "pid:M date # text"
+                          if "error" in line.lower() and "SIGTERM" not in line]
+                parts = [part for part in dict.fromkeys([self.save_error, *errors[-2:]]) if part]
+                self.save_error = "; ".join(parts) or f"redis-server exited with {proc.returncode}"
         if proc.stderr is not None:
             proc.stderr.close()
+
+    def _new_log_lines(self) -> list[str]:
+        try:
+            with open(self.data_dir / LOG_FILE, "rb") as f:
+                f.seek(self._log_start)
+                return f.read().decode(errors="replace").splitlines()
+        except OSError:
+            return []
 
     def __enter__(self) -> "EmbeddedRedis":
         return self.start()

@@ -40,18 +40,21 @@ from crawler_tasks.exceptions import ConfigError, CrawlerError
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.ops.child import ForkedProc, ForkServer, die_with_parent
 from crawler_tasks.ops.control import Control, CrawlState
-from crawler_tasks.ops.embedded import EmbeddedRedis, log_tail, private_dir, write_private
+from crawler_tasks.ops.embedded import EmbeddedRedis, error_line, log_tail, private_dir, write_private
 from crawler_tasks.ops.maintenance import Progress, read_progress, settle
 from crawler_tasks.ops.messages import listed
 from crawler_tasks.ops.metrics import serve_metrics
 from crawler_tasks.ops.metrics import stop as stop_metrics
+from crawler_tasks.ops.outdir import OutputLock, previous_outputs
 from crawler_tasks.ops.progress import StatusLine, eta_s, progress_line
+from crawler_tasks.ops.reconcile import reconcile, roll_back
 from crawler_tasks.ops.restore import restore
 from crawler_tasks.ops.snapshot import latest_snapshot
 from crawler_tasks.ops.waiting import WaitingHost, WaitReason, describe, waiting_hosts
 from crawler_tasks.queues import CONTROL_QUEUE, DEDUP_QUEUE, fetch_queue, parse_queue
 from crawler_tasks.settings import Settings
 from crawler_tasks.stages.enqueue import seed_urls
+from crawler_tasks.stages.gate import UrlGate
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +77,8 @@ WATCH_S = 0.5
 # so the limit and the last batch's end are seen this soon.
 WATCH_ENDING_S = 0.05
 UNBLOCK_EVERY_S = 0.02   # how often a stopping worker's BRPOP is ended for it (see _unblock_workers)
+# Exit code of a crawl stopped because its disk is nearly full (EX_TEMPFAIL: free space, then --resume).
+DISK_LOW_EXIT = 75
 
 
 class StartupError(CrawlerError):
@@ -168,8 +173,10 @@ class Child:
 class CrawlRunner:
     def __init__(self, settings: Settings, *, seeds: list[str], workers: int = 2, parsers: int = 2,
                  resume: bool = False, restore_from: str | None = None, out: TextIO = sys.stderr,
-                 forks: ForkServer | None = None) -> None:
+                 forks: ForkServer | None = None, overwrite: bool = False) -> None:
         self.restore_from = restore_from
+        self.overwrite = overwrite
+        self.lock = OutputLock(Path(settings.OUT_DIR).resolve())
         self.settings = settings
         self.seeds = seeds
         self.workers = max(1, workers)
@@ -192,6 +199,8 @@ class CrawlRunner:
         self._pages_before = 0   # fetched by the runs this one resumes
         self._scan_from = self.started
         self._scan_until = 0.0
+        self._disk_low = False
+        self.save_error = ""
 
     # -- lifecycle ------------------------------------------------------------------
     def run(self) -> int:
@@ -202,19 +211,37 @@ class CrawlRunner:
             self._prepare()
             self._start_metrics()
             self._start_children()
-            progress = self._watch()
+            try:
+                progress: Progress | None = self._watch()
+            except redis.ResponseError as exc:   # MISCONF: Redis refuses writes it cannot save
+                if not str(exc).startswith("MISCONF"):
+                    raise
+                self._disk_low, progress = True, None
+                self._say(f"stopping: Redis cannot save the crawl state under {self.out_dir} "
+                          f"({str(exc).split(' ', 1)[1]}); every change it accepted is kept")
             self.status.close()
             for child in self.children:  # they wind down while the summary is read
                 child.terminate()
-            self._summary(progress)
-            if progress.state == CrawlState.FINISHED and not progress.pages and Control(self.settings).read().idle:
-                return 1   # it ran out of work having fetched nothing (not stopped at a limit): said above
-            return 0 if progress.state == CrawlState.FINISHED or self._stop_requested else 1
+            if progress is not None:
+                self._summary(progress)
+            code = 0 if progress and (progress.state == CrawlState.FINISHED or self._stop_requested) else 1
+            if (progress and progress.state == CrawlState.FINISHED and not progress.pages
+                    and Control(self.settings).read().idle):
+                code = 1   # it ran out of work having fetched nothing (not stopped at a limit): said above
+            code = DISK_LOW_EXIT if self._disk_low else code
         finally:
             self.status.close()
             self._shutdown()
+            self.lock.release()
             for sig, handler in old.items():
                 signal.signal(sig, handler)
+        if self.save_error:   # never "finished" over a state that did not reach the disk
+            kept = ("; its append-only file keeps every change Redis accepted: free some space, then crawl --resume"
+                    if self.settings.EMBEDDED_REDIS_AOF else "")
+            self._say(f"error: the final save of the crawl state in {self.out_dir / 'redis'} failed: "
+                      f"{self.save_error}{kept}")
+            return code or 1
+        return code
 
     def _on_signal(self, signum: int, _frame: object) -> None:
         if self._stop_requested:
@@ -227,25 +254,32 @@ class CrawlRunner:
 
     def _prepare(self) -> None:
         s = self.settings
-        try:
-            self.out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"cannot create the output folder {self.out_dir}: {exc.strerror or exc}") from None
+        if not self.resume and not any(UrlGate(s).admit(url, 0, {}, force=True) for url in self.seeds):
+            # said before the folder is touched: a mistyped seed costs nothing
+            raise ConfigError("no usable seed URL" + (f" (first: {self.seeds[0][:200]!r})" if self.seeds else ""))
+        previous = self.lock.acquire().previous
+        if previous is not None:
+            self._say(f"the previous crawl in {self.out_dir} ({previous.describe()}) was killed; its lock is taken over")
         if not self.resume:
-            removed = [name for name in ("pages.jsonl", "feed.jsonl", "warc", "redis", "logs", STATE_FILE,
-                                         "snapshots", "spool", "spill")
-                       if (self.out_dir / name).exists()]
-            removed += [p.name for p in self.out_dir.glob("celerybeat-schedule*")]
+            removed = previous_outputs(self.out_dir)
+            if removed and not self.overwrite:
+                raise ConfigError(f"{self.out_dir} holds a previous crawl ({', '.join(removed)}): give --resume to "
+                                  "continue it, --overwrite to delete it, or another --out")
+            if removed and (self.out_dir / "logs").exists():
+                removed.append("logs")   # the previous crawl's: not to be mixed with this one's
             for name in removed:
                 old = self.out_dir / name
                 shutil.rmtree(old) if old.is_dir() else old.unlink()
             if removed:
-                self._say(f"fresh crawl: removed previous output in {self.out_dir} ({', '.join(removed)}); "
-                          "use --resume to continue a crawl")
+                self._say(f"--overwrite: removed the previous crawl in {self.out_dir} ({', '.join(removed)})")
+        free = shutil.disk_usage(self.out_dir).free
+        if free < s.DISK_MIN_FREE_BYTES:
+            raise ConfigError(f"disk nearly full: {self.out_dir} has {free / 2**20:.1f} MiB free (below "
+                              f"{s.DISK_MIN_FREE_BYTES / 2**20:.0f} MiB, CRAWLER_DISK_MIN_FREE_BYTES)")
         private_dir(self.out_dir / "logs")
         if not s.REDIS_URL:
-            # with EMBEDDED_REDIS_AOF a crashed redis-server comes back with all but the
-            # last second; without, with its last RDB save or else the last checkpoint
+            # with EMBEDDED_REDIS_AOF (the default) a crashed redis-server comes back with all
+            # it acknowledged; without, with its last RDB save or else the last checkpoint
             self.redis = EmbeddedRedis(self.out_dir / "redis", appendonly=s.EMBEDDED_REDIS_AOF,
                                        save="30 1000 300 1").start()
             s = self.settings = dataclasses.replace(s, REDIS_URL=self.redis.url)
@@ -261,11 +295,17 @@ class CrawlRunner:
             if path is None:
                 raise ConfigError(f"--restore latest: no snapshot in {self.out_dir / 'snapshots'}")
             info = restore(s, path, replace=True)
-            self._say(f"restored {path} ({info.keys} keys)")
+            rolled = roll_back(s, self.out_dir, float(info.header.get("created_epoch", 0.0)))
+            self._say(f"restored {path} ({info.keys} keys)" + (
+                f"; {rolled} record(s) of pages fetched since then, which it fetches again, moved to "
+                "pages.jsonl.rolled-back" if rolled else ""))
         if not self.resume:
             self._clear_keys()
         elif not control.exists():
             raise ConfigError(f"--resume: no crawl state found in {redact(s.REDIS_URL)} (prefix {s.KEY_PREFIX!r})")
+        else:   # no worker runs yet: what the dead crawl held comes back now, recorded pages stay done
+            control.forget_batches()
+            self._say(f"resume: {reconcile(s, self.out_dir).summary()}")
         control.start(started_at=self.started)
         if control.read().state == CrawlState.PAUSED:
             self._say(f"the crawl is paused: `manage.py resume --out {self.out_dir}` lets it go on")
@@ -377,13 +417,17 @@ class CrawlRunner:
                       or bool(s.MAX_PAGES and s.MAX_PAGES - progress.pages <= soon)
                       or bool(s.MAX_SECONDS and elapsed >= s.MAX_SECONDS - WATCH_S))
             interval = WATCH_ENDING_S if ending else WATCH_S
+            if progress.state == CrawlState.RUNNING and not self._disk_low:
+                self._check_disk()
             for i, child in enumerate(self.children):
-                if child.alive():
+                if child.alive() or self._disk_low:   # stopping for want of space: no restart
                     continue
+                why = error_line(child.log_path)
                 if not child.came_up():
                     raise StartupError(
-                        f"{child.name} exited with code {child.proc.returncode} before it was ready; "
-                        f"last lines of {child.log_path}:\n{log_tail(child.log_path, 15) or '(empty log)'}")
+                        f"{child.name} exited with code {child.proc.returncode} before it was ready"
+                        + (f": {why}" if why else "")
+                        + f"\nlast lines of {child.log_path}:\n{log_tail(child.log_path, 15) or '(empty log)'}")
                 if self.restarts >= MAX_RESTARTS:
                     reason = f"{child.name} died {self.restarts} times; giving up (see {self.out_dir / 'logs'})"
                     self._say(reason)
@@ -392,8 +436,8 @@ class CrawlRunner:
                     return progress
                 # a dead worker's hosts return when their leases expire; nothing is lost
                 self.restarts += 1
-                self._say(f"{child.name} exited with {child.proc.returncode}; restarting it\n"
-                          f"{log_tail(child.log_path, 5)}")
+                self._say(f"{child.name} exited with {child.proc.returncode}"
+                          + (f": {why}" if why else "") + f"; restarting it (log: {child.log_path})")
                 child.reap(time.monotonic())
                 self.children[i] = Child(child.name, child.args, child.env, child.log_path, child.forks)
             if self._stop_requested and progress.state in (CrawlState.RUNNING, CrawlState.PAUSED):
@@ -401,12 +445,28 @@ class CrawlRunner:
             if s.MAX_SECONDS and now - self.started >= s.MAX_SECONDS and progress.state in (CrawlState.RUNNING,
                                                                                             CrawlState.PAUSED):
                 Control(s).set_state(CrawlState.STOPPING, f"max seconds ({s.MAX_SECONDS:g}) reached")
-            if progress.state == CrawlState.STOPPING and (self._stop_requested or s.MAX_SECONDS):
+            if progress.state == CrawlState.STOPPING and (self._stop_requested or s.MAX_SECONDS or self._disk_low):
                 # maintenance finishes the crawl once in-flight batches are through;
                 # do not wait for that longer than a fetch can take
                 stopping_for = now - (Control(s).state()[2] or now)
                 if stopping_for > s.TOTAL_TIMEOUT_S + 10:
                     Control(s).set_state(CrawlState.FINISHED, "stopped with batches still in flight")
+
+    def _check_disk(self) -> None:
+        """Stop cleanly while there is room to: the exchanges in flight, the final save
+        and a checkpoint must still fit (DISK_MIN_FREE_BYTES)."""
+        try:
+            free = shutil.disk_usage(self.out_dir).free
+        except OSError:
+            return
+        if free >= self.settings.DISK_MIN_FREE_BYTES:
+            return
+        self._disk_low = True
+        reason = (f"disk nearly full: {self.out_dir} has {free / 2**20:.1f} MiB free (below "
+                  f"{self.settings.DISK_MIN_FREE_BYTES / 2**20:.0f} MiB); stopping with the state saved, "
+                  "free some space, then crawl --resume")
+        self._say(reason)
+        Control(self.settings).set_state(CrawlState.STOPPING, reason)
 
     def _report_unreachable(self, progress: Progress, now: float) -> None:
         """Name each host whose robots.txt could not be fetched, the first time. The
@@ -528,6 +588,7 @@ class CrawlRunner:
             self.forks = None
         if self.redis is not None:
             self.redis.stop()
+            self.save_error = self.redis.save_error
             self.redis = None
 
     def _unblock_workers(self, deadline: float) -> None:

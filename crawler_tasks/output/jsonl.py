@@ -9,18 +9,22 @@
   404s and non-canonical variants are not in the feed.
 
 Policy: a storage failure (disk full...) is raised: losing output silently is worse
-than a visible failure, and the batch is retried by Celery.
+than a visible failure, and the batch is retried by Celery. Once lines are written, the
+Redis writes that follow are retried in place (``once_written``) while Redis restarts:
+a task retried after its lines were written would write them twice.
 """
 from __future__ import annotations
 
 import fcntl
 import json
 import os
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import orjson
+import redis
 
 from crawler_tasks.connection import global_client
 from crawler_tasks.keys import GlobalKeys
@@ -67,6 +71,24 @@ def append_lines(path: str | os.PathLike, lines: list[bytes]) -> int:
     return len(raw)
 
 
+# How long the Redis writes that follow written output wait for Redis to come back.
+ONCE_WRITTEN_WAIT_S = 60.0
+
+
+def once_written(write: Callable[[], object], wait_s: float = ONCE_WRITTEN_WAIT_S) -> None:
+    """Run ``write`` (Redis bookkeeping after output lines were written), again and
+    again while Redis is down, for up to ``wait_s``; then its error is raised."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            write()
+            return
+        except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+
+
 class FeedWriter:
     """The indexer feed of one worker process."""
 
@@ -82,7 +104,10 @@ class FeedWriter:
         if s.FEED_JSONL:
             append_lines(self.path, lines)
         if s.FEED_STREAM_MAXLEN > 0:
-            pipe = global_client(s).pipeline(transaction=False)
-            for line in lines:
-                pipe.xadd(self.stream, {"record": line}, maxlen=s.FEED_STREAM_MAXLEN, approximate=True)
-            pipe.execute()
+            def add() -> None:
+                pipe = global_client(s).pipeline(transaction=False)
+                for line in lines:
+                    pipe.xadd(self.stream, {"record": line}, maxlen=s.FEED_STREAM_MAXLEN, approximate=True)
+                pipe.execute()
+
+            once_written(add) if s.FEED_JSONL else add()

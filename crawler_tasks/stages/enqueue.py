@@ -13,7 +13,7 @@ from crawler_tasks.dedup.rules import RuleDrop
 from crawler_tasks.frontier import ENQUEUED, SEEN, VERDICT_NAMES, Discovered, Frontier
 from crawler_tasks.ops.control import Control
 from crawler_tasks.ops.messages import quote
-from crawler_tasks.output.jsonl import append_jsonl, pages_path
+from crawler_tasks.output.jsonl import append_jsonl, once_written, pages_path
 from crawler_tasks.records import EntryKind, ErrorKind, PageRecord
 from crawler_tasks.settings import Settings
 from crawler_tasks.stages.gate import UrlGate
@@ -67,8 +67,12 @@ def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
     append_jsonl(pages_path(s), [rec.output() for rec in records])
     bump(counters, "records/written", len(records))
     bump(counters, "records/indexable", sum(1 for r in records if r.indexable))
-    w.count(counters)
-    w.control.end_batch(batch_id)
+
+    def close_batch() -> None:
+        w.count(counters)
+        w.control.end_batch(batch_id)
+
+    once_written(close_batch)   # the records are out: a retry of the task would write them twice
     return enqueued
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from crawler_tasks.counters import Counters, bump
 from crawler_tasks.dedup.simhash import to_hex
 from crawler_tasks.frontier import Discovered
 from crawler_tasks.output.feed import feed_record
+from crawler_tasks.output.jsonl import once_written
 from crawler_tasks.output.spool import read_spool, remove_spool
 from crawler_tasks.parse.page import Analysis, analyse
 from crawler_tasks.parse.sandbox import ParseFailed, ParseSandbox
@@ -85,7 +87,7 @@ def parse_stage(w: Worker, pages: list[FetchedPage], batch_id: str) -> list[Page
     if feed:
         w.feed.emit(feed)
         bump(counters, "feed/records", len(feed))
-    w.count(counters)
+    once_written(partial(w.count, counters))   # the feed is out: a retry of the task would write it twice
     remove_spool(w.settings, batch_id)   # last: a retry after a Redis error parses the pages again
     return records
 

@@ -1,0 +1,114 @@
+"""Resume after a crash: what the dead crawl's processes held comes back at once.
+
+A crawl that was killed leaves hosts leased to its fetch sessions and fetched URLs
+parked in the hand-off zset; maintenance would give them back only when their leases
+and hand-off deadlines pass (minutes). ``crawl --resume`` holds the output folder's
+lock and starts no worker before this runs, so nothing the old processes held can still
+be in use: everything goes back now (reclaim.lua). Then the URLs whose page is already
+recorded (a worker wrote the record and died before the frontier heard of it, or its
+page group is still waiting in the broker) leave the head of their back queues
+(forget.lua), so they are not fetched again. Fetched URLs wait at the head of their
+host's queue, so only the first ``HEAD_ENTRIES`` of each queue are examined.
+After a restore, ``queued_among`` says which recently recorded pages the restored
+frontier will fetch again (their records are rolled back, ops/reconcile.py).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from crawler_tasks.frontier import Entry, Frontier
+
+# Entries examined at the head of each back queue, where fetched URLs wait.
+HEAD_ENTRIES = 64
+
+
+def give_back(frontier: Frontier, shard: int, now: float | None = None) -> tuple[int, int]:
+    """The shard's leased hosts and parked entries, all back in the frontier at once:
+    (hosts, entries). Only when no worker of the crawl runs."""
+    now = time.time() if now is None else now
+    k = frontier.keys(shard)
+    reply = list(frontier.run_script(shard, "reclaim", [k.lease, k.ready, k.handoff, k.active, k.te],  # type: ignore[call-overload]
+                                     [now, k.queue_prefix]))
+    return int(reply[0]), int(reply[1])
+
+
+def queue_heads(frontier: Frontier, shard: int) -> dict[str, list[str]]:
+    """host -> the first HEAD_ENTRIES entries of its back queue."""
+    k = frontier.keys(shard)
+    client = frontier.client(shard)
+    return {host: client.lrange(k.queue(host), 0, HEAD_ENTRIES - 1)  # type: ignore[misc]
+            for host in list(client.sscan_iter(k.active, count=1000))}
+
+
+def forget(frontier: Frontier, shard: int, host: str, entries: list[str], now: float | None = None) -> int:
+    """Remove these entries (their pages are recorded) from the host's back queue; how many were."""
+    if not entries:
+        return 0
+    now = time.time() if now is None else now
+    k = frontier.keys(shard)
+    return int(frontier.run_script(shard, "forget", [k.queue(host), k.queued, k.active, k.ready, k.te],  # type: ignore[call-overload]
+                                   [host, now, *entries]))
+
+
+def _queued_urls(frontier: Frontier, shard: int, chunk: int = 10_000) -> Iterator[list[str]]:
+    """The URLs waiting in the shard's front queues, back queues and overflow list, in
+    chunks (spill files on disk are not read)."""
+    k = frontier.keys(shard)
+    client = frontier.client(shard)
+    for key in [*k.fronts(frontier.levels), k.overflow,
+                *(k.queue(host) for host in list(client.sscan_iter(k.active, count=1000)))]:
+        start = 0
+        while True:
+            entries: list[str] = client.lrange(key, start, start + chunk - 1)  # type: ignore[assignment]
+            yield [Entry.decode(raw).url for raw in entries]
+            if len(entries) < chunk:
+                break
+            start += chunk
+
+
+def queued_among(frontier: Frontier, shard: int, urls: set[str]) -> set[str]:
+    """Which of ``urls`` wait in the shard's queues."""
+    return {url for chunk in _queued_urls(frontier, shard) for url in chunk if url in urls}
+
+
+def remember_queued(frontier: Frontier, shard: int) -> int:
+    """Set the URL-seen bits of every queued URL. A checkpoint is read key by key while
+    the crawl runs, so its Bloom filter may predate a URL its queues hold; restored as
+    is, that URL would be enqueued (and fetched) a second time when found again."""
+    k = frontier.keys(shard)
+    n = 0
+    for chunk in _queued_urls(frontier, shard):
+        pipe = frontier.client(shard).pipeline(transaction=False)
+        for url in chunk:
+            segment, positions = frontier.bloom.positions(url)
+            for pos in positions:
+                pipe.setbit(k.bloom(segment), pos, 1)
+        pipe.execute()
+        n += len(chunk)
+    return n
+
+
+def unseen_among(frontier: Frontier, urls: set[str]) -> set[str]:
+    """Which of ``urls`` the URL-seen test (Bloom filter, exact seed set) does not know:
+    after a restore, the URLs first found since the checkpoint (read-only: GETBIT)."""
+    ordered = sorted(urls)
+    by_shard: dict[int, list[str]] = {}
+    for url in ordered:
+        by_shard.setdefault(frontier.shard_of(url.split("/", 3)[2]), []).append(url)
+    unseen: set[str] = set()
+    for shard, shard_urls in by_shard.items():
+        k = frontier.keys(shard)
+        pipe = frontier.client(shard).pipeline(transaction=False)
+        for url in shard_urls:
+            segment, positions = frontier.bloom.positions(url)
+            pipe.sismember(k.seen, url)
+            for pos in positions:
+                pipe.getbit(k.bloom(segment), pos)
+        replies = iter(pipe.execute())
+        for url in shard_urls:
+            exact = next(replies)
+            bits = [next(replies) for _ in range(frontier.bloom.hashes)]
+            if not exact and not all(bits):
+                unseen.add(url)
+    return unseen
