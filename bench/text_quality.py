@@ -129,8 +129,10 @@ class Score:
 
 def _read_text(path: Path) -> str:
     raw = path.read_bytes()
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return raw.decode("utf-16", "replace")  # some Dragnet labels
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         return raw.decode("cp1252", "replace")
 

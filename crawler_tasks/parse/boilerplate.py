@@ -1,0 +1,147 @@
+"""Where the article starts and ends in an extracted main text.
+
+resiliparse's main-content pass removes navigation by tag and class, but keeps
+blocks around the article that look like prose to a tag walker: site banners
+and "Print / Share" lines above it; teaser lists with summaries, "Comments are
+closed", newsletter prompts, credits and copyright lines below it.  What tells
+them apart is the text itself, an idea from jusText (Pomikálek 2011) and
+trafilatura: real prose is long and full of function words ("the", "of",
+"and"); boilerplate is short, link text, or a run of names.  Each block (one
+line of the extracted text) is classed by its length, its share of stop words
+and of link text; middling and short blocks then take the class of the blocks
+around them (a headline or byline next to the article stays).  The text is cut
+to the span from the first to the last good block.  Bad blocks inside that
+span stay: on the tune pages of bench/text_quality.py, dropping them cost more
+article text (link directories, lists of names, code) than it removed.
+
+Stop-word share is only used when the text has enough English function words
+to be English (the list here is English); other texts are judged on length and
+links alone.  Pure logic: strings in, strings out.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection
+from enum import IntEnum
+
+__all__ = ["trim_boilerplate"]
+
+# Lengths in characters, chosen on the tune half of bench/text_quality.py's
+# labelled pages (jusText's defaults are 70 and 200).
+_SHORT = 70
+_LONG = 150
+_STOP_SHARE = 0.20  # a block with at least this share of stop words reads as prose
+_STOP_SHARE_LOW = 0.12  # middling: prose if its neighbours are
+_LINK_SHARE_MAX = 0.4  # more link text than this: navigation or a teaser
+_ENGLISH_STOP_SHARE = 0.15  # the whole text's share below which it is not English
+_MIN_BLOCKS = 3  # fewer blocks than this: nothing to compare, kept as is
+
+_WORD_RE = re.compile(r"\w+")
+
+# The most frequent English function words (articles, pronouns, auxiliaries,
+# prepositions, conjunctions): common to any prose, rare in menus and credits.
+_STOP_WORDS = frozenset(
+    """a about above after again against all also am an and any are as at be because been before being below
+    between both but by can could did do does doing down during each few for from further had has have having he
+    her here hers herself him himself his how i if in into is it its itself just me more most my myself no nor not
+    now of off on once only or other our ours ourselves out over own same she should so some such than that the
+    their theirs them themselves then there these they this those through to too under until up very was we were
+    what when where which while who whom why will with would you your yours yourself yourselves""".split()
+)
+
+
+class _Kind(IntEnum):
+    BAD = 0
+    SHORT = 1
+    NEAR = 2
+    GOOD = 3
+
+
+def trim_boilerplate(text: str, link_texts: Collection[str]) -> str:
+    """``text`` from its first to its last block that reads as prose.
+
+    ``link_texts`` are the collapsed texts of the page's links: a block made
+    mostly of one of them is link text.
+    """
+    lines = text.split("\n")
+    blocks = [i for i, line in enumerate(lines) if line.strip()]
+    if len(blocks) < _MIN_BLOCKS:
+        return text
+    all_words = _WORD_RE.findall(text.lower())
+    english = bool(all_words) and sum(w in _STOP_WORDS for w in all_words) / len(all_words) >= _ENGLISH_STOP_SHARE
+    kinds = [_classify(lines[i], link_texts, english) for i in blocks]
+    kinds = _smooth(kinds)
+    good = [n for n, kind in enumerate(kinds) if kind == _Kind.GOOD]
+    if not good:
+        return text  # nothing reads as prose: a list, a table, code; left as it is
+    return "\n".join(lines[blocks[good[0]]: blocks[good[-1]] + 1])
+
+
+def _classify(line: str, link_texts: Collection[str], english: bool) -> _Kind:
+    block = " ".join(line.split())
+    length = len(block)
+    link = _link_chars(block, link_texts)
+    if link > _LINK_SHARE_MAX * length:
+        return _Kind.BAD
+    if length < _SHORT:
+        return _Kind.SHORT
+    if not english:
+        return _Kind.GOOD if length >= _LONG else _Kind.NEAR
+    words = _WORD_RE.findall(block.lower())
+    share = sum(w in _STOP_WORDS for w in words) / len(words) if words else 0.0
+    if share >= _STOP_SHARE:
+        return _Kind.GOOD if length >= _LONG else _Kind.NEAR
+    if share >= _STOP_SHARE_LOW:
+        return _Kind.NEAR
+    return _Kind.BAD
+
+
+def _link_chars(block: str, link_texts: Collection[str]) -> int:
+    """Characters of link text the block starts with or is (a teaser headline,
+    a "Read more" link); links inside a sentence are not counted."""
+    if block in link_texts:
+        return len(block)
+    head = block.split(" ", 3)
+    for n in (3, 2, 1):
+        prefix = " ".join(head[:n])
+        if prefix in link_texts:
+            return len(prefix)
+    return 0
+
+
+def _smooth(kinds: list[_Kind]) -> list[_Kind]:
+    """Middling blocks (NEAR) become GOOD next to a GOOD block, else BAD; then
+    runs of SHORT blocks become GOOD when both sides are GOOD (or one side is
+    GOOD and the other the text's edge), else BAD."""
+    n = len(kinds)
+    out = list(kinds)
+    for i, kind in enumerate(kinds):
+        if kind == _Kind.NEAR:
+            near_good = _neighbour(kinds, i, -1) == _Kind.GOOD or _neighbour(kinds, i, 1) == _Kind.GOOD
+            out[i] = _Kind.GOOD if near_good else _Kind.BAD
+    i = 0
+    while i < n:
+        if out[i] != _Kind.SHORT:
+            i += 1
+            continue
+        j = i
+        while j < n and out[j] == _Kind.SHORT:
+            j += 1
+        before = out[i - 1] if i > 0 else None
+        after = out[j] if j < n else None
+        good = _Kind.GOOD in (before, after) and _Kind.BAD not in (before, after)
+        for k in range(i, j):
+            out[k] = _Kind.GOOD if good else _Kind.BAD
+        i = j
+    return out
+
+
+def _neighbour(kinds: list[_Kind], i: int, step: int) -> _Kind | None:
+    """The nearest block in that direction that is not SHORT."""
+    i += step
+    while 0 <= i < len(kinds):
+        if kinds[i] != _Kind.SHORT:
+            return kinds[i]
+        i += step
+    return None
