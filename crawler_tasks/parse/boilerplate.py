@@ -22,6 +22,7 @@ links alone.  Pure logic: strings in, strings out.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Collection
 from enum import IntEnum
 
@@ -38,6 +39,21 @@ _ENGLISH_STOP_SHARE = 0.15  # the whole text's share below which it is not Engli
 _MIN_BLOCKS = 3  # fewer blocks than this: nothing to compare, kept as is
 
 _WORD_RE = re.compile(r"\w+")
+# Headings and notices after which a page has comments, teasers or sharing
+# prompts, not the article: the text ends before the first of them that
+# follows a good block.  One that comes twice or more heads each item of a
+# listing (a blog's front page), not the end.  ("See also" is not one:
+# documentation puts it mid-page.)
+_MARKER_MAX_CHARS = 60
+_END_MARKER_RE = re.compile(
+    r"(?:\d+\s+)?(?:comments?|responses?|replies|(?:leave|post|add|write|submit) (?:a |your )?(?:comment|reply)"
+    r"|comments (?:are|have been) (?:now )?closed(?: for this \w+)?"
+    r"|related (?:articles?|stories|posts|links|content|news)|more (?:stories|news)"
+    r"|(?:you|we) (?:may|might) also like|recommended(?: for you| stories)?"
+    r"|most (?:popular|read|viewed|shared|emailed)|(?:don't|do not) miss|share this(?: article| story| post)?)"
+    r"[\s\d():.!…-]*",
+    re.I,
+)
 
 # The most frequent English function words (articles, pronouns, auxiliaries,
 # prepositions, conjunctions): common to any prose, rare in menus and credits.
@@ -75,7 +91,22 @@ def trim_boilerplate(text: str, link_texts: Collection[str]) -> str:
     good = [n for n, kind in enumerate(kinds) if kind == _Kind.GOOD]
     if not good:
         return text  # nothing reads as prose: a list, a table, code; left as it is
-    return "\n".join(lines[blocks[good[0]]: blocks[good[-1]] + 1])
+    first, last = good[0], good[-1]
+    markers = [n for n in range(first + 1, last + 1) if _ends_article(lines[blocks[n]])]
+    seen = Counter(_collapse_lower(lines[blocks[n]]) for n in markers)
+    end = next((n for n in markers if seen[_collapse_lower(lines[blocks[n]])] == 1), None)
+    if end is not None:
+        last = max((n for n in good if n < end), default=first)
+    return "\n".join(lines[blocks[first]: blocks[last] + 1])
+
+
+def _ends_article(line: str) -> bool:
+    """A heading or notice that opens the comments or the related links."""
+    return len(line) <= _MARKER_MAX_CHARS and _END_MARKER_RE.fullmatch(line.strip()) is not None
+
+
+def _collapse_lower(line: str) -> str:
+    return " ".join(line.lower().split())
 
 
 def _classify(line: str, link_texts: Collection[str], english: bool) -> _Kind:
