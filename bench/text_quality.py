@@ -199,6 +199,7 @@ def ours_at(rev: str) -> Extractor:
     spec = importlib.util.spec_from_file_location(f"text_at_{rev}", f.name)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     os.unlink(f.name)
     old = module.extract_text
