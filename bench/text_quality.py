@@ -19,7 +19,7 @@ The datasets (folder: origin, how its gold text is read):
   <p>/<h>/<l> marks dropped;
 - CleanPortalEval-master: CleanPortalEval (Endrédy & Novák 2013), same format;
 - dragnet_data: Dragnet (Peters & Lecocq 2013), corrected text up to its
-  "!@#$%^&*() COMMENTS" mark (the main text leaves user comments out);
+  "!@#$%^&*() COMMENTS" mark, typos included (the main text leaves user comments out);
 - page-signal-master: L3S-GN1 Google News (Kohlschütter et al. 2010), the text of the
   headline, full-text and supplemental labels (x-nc-sel1..3), as Bevendorff et al. (2023)
   read it;
@@ -84,7 +84,7 @@ WORD_RE = re.compile(r"\w+")
 DATASETS = ("cleaneval-dev", "cleaneval-final", "CleanPortalEval-master", "dragnet_data", "page-signal-master",
             "readability")
 _CLEANEVAL_MARK_RE = re.compile(r"<[phl]>|^\s*URL:[^\n]*", re.I | re.M)
-_DRAGNET_COMMENTS_RE = re.compile(r"^!+@#\$%\^&\*\(\)\s+COMMENTS", re.M)
+_DRAGNET_COMMENTS_RE = re.compile(r"^[!@#$%^&*() ]{5,}\s*COMMENTS", re.M)  # "!@#$%^&*()  COMMENTS", with typos
 
 Extractor = Callable[[str], str]
 

@@ -260,14 +260,17 @@ def test_trim_keeps_lists_listings_and_other_languages() -> None:
     names = "\n".join(f"Name {i}" for i in range(20))
     assert trim_boilerplate(names, set()) == names
     # a heading repeated on each item of a listing is not the article's end
-    listing = "\n\n".join(f"Post {i}\n{prose}\nComments (3)" for i in range(3))
+    listing = "\n\n".join(f"Post {i}\n{prose}\n{i + 2} comments" for i in range(3))
     assert trim_boilerplate(listing, set()).count("The council voted") == 3
     # once after the article it is
-    assert trim_boilerplate(f"{prose}\n{prose}\nComments (3)\n{prose}", set()).count("The council") == 2
+    assert trim_boilerplate(f"{prose}\n{prose}\n12 Responses to “Library”\n{prose}", set()).count("The council") == 2
     # text without English function words is judged on length and links only
     german = "Der Rat hat am Dienstag beschlossen, die Bibliothek ein weiteres Jahr offen zu halten, sagte er heute."
     text = f"Startseite\n{german * 2}\n{german * 2}\nImpressum"
     assert trim_boilerplate(text, {"Startseite", "Impressum"}) == f"{german * 2}\n{german * 2}"
+    # a closing code sample or table stays; the page's furniture after it (a link) goes
+    code = "import os\nprint(os.getcwd(), 'a fairly long line of code that has no English in it', 42, 43, 44)"
+    assert trim_boilerplate(f"{prose}\n{prose}\n{code}\nNext page", {"Next page"}) == f"{prose}\n{prose}\n{code}"
     # a block led by a link is link text; one with a link inside a sentence is not
     assert trim_boilerplate(f"Read more about it\n{prose}\n{prose}\nRead more about it", {"Read more about it"}) \
         == f"{prose}\n{prose}"

@@ -39,21 +39,18 @@ _ENGLISH_STOP_SHARE = 0.15  # the whole text's share below which it is not Engli
 _MIN_BLOCKS = 3  # fewer blocks than this: nothing to compare, kept as is
 
 _WORD_RE = re.compile(r"\w+")
-# Headings and notices after which a page has comments, teasers or sharing
-# prompts, not the article: the text ends before the first of them that
-# follows a good block.  One that comes twice or more heads each item of a
-# listing (a blog's front page), not the end.  ("See also" is not one:
-# documentation puts it mid-page.)
-_MARKER_MAX_CHARS = 60
+# Lines that open a comment section (a count, a closed notice, a prompt): the
+# article ends before the first of them.  One that comes twice or more
+# (counts aside) heads each item of a listing (a blog's front page), not the
+# end.  Bare headings ("Comments", "Related stories", "Share this") are not
+# used: documentation has "Comment" columns and mid-page "Related" notes.
+_MARKER_MAX_CHARS = 80
 _END_MARKER_RE = re.compile(
-    r"(?:\d+\s+)?(?:comments?|responses?|replies|(?:leave|post|add|write|submit) (?:a |your )?(?:comment|reply)"
-    r"|comments (?:are|have been) (?:now )?closed(?: for this \w+)?"
-    r"|related (?:articles?|stories|posts|links|content|news)|more (?:stories|news)"
-    r"|(?:you|we) (?:may|might) also like|recommended(?: for you| stories)?"
-    r"|most (?:popular|read|viewed|shared|emailed)|(?:don't|do not) miss|share this(?: article| story| post)?)"
-    r"[\s\d():.!…-]*",
+    r"[{(]?\s*\d+\s+(?:comments?|responses?|replies)\b.*|comments (?:are|have been) (?:now )?closed.*"
+    r"|(?:leave|post|add|write|submit) (?:a |your )?(?:comment|reply)\b.{0,20}",
     re.I,
 )
+_DIGITS_RE = re.compile(r"\d+")
 
 # The most frequent English function words (articles, pronouns, auxiliaries,
 # prepositions, conjunctions): common to any prose, rare in menus and credits.
@@ -87,26 +84,38 @@ def trim_boilerplate(text: str, link_texts: Collection[str]) -> str:
     all_words = _WORD_RE.findall(text.lower())
     english = bool(all_words) and sum(w in _STOP_WORDS for w in all_words) / len(all_words) >= _ENGLISH_STOP_SHARE
     kinds = [_classify(lines[i], link_texts, english) for i in blocks]
+    linked = [kind == _Kind.BAD and _is_link_text(lines[i], link_texts) for i, kind in zip(blocks, kinds, strict=True)]
     kinds = _smooth(kinds)
     good = [n for n, kind in enumerate(kinds) if kind == _Kind.GOOD]
     if not good:
         return text  # nothing reads as prose: a list, a table, code; left as it is
     first, last = good[0], good[-1]
-    markers = [n for n in range(first + 1, last + 1) if _ends_article(lines[blocks[n]])]
-    seen = Counter(_collapse_lower(lines[blocks[n]]) for n in markers)
-    end = next((n for n in markers if seen[_collapse_lower(lines[blocks[n]])] == 1), None)
-    if end is not None:
-        last = max((n for n in good if n < end), default=first)
+    end = next((n for n in _unique_markers(lines, blocks) if n > first), len(blocks))
+    last = max((n for n in good if n < end), default=first)
+    # Lines between the prose and the first link or comments marker stay (a
+    # closing code sample, a table, a byline); that link is where the page's
+    # own furniture starts.
+    while last + 1 < end and not linked[last + 1]:
+        last += 1
+    while first > 0 and not linked[first - 1]:
+        first -= 1
     return "\n".join(lines[blocks[first]: blocks[last] + 1])
 
 
+def _unique_markers(lines: list[str], blocks: list[int]) -> list[int]:
+    markers = [n for n, i in enumerate(blocks) if _ends_article(lines[i])]
+    seen = Counter(_marker_key(lines[blocks[n]]) for n in markers)
+    return [n for n in markers if seen[_marker_key(lines[blocks[n]])] == 1]
+
+
 def _ends_article(line: str) -> bool:
-    """A heading or notice that opens the comments or the related links."""
+    """A line that opens a comment section."""
     return len(line) <= _MARKER_MAX_CHARS and _END_MARKER_RE.fullmatch(line.strip()) is not None
 
 
-def _collapse_lower(line: str) -> str:
-    return " ".join(line.lower().split())
+def _marker_key(line: str) -> str:
+    """Markers that differ only in their counts are the same heading."""
+    return _DIGITS_RE.sub("#", " ".join(line.lower().split()))
 
 
 def _classify(line: str, link_texts: Collection[str], english: bool) -> _Kind:
@@ -126,6 +135,11 @@ def _classify(line: str, link_texts: Collection[str], english: bool) -> _Kind:
     if share >= _STOP_SHARE_LOW:
         return _Kind.NEAR
     return _Kind.BAD
+
+
+def _is_link_text(line: str, link_texts: Collection[str]) -> bool:
+    block = " ".join(line.split())
+    return _link_chars(block, link_texts) > _LINK_SHARE_MAX * len(block)
 
 
 def _link_chars(block: str, link_texts: Collection[str]) -> int:
