@@ -268,6 +268,10 @@ def test_trim_keeps_lists_listings_and_other_languages() -> None:
     german = "Der Rat hat am Dienstag beschlossen, die Bibliothek ein weiteres Jahr offen zu halten, sagte er heute."
     text = f"Startseite\n{german * 2}\n{german * 2}\nImpressum"
     assert trim_boilerplate(text, {"Startseite", "Impressum"}) == f"{german * 2}\n{german * 2}"
+    # a run of comment signatures starts the comments
+    comments = "".join(f"Reader {i} says:\n{prose}\n" for i in range(3))
+    assert trim_boilerplate(f"{prose}\n{prose}\n{comments}", set()) == f"{prose}\n{prose}"
+    assert trim_boilerplate(f"{prose}\n{prose}\nThe mayor says:\n{prose}", set()).count("The council") == 3
     # a closing code sample or table stays; the page's furniture after it (a link) goes
     code = "import os\nprint(os.getcwd(), 'a fairly long line of code that has no English in it', 42, 43, 44)"
     assert trim_boilerplate(f"{prose}\n{prose}\n{code}\nNext page", {"Next page"}) == f"{prose}\n{prose}\n{code}"

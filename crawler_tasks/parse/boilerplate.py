@@ -10,9 +10,12 @@ trafilatura: real prose is long and full of function words ("the", "of",
 line of the extracted text) is classed by its length, its share of stop words
 and of link text; middling and short blocks then take the class of the blocks
 around them (a headline or byline next to the article stays).  The text is cut
-to the span from the first to the last good block.  Bad blocks inside that
-span stay: on the tune pages of bench/text_quality.py, dropping them cost more
-article text (link directories, lists of names, code) than it removed.
+to the span from the first to the last good block, widened to the nearest
+block of link text on each side (a closing code sample or table stays), and
+ended where a comment section starts (a "12 Responses to ..." line, a run of
+"Posted by: ..." signatures).  Bad blocks inside that span stay: on the tune
+pages of bench/text_quality.py, dropping them cost more article text (link
+directories, lists of names, code) than it removed.
 
 Stop-word share is only used when the text has enough English function words
 to be English (the list here is English); other texts are judged on length and
@@ -50,6 +53,9 @@ _END_MARKER_RE = re.compile(
     r"|(?:leave|post|add|write|submit) (?:a |your )?(?:comment|reply)\b.{0,20}",
     re.I,
 )
+# A comment's signature line, with the colon that a byline does not have.
+_SIGNATURE_RE = re.compile(r"(?:posted|written|submitted) by: .*|.{1,50} (?:says|said|wrote):", re.I)
+_MIN_SIGNATURES = 3
 _DIGITS_RE = re.compile(r"\d+")
 
 # The most frequent English function words (articles, pronouns, auxiliaries,
@@ -90,7 +96,7 @@ def trim_boilerplate(text: str, link_texts: Collection[str]) -> str:
     if not good:
         return text  # nothing reads as prose: a list, a table, code; left as it is
     first, last = good[0], good[-1]
-    end = next((n for n in _unique_markers(lines, blocks) if n > first), len(blocks))
+    end = _comments_start(lines, blocks, first)
     last = max((n for n in good if n < end), default=first)
     # Lines between the prose and the first link or comments marker stay (a
     # closing code sample, a table, a byline); that link is where the page's
@@ -102,10 +108,16 @@ def trim_boilerplate(text: str, link_texts: Collection[str]) -> str:
     return "\n".join(lines[blocks[first]: blocks[last] + 1])
 
 
-def _unique_markers(lines: list[str], blocks: list[int]) -> list[int]:
-    markers = [n for n, i in enumerate(blocks) if _ends_article(lines[i])]
+def _comments_start(lines: list[str], blocks: list[int], first: int) -> int:
+    """The block after ``first`` where a comment section starts: the first
+    marker the page has once, or the first of ``_MIN_SIGNATURES`` comment
+    signatures or more; ``len(blocks)`` when there is none."""
+    markers = [n for n, i in enumerate(blocks) if n > first and _ends_article(lines[i])]
     seen = Counter(_marker_key(lines[blocks[n]]) for n in markers)
-    return [n for n in markers if seen[_marker_key(lines[blocks[n]])] == 1]
+    unique = [n for n in markers if seen[_marker_key(lines[blocks[n]])] == 1]
+    signed = [n for n, i in enumerate(blocks) if n > first and len(lines[i]) <= _MARKER_MAX_CHARS
+              and _SIGNATURE_RE.fullmatch(lines[i].strip())]
+    return min(unique[:1] + signed[:1] if len(signed) >= _MIN_SIGNATURES else unique[:1], default=len(blocks))
 
 
 def _ends_article(line: str) -> bool:
