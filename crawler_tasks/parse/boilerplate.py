@@ -70,6 +70,9 @@ _STOP_WORDS = frozenset(
 )
 
 
+_LANG_SAMPLE_CHARS = 20_000  # enough to tell English; a whole long page cost milliseconds
+
+
 class _Kind(IntEnum):
     BAD = 0
     SHORT = 1
@@ -87,8 +90,7 @@ def trim_boilerplate(text: str, link_texts: Collection[str]) -> str:
     blocks = [i for i, line in enumerate(lines) if line.strip()]
     if len(blocks) < _MIN_BLOCKS:
         return text
-    all_words = _WORD_RE.findall(text.lower())
-    english = bool(all_words) and sum(w in _STOP_WORDS for w in all_words) / len(all_words) >= _ENGLISH_STOP_SHARE
+    english = _stop_share(text[:_LANG_SAMPLE_CHARS]) >= _ENGLISH_STOP_SHARE
     kinds = [_classify(lines[i], link_texts, english) for i in blocks]
     linked = [kind == _Kind.BAD and _is_link_text(lines[i], link_texts) for i, kind in zip(blocks, kinds, strict=True)]
     kinds = _smooth(kinds)
@@ -140,13 +142,17 @@ def _classify(line: str, link_texts: Collection[str], english: bool) -> _Kind:
         return _Kind.SHORT
     if not english:
         return _Kind.GOOD if length >= _LONG else _Kind.NEAR
-    words = _WORD_RE.findall(block.lower())
-    share = sum(w in _STOP_WORDS for w in words) / len(words) if words else 0.0
+    share = _stop_share(block)
     if share >= _STOP_SHARE:
         return _Kind.GOOD if length >= _LONG else _Kind.NEAR
     if share >= _STOP_SHARE_LOW:
         return _Kind.NEAR
     return _Kind.BAD
+
+
+def _stop_share(text: str) -> float:
+    words = _WORD_RE.findall(text.lower())
+    return sum(map(_STOP_WORDS.__contains__, words)) / len(words) if words else 0.0
 
 
 def _is_link_text(line: str, link_texts: Collection[str]) -> bool:
