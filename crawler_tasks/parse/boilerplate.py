@@ -40,6 +40,7 @@ _STOP_SHARE_LOW = 0.12  # middling: prose if its neighbours are
 _LINK_SHARE_MAX = 0.4  # more link text than this: navigation or a teaser
 _ENGLISH_STOP_SHARE = 0.15  # the whole text's share below which it is not English
 _MIN_BLOCKS = 3  # fewer blocks than this: nothing to compare, kept as is
+_LANG_SAMPLE_CHARS = 20_000  # enough to tell English; a whole long page cost milliseconds
 
 _WORD_RE = re.compile(r"\w+")
 # Lines that open a comment section (a count, a closed notice, a prompt): the
@@ -68,9 +69,6 @@ _STOP_WORDS = frozenset(
     their theirs them themselves then there these they this those through to too under until up very was we were
     what when where which while who whom why will with would you your yours yourself yourselves""".split()
 )
-
-
-_LANG_SAMPLE_CHARS = 20_000  # enough to tell English; a whole long page cost milliseconds
 
 
 class _Kind(IntEnum):

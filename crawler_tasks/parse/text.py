@@ -3,8 +3,8 @@
 The whole ``<body>`` text that :func:`crawler_tasks.parse.html.parse_html`
 returns carries navigation, sidebars, tables of contents and footers: on
 documentation pages a quarter of its words are boilerplate.  This module
-returns the main content instead, measured against a slow reference
-extractor by ``bench/text_quality.py``:
+returns the main content instead, measured on human-labelled pages against
+trafilatura and resiliparse by ``bench/text_quality.py``:
 
 1. resiliparse parses the page once; metadata come from that tree (title,
    description, dates from meta tags, microdata and JSON-LD, declared
@@ -14,8 +14,12 @@ extractor by ``bench/text_quality.py``:
    heuristics do not catch those;
 3. resiliparse extracts the main content of what is left from that same
    tree (no serialization and second parse), keeping block breaks (one
-   line per block, a blank line between paragraphs);
-4. resiliparse's n-gram profiles guess the language of the main text.
+   line per block, a blank line between paragraphs); the whole text when
+   its class rules left almost nothing;
+4. :mod:`crawler_tasks.parse.boilerplate` cuts that text to the article
+   (banners above it, teasers and comments below it go), judging each line
+   by its length, stop words and link text;
+5. resiliparse's n-gram profiles guess the language of the main text.
 
 Error policy: :func:`extract_text` never raises.  Input is cut at
 ``MAX_INPUT_BYTES``; on a failure the returned :class:`PageText` is empty
@@ -73,7 +77,7 @@ _LANG_MIN_LETTERS = 20  # below this any guess is noise
 _LINK_DENSITY_MAX = 0.7
 _LINK_DENSE_MIN_LINKS = 2
 _LINK_SAMPLE = 64  # a block of n >= 128 links is judged on every (n // 64)-th one
-_MAX_LINK_TEXTS = 2000  # ~3 us each; a block after the 2000th link is judged without its link share
+_MAX_LINK_TEXTS = 2000  # ~3 us each; lines of links past the 2000th are judged without them
 # resiliparse's main content shorter than this, and than a tenth of the whole
 # text, is a miss (its class rules dropped the article's container).
 _MAIN_MIN_CHARS = 200
