@@ -278,3 +278,13 @@ def test_trim_keeps_lists_listings_and_other_languages() -> None:
     # a block led by a link is link text; one with a link inside a sentence is not
     assert trim_boilerplate(f"Read more about it\n{prose}\n{prose}\nRead more about it", {"Read more about it"}) \
         == f"{prose}\n{prose}"
+
+
+def test_article_in_a_container_named_like_furniture_is_kept() -> None:
+    # resiliparse's class rules drop a <div class="sidebar"> whole; when that leaves
+    # (almost) nothing, the main text is the page's text, trimmed
+    html = (f"<html><body><div class='sidebar'><h1>Library stays open</h1><p>{_PROSE * 3}</p><p>{_PROSE}</p>"
+            "</div><div><a href='/about'>About us</a></div></body></html>")
+    p = extract_text(html, "u")
+    assert p.text.startswith("Library stays open") and p.text.count("The council voted") == 4
+    assert "About us" not in p.text

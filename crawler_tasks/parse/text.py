@@ -80,7 +80,7 @@ _LINK_SAMPLE = 64  # a block of n >= 128 links is judged on every (n // 64)-th o
 _MAX_LINK_TEXTS = 2000  # ~3 us each; lines of links past the 2000th are judged without them
 # resiliparse's main content shorter than this, and than a tenth of the whole
 # text, is a miss (its class rules dropped the article's container).
-_MAIN_MIN_CHARS = 200
+_MAIN_MIN_CHARS = 400
 _MAIN_MIN_SHARE_INV = 10
 _LINK_BLOCK_SELECTOR = ":is(ul, ol, dl, table):not(:is(ul, ol, dl, table) *)"  # outermost ones
 _HIDDEN_TAGS = frozenset({"script", "style", "noscript", "template", "iframe", "noembed", "noframes", "svg", "math"})
