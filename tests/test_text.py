@@ -17,6 +17,7 @@ from crawler_tasks.dedup.fingerprint import (
 )
 from crawler_tasks.dedup.simhash import simhash64_with_count
 from crawler_tasks.exceptions import ConfigError
+from crawler_tasks.parse.boilerplate import trim_boilerplate
 from crawler_tasks.parse.html import prepare_document
 from crawler_tasks.parse.page import analyse
 from crawler_tasks.parse.text import MAX_INPUT_BYTES, PageText, extract_text
@@ -232,3 +233,58 @@ def test_hidden_elements_leave_headings_and_text_nested_ones_too() -> None:
     p = extract_text(html, "u", full_text=True)
     assert p.headings == ["Setup"] and p.title == "Setup"
     assert p.full_text is not None and "icon" not in p.full_text and "hidden" not in p.full_text
+
+
+_PROSE = ("The council voted on Tuesday to keep the library open for another year, and the mayor said that "
+          "the decision was the right one for the families who use it every week. ")
+
+
+def test_article_keeps_headline_and_byline_and_loses_teasers_and_comments() -> None:
+    teasers = "".join(f"<div><a href='/t{i}'>Teaser headline number {i}</a><p>Summary of another story that "
+                      f"is {i} words long.</p></div>" for i in range(6))
+    html = ("<html><body>"
+            f"<article><h1>Library stays open</h1><p>By A. Writer, 12 January</p><p>{_PROSE * 2}</p>"
+            f"<p>{_PROSE}</p></article><div><b>Comments are now closed for this story</b><br>Frank<br>"
+            f"{'I could not agree more with the people who wrote before me about this library. ' * 3}</div>"
+            f"<div>{teasers}</div></body></html>")
+    p = extract_text(html, "u")
+    assert p.text.startswith("Library stays open\n\nBy A. Writer")
+    assert p.text.count("The council voted") == 3
+    assert "Teaser" not in p.text and "Summary of another" not in p.text
+    assert "Comments are now closed" not in p.text and "could not agree" not in p.text
+
+
+def test_trim_keeps_lists_listings_and_other_languages() -> None:
+    prose = _PROSE.strip()
+    # nothing reads as prose: left as it is
+    names = "\n".join(f"Name {i}" for i in range(20))
+    assert trim_boilerplate(names, set()) == names
+    # a heading repeated on each item of a listing is not the article's end
+    listing = "\n\n".join(f"Post {i}\n{prose}\n{i + 2} comments" for i in range(3))
+    assert trim_boilerplate(listing, set()).count("The council voted") == 3
+    # once after the article it is
+    assert trim_boilerplate(f"{prose}\n{prose}\n12 Responses to “Library”\n{prose}", set()).count("The council") == 2
+    # text without English function words is judged on length and links only
+    german = "Der Rat hat am Dienstag beschlossen, die Bibliothek ein weiteres Jahr offen zu halten, sagte er heute."
+    text = f"Startseite\n{german * 2}\n{german * 2}\nImpressum"
+    assert trim_boilerplate(text, {"Startseite", "Impressum"}) == f"{german * 2}\n{german * 2}"
+    # a run of comment signatures starts the comments
+    comments = "".join(f"Reader {i} says:\n{prose}\n" for i in range(3))
+    assert trim_boilerplate(f"{prose}\n{prose}\n{comments}", set()) == f"{prose}\n{prose}"
+    assert trim_boilerplate(f"{prose}\n{prose}\nThe mayor says:\n{prose}", set()).count("The council") == 3
+    # a closing code sample or table stays; the page's furniture after it (a link) goes
+    code = "import os\nprint(os.getcwd(), 'a fairly long line of code that has no English in it', 42, 43, 44)"
+    assert trim_boilerplate(f"{prose}\n{prose}\n{code}\nNext page", {"Next page"}) == f"{prose}\n{prose}\n{code}"
+    # a block led by a link is link text; one with a link inside a sentence is not
+    assert trim_boilerplate(f"Read more about it\n{prose}\n{prose}\nRead more about it", {"Read more about it"}) \
+        == f"{prose}\n{prose}"
+
+
+def test_article_in_a_container_named_like_furniture_is_kept() -> None:
+    # resiliparse's class rules drop a <div class="sidebar"> whole; when that leaves
+    # (almost) nothing, the main text is the page's text, trimmed
+    html = (f"<html><body><div class='sidebar'><h1>Library stays open</h1><p>{_PROSE * 3}</p><p>{_PROSE}</p>"
+            "</div><div><a href='/about'>About us</a></div></body></html>")
+    p = extract_text(html, "u")
+    assert p.text.startswith("Library stays open") and p.text.count("The council voted") == 4
+    assert "About us" not in p.text

@@ -3,8 +3,8 @@
 The whole ``<body>`` text that :func:`crawler_tasks.parse.html.parse_html`
 returns carries navigation, sidebars, tables of contents and footers: on
 documentation pages a quarter of its words are boilerplate.  This module
-returns the main content instead, measured against a slow reference
-extractor by ``bench/text_quality.py``:
+returns the main content instead, measured on human-labelled pages against
+trafilatura and resiliparse by ``bench/text_quality.py``:
 
 1. resiliparse parses the page once; metadata come from that tree (title,
    description, dates from meta tags, microdata and JSON-LD, declared
@@ -14,8 +14,12 @@ extractor by ``bench/text_quality.py``:
    heuristics do not catch those;
 3. resiliparse extracts the main content of what is left from that same
    tree (no serialization and second parse), keeping block breaks (one
-   line per block, a blank line between paragraphs);
-4. resiliparse's n-gram profiles guess the language of the main text.
+   line per block, a blank line between paragraphs); the whole text when
+   its class rules left almost nothing;
+4. :mod:`crawler_tasks.parse.boilerplate` cuts that text to the article
+   (banners above it, teasers and comments below it go), judging each line
+   by its length, stop words and link text;
+5. resiliparse's n-gram profiles guess the language of the main text.
 
 Error policy: :func:`extract_text` never raises.  Input is cut at
 ``MAX_INPUT_BYTES``; on a failure the returned :class:`PageText` is empty
@@ -37,6 +41,7 @@ from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.html import DocumentNode, ElementNode, HTMLTree
 from resiliparse.parse.lang import detect_fast
 
+from crawler_tasks.parse.boilerplate import trim_boilerplate
 from crawler_tasks.parse.budget import MAX_ATTRS, MAX_DEPTH, MAX_ELEMENTS, apply_budget, needs_budget
 from crawler_tasks.parse.encoding import decode_html
 from crawler_tasks.parse.html import Document
@@ -72,6 +77,11 @@ _LANG_MIN_LETTERS = 20  # below this any guess is noise
 _LINK_DENSITY_MAX = 0.7
 _LINK_DENSE_MIN_LINKS = 2
 _LINK_SAMPLE = 64  # a block of n >= 128 links is judged on every (n // 64)-th one
+_MAX_LINK_TEXTS = 2000  # ~3 us each; lines of links past the 2000th are judged without them
+# resiliparse's main content shorter than this, and than a tenth of the whole
+# text, is a miss (its class rules dropped the article's container).
+_MAIN_MIN_CHARS = 400
+_MAIN_MIN_SHARE_INV = 10
 _LINK_BLOCK_SELECTOR = ":is(ul, ol, dl, table):not(:is(ul, ol, dl, table) *)"  # outermost ones
 _HIDDEN_TAGS = frozenset({"script", "style", "noscript", "template", "iframe", "noembed", "noframes", "svg", "math"})
 _HEADING_TAGS = frozenset({"h1", "h2", "h3"})
@@ -209,13 +219,7 @@ def _extract(
             page.full_text = whole
     if main_content:
         _drop_link_dense(tree)
-        page.text = _tidy(
-            extract_plain_text(
-                tree, preserve_formatting=True, main_content=True, list_bullets=False, comments=False,
-                alt_texts=False,
-            ),
-            max_chars,
-        )
+        page.text = trim_boilerplate(_main_text(tree, max_chars), _link_texts(tree))
     else:
         page.text = whole
     # Headings the main text lost were in menus or sidebars.
@@ -293,6 +297,35 @@ def _drop_link_dense(tree: HTMLTree) -> None:
                 break
     for block in dense:  # after the walk, so that it never reads a removed node
         block.decompose()
+
+
+def _main_text(tree: HTMLTree, max_chars: int) -> str:
+    """resiliparse's main content; the whole text when that kept almost nothing
+    of a page that has text (its class rules matched the article's container)."""
+    main = _tidy(
+        extract_plain_text(
+            tree, preserve_formatting=True, main_content=True, list_bullets=False, comments=False, alt_texts=False,
+        ),
+        max_chars,
+    )
+    if len(main) < _MAIN_MIN_CHARS:
+        whole = _tidy(extract_plain_text(tree, preserve_formatting=True, list_bullets=False, alt_texts=False),
+                      max_chars)
+        if len(whole) > _MAIN_MIN_SHARE_INV * max(len(main), 1):
+            return whole
+    return main
+
+
+def _link_texts(tree: HTMLTree) -> set[str]:
+    """Collapsed texts of the first ``_MAX_LINK_TEXTS`` links of the body."""
+    body = tree.body
+    if body is None:
+        return set()
+    links = body.query_selector_all("a[href]")
+    texts = {_collapse(link.text or "") for link in map(links.item, range(min(len(links), _MAX_LINK_TEXTS)))
+             if link is not None}
+    texts.discard("")
+    return texts
 
 
 def _visible_chars(text: str) -> int:
