@@ -16,13 +16,21 @@ fresh copy of the (deterministic) test web for every run; medians are quoted.
 3. real documentation sites (``--docs DIR ...``, e.g. the HTML manuals a system ships),
    each folder its own host served by nginx (or Python's http.server), delay-bound, to
    exhaustion: both crawl times, pages, and each against its ideal.
+4. the web's shape (``--only web``): 1,000 hosts (``--web-hosts``) of 16 pages of
+   ~30 kB, every answer late by a lognormal time to first byte (median 0.4 s, sigma
+   0.9), a Crawl-delay of 1-5 s per host, a cap of 8,000 pages. Figures come from the
+   server's request and connection logs: pages (200)/s, requests not for pages,
+   exchanges and hosts in flight, politeness violations, last exchange to exit;
+   beside CPU ms a page and peak RSS/PSS of the crawl's tree. bench/README.md says
+   what each figure means.
 
 Scrapy runs from its own venv (bench/.venv-scrapy, made on first use; never in
 requirements.txt) with bench/scrapy_spider.py: one connection per host, robots.txt
 obeyed, no autothrottle, no cache, its default scheduler and dupefilter. Only
 loopback traffic; every server the script starts, it stops.
 
-    python bench/vs_scrapy.py [--pages 5000] [--runs 3] [--quick] [--only many|few|docs] [--docs DIR ...]
+    python bench/vs_scrapy.py [--pages 5000] [--runs 3] [--quick] [--only many|few|docs|web] [--docs DIR ...]
+                              [--web-hosts 1000 5000] [--web-cap 8000] [--web-delay 1-5] ...
 """
 from __future__ import annotations
 
@@ -84,6 +92,7 @@ class Run:
     written: list[tuple[float, int]] = field(default_factory=list)  # (time, records in the output file)
     peak_pss: int = 0
     server: ServerView | None = None  # what the test web saw (web-shaped scenario)
+    load: float = 0.0  # the machine's 1-minute load average at exit: others' work slows both sides
 
     @property
     def pages(self) -> int:
@@ -176,7 +185,7 @@ class ServerView:
             other=len(requests) - len(pages) - robots - sitemaps,
             page_ends=sorted(r.end for r in pages),
             last_end=max((r.end or r.start for r in requests), default=0.0),
-            samples=in_flight(requests, conns, IN_FLIGHT_STEP_S),
+            samples=in_flight(requests, conns, IN_FLIGHT_STEP_S, delays),
             politeness=check_politeness(requests, conns, delays),
         )
 
@@ -681,6 +690,7 @@ def web_shape(args: argparse.Namespace, python: Path) -> None:
                             run = run_scrapy(args, python, web.seeds, cap, low, tmp,
                                              broad_crawl_settings(args, slots))
                     run.server = ServerView.from_log(web.log, delays)
+                    run.load = os.getloadavg()[0]
                     bounds = politeness_bounds(delays, mean_answer)
                 finally:
                     if args.keep:
@@ -691,11 +701,11 @@ def web_shape(args: argparse.Namespace, python: Path) -> None:
                 sv = served(run)
                 print(f"  run {i + 1}/{args.runs} {side:6s}: {sv.pages} pages (200), wall {run.wall_s:.1f} s, "
                       f"{sv.pages / run.wall_s:.1f} pages/s, {sv.requests} requests ({sv.not_pages} not pages), "
-                      f"exchanges in flight median {sv.in_flight('exchanges', 0.5):.0f}, hosts connected "
-                      f"{sv.in_flight('hosts_connected', 0.5):.0f}, CPU {run.cpu_s / max(sv.pages, 1) * 1000:.2f} "
+                      f"exchanges in flight median {sv.in_flight('exchanges', 0.5):.0f}, hosts in flight "
+                      f"{sv.in_flight('hosts_in_flight', 0.5):.0f}, CPU {run.cpu_s / max(sv.pages, 1) * 1000:.2f} "
                       f"ms/page, peak RSS {run.peak_rss / 2**20:.0f} MiB, last exchange to exit "
                       f"{run.start + run.wall_s - sv.last_end:.1f} s, politeness violations "
-                      f"{sv.politeness.violations}", file=sys.stderr, flush=True)
+                      f"{sv.politeness.violations}, load average {run.load:.1f}", file=sys.stderr, flush=True)
         print(f"\nweb-shaped: {shape}; median of {args.runs} run(s) each, "
               f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print(f"  politeness bound with every host busy: {bounds[0]:.0f} pages/s resting the delay after each "
@@ -705,6 +715,7 @@ def web_shape(args: argparse.Namespace, python: Path) -> None:
             ("pages (200)/s whole run", ".1f", lambda r: served(r).pages / r.wall_s, True),
             ("pages (200)/s steady 10-90%", ".1f", lambda r: served(r).rate_steady, True),
             ("wall s", ".1f", lambda r: r.wall_s, True),
+            ("hosts reached", ".0f", lambda r: served(r).politeness.hosts, False),
             ("requests", ".0f", lambda r: served(r).requests, True),
             ("  not pages", ".0f", lambda r: served(r).not_pages, True),
             ("  robots.txt", ".0f", lambda r: served(r).robots, False),
@@ -712,6 +723,8 @@ def web_shape(args: argparse.Namespace, python: Path) -> None:
             ("  other (probes, 404s)", ".0f", lambda r: served(r).other, False),
             ("exchanges in flight median", ".0f", lambda r: served(r).in_flight("exchanges", 0.5), True),
             ("exchanges in flight p95", ".0f", lambda r: served(r).in_flight("exchanges", 0.95), True),
+            ("hosts in flight median", ".0f", lambda r: served(r).in_flight("hosts_in_flight", 0.5), True),
+            ("hosts in flight p95", ".0f", lambda r: served(r).in_flight("hosts_in_flight", 0.95), True),
             ("connections open median", ".0f", lambda r: served(r).in_flight("connections", 0.5), True),
             ("hosts connected median", ".0f", lambda r: served(r).in_flight("hosts_connected", 0.5), True),
             ("hosts connected p95", ".0f", lambda r: served(r).in_flight("hosts_connected", 0.95), True),
@@ -721,6 +734,7 @@ def web_shape(args: argparse.Namespace, python: Path) -> None:
             ("peak PSS MiB (tree)", ".0f", lambda r: r.peak_pss / 2**20, True),
             ("start-up s (to 1st page)", ".1f", lambda r: r.startup_s, True),
             ("last exchange to exit s", ".1f", lambda r: r.start + r.wall_s - served(r).last_end, True),
+            ("load average at exit", ".1f", lambda r: r.load, False),
         ], ours, theirs)
         for side, runs in (("ours", ours), ("scrapy", theirs)):
             p = [served(r).politeness for r in runs]

@@ -74,6 +74,7 @@ def test_answers_wait_their_latency_without_stalling_each_other() -> None:
         samples = in_flight(web.requests, web.connections, 0.01)
         assert max(s.exchanges for s in samples) >= 4
         assert max(s.hosts_connected for s in samples) >= 4
+        assert max(s.hosts_in_flight for s in samples) == max(s.exchanges for s in samples)
 
 
 def test_checker_passes_a_polite_client_and_flags_an_impolite_one(tmp_path: Path) -> None:
@@ -99,6 +100,11 @@ def test_checker_passes_a_polite_client_and_flags_an_impolite_one(tmp_path: Path
                                    {web.hosts[0]: delay})
     assert only_polite.violations == 0 and only_polite.short_starts == 0
     assert only_polite.min_gap_ratio >= 1
+    # host 0 rests about its delay between exchanges: in flight throughout unless its delay is short
+    held = in_flight(requests[:3], conns[:1], 0.01, {web.hosts[0]: delay})
+    assert all(s.hosts_in_flight == 1 for s in held)
+    parked = in_flight(requests[:3], conns[:1], 0.01, {web.hosts[0]: delay / 4})
+    assert sum(s.hosts_in_flight == 0 for s in parked) > len(parked) / 2
     report = check_politeness(requests, conns, {web.hosts[0]: delay, web.hosts[1]: delay})
     assert report.hosts == 2 and report.requests == 6
     assert report.robots_late == 1 and report.multi_conn_hosts == 1

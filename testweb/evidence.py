@@ -24,6 +24,10 @@ from pathlib import Path
 from testweb.responses import ConnRecord, RequestRecord
 
 ROBOTS = "/robots.txt"
+# A host resting between two exchanges counts as in flight when the gap is at most
+# this many times its delay: the crawler held it (or took it up again at once) rather
+# than letting it go.
+HELD_GAP_FACTOR = 2.0
 
 
 @dataclass
@@ -118,6 +122,7 @@ class InFlight:
     exchanges: int  # requests read and not yet fully answered
     connections: int  # open TCP connections
     hosts_connected: int  # hosts with at least one open connection
+    hosts_in_flight: int  # hosts in an exchange, or resting between two at most HELD_GAP_FACTOR x delay apart
     hosts_active: int  # hosts between their first request and their last answer
 
 
@@ -143,8 +148,27 @@ def _merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return out
 
 
-def in_flight(requests: list[RequestRecord], conns: list[ConnRecord], step_s: float = 0.1) -> list[InFlight]:
-    """Samples every ``step_s`` from the first request to the last answer."""
+def _held(requests: list[RequestRecord], delays: Mapping[str, float]) -> list[tuple[float, float]]:
+    """Per host, its exchanges and the rests between two of them that are at most
+    HELD_GAP_FACTOR x its delay, merged."""
+    by_host: dict[str, list[RequestRecord]] = defaultdict(list)
+    for r in requests:
+        by_host[r.host].append(r)
+    spans: list[tuple[float, float]] = []
+    for host, reqs in by_host.items():
+        reqs.sort(key=lambda r: r.start)
+        held = HELD_GAP_FACTOR * delays.get(host, 0.0)
+        mine = [(r.start, r.end) for r in reqs]
+        mine += [(a.end, b.start) for a, b in zip(reqs, reqs[1:], strict=False)
+                 if a.end and 0 <= b.start - a.end <= held]
+        spans += _merged(mine)
+    return spans
+
+
+def in_flight(requests: list[RequestRecord], conns: list[ConnRecord], step_s: float = 0.1,
+              delays: Mapping[str, float] | None = None) -> list[InFlight]:
+    """Samples every ``step_s`` from the first request to the last answer (``delays``:
+    host -> its delay, for hosts in flight)."""
     if not requests:
         return []
     exchanges = _Coverage((r.start, r.end) for r in requests)
@@ -159,10 +183,12 @@ def in_flight(requests: list[RequestRecord], conns: list[ConnRecord], step_s: fl
         first[r.host] = min(first.get(r.host, r.start), r.start)
         last[r.host] = max(last.get(r.host, 0.0), r.end or r.start)
     hosts_active = _Coverage((first[h], last[h]) for h in first)
+    hosts_held = _Coverage(_held(requests, delays or {}))
     t0 = min(first.values())
     t1 = max(last.values())
     n = int((t1 - t0) / step_s) + 1
-    return [InFlight(t, exchanges.at(t), connections.at(t), hosts_connected.at(t), hosts_active.at(t))
+    return [InFlight(t, exchanges.at(t), connections.at(t), hosts_connected.at(t), hosts_held.at(t),
+                     hosts_active.at(t))
             for t in (t0 + i * step_s for i in range(n))]
 
 
