@@ -39,6 +39,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import socket
 import statistics
 import subprocess
@@ -405,8 +406,26 @@ def tree_pss(pid: int) -> int:
     return total
 
 
-def measured(cmd: list[str], env: dict[str, str], log: Path, watch: Path) -> Measure:
-    """Run cmd to exit, sampling its tree's RSS and the line count of ``watch``."""
+def stop_tree(pid: int, sig: signal.Signals) -> None:
+    """Send sig to a process and its descendants, children first."""
+    try:
+        root = psutil.Process(pid)
+        procs = root.children(recursive=True)[::-1] + [root]
+    except psutil.NoSuchProcess:
+        return
+    for p in procs:
+        try:
+            p.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass
+
+
+def measured(cmd: list[str], env: dict[str, str], log: Path, watch: Path, timeout_s: float = 0.0) -> Measure:
+    """Run cmd to exit, sampling its tree's RSS and the line count of ``watch``.
+
+    Past ``timeout_s`` (0: never) the process gets SIGTERM, and its tree SIGKILL
+    30 s later; the Measure then has rc -1.
+    """
     with open(log, "w") as logf:
         t0 = time.time()
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=logf,
@@ -416,10 +435,18 @@ def measured(cmd: list[str], env: dict[str, str], log: Path, watch: Path) -> Mea
         counter = LineCounter(watch)
         written: list[tuple[float, int]] = []
 
+        timed_out = False
+
         def sample() -> None:
-            nonlocal peak, peak_pss
+            nonlocal peak, peak_pss, timed_out
             n = 0
             while not stop.wait(RSS_SAMPLE_S):
+                late = time.time() - t0 - timeout_s if timeout_s else -1.0
+                if late >= 0 and not timed_out:
+                    timed_out = True
+                    proc.send_signal(signal.SIGTERM)
+                elif late >= 30:
+                    stop_tree(proc.pid, signal.SIGKILL)
                 peak = max(peak, sample_tree(proc.pid, {}))
                 written.append((time.time(), counter.count()))
                 n += 1
@@ -435,7 +462,7 @@ def measured(cmd: list[str], env: dict[str, str], log: Path, watch: Path) -> Mea
             proc.wait()
             raise
         wall = time.time() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        proc.returncode = -1 if timed_out else os.waitstatus_to_exitcode(status)
         stop.set()
         sampler.join()
         written.append((t0 + wall, counter.count()))
@@ -448,7 +475,8 @@ def clean_env() -> dict[str, str]:
 
 def fail(side: str, rc: int, log: Path) -> BenchError:
     tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-15:])
-    return BenchError(f"{side} exited {rc}; last lines of its log ({log}):\n{tail}")
+    what = "ran past --run-timeout and was stopped" if rc == -1 else f"exited {rc}"
+    return BenchError(f"{side} {what}; last lines of its log ({log}):\n{tail}")
 
 
 def run_ours(args: argparse.Namespace, seeds: list[str], cap: int, delay: float, tmp: Path,
@@ -464,7 +492,7 @@ def run_ours(args: argparse.Namespace, seeds: list[str], cap: int, delay: float,
     env.update({"CRAWLER_" + k: v for k, v in (defaults or {}).items()})
     env.update({"CRAWLER_" + k: v for k, v in (item.split("=", 1) for item in args.set)})
     log = tmp / "ours.log"
-    m = measured(cmd, env, log, out / "pages.jsonl")
+    m = measured(cmd, env, log, out / "pages.jsonl", args.run_timeout)
     if m.rc != 0:
         raise fail("manage.py crawl", m.rc, log)
     times, hosts = [], Counter[str]()
@@ -491,7 +519,7 @@ def run_scrapy(args: argparse.Namespace, python: Path, seeds: list[str], cap: in
     for item in args.scrapy_set:
         cmd += ["-s", item]
     log = tmp / "scrapy.log"
-    m = measured(cmd, clean_env(), log, out)
+    m = measured(cmd, clean_env(), log, out, args.run_timeout)
     if m.rc != 0 or not out.exists():
         raise fail("scrapy runspider", m.rc, log)
     times, hosts = [], Counter[str]()
@@ -730,6 +758,7 @@ def web_shape(args: argparse.Namespace, python: Path) -> None:
             ("hosts connected p95", ".0f", lambda r: served(r).in_flight("hosts_connected", 0.95), True),
             ("hosts active median", ".0f", lambda r: served(r).in_flight("hosts_active", 0.5), True),
             ("CPU ms/page (200)", ".2f", lambda r: r.cpu_s / max(served(r).pages, 1) * 1000, True),
+            ("CPU % of one core", ".0f", lambda r: r.cpu_s / r.wall_s * 100, True),
             ("peak RSS MiB (tree)", ".0f", lambda r: r.peak_rss / 2**20, True),
             ("peak PSS MiB (tree)", ".0f", lambda r: r.peak_pss / 2**20, True),
             ("start-up s (to 1st page)", ".1f", lambda r: r.startup_s, True),
@@ -788,6 +817,8 @@ def main() -> int:
                     help="a Scrapy setting for every run, e.g. --scrapy-set "
                          "SCHEDULER_PRIORITY_QUEUE=scrapy.pqueues.DownloaderAwarePriorityQueue")
     ap.add_argument("--keep", action="store_true", help="keep each run's output folder and logs")
+    ap.add_argument("--run-timeout", type=float, default=1800.0,
+                    help="stop a run that takes longer than this, s (the benchmark then fails; 0 = never)")
     args = ap.parse_args()
     if args.quick:
         args.pages, args.runs, args.few_pages = min(args.pages, 600), 1, min(args.few_pages, 100)
