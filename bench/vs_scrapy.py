@@ -772,7 +772,8 @@ def web_shape(args: argparse.Namespace, python: Path) -> None:
                   f"{sum(x.overlapping for x in p)} overlapping requests, {sum(x.multi_conn_hosts for x in p)} "
                   f"hosts with two connections, {sum(x.short_gaps for x in p)} gaps below the delay; also "
                   f"{sum(x.short_gaps_after_robots for x in p)} short gaps right after robots.txt, "
-                  f"{sum(x.short_starts for x in p)} request starts closer than the delay; smallest gap "
+                  f"{sum(x.short_starts for x in p)} request starts closer than the delay (and "
+                  f"{sum(x.short_starts_after_robots for x in p)} right after robots.txt); smallest gap "
                   f"{min(x.min_gap_ratio for x in p):.2f} x the delay")
             for example in next((x.examples for x in p if x.examples), [])[:3]:
                 print(f"    e.g. {example}")

@@ -109,6 +109,7 @@ def test_checker_passes_a_polite_client_and_flags_an_impolite_one(tmp_path: Path
     assert report.hosts == 2 and report.requests == 6
     assert report.robots_late == 1 and report.multi_conn_hosts == 1
     assert report.short_gaps == 1 and report.short_gaps_after_robots == 1
+    assert report.short_starts == 1 and report.short_starts_after_robots == 1
     assert report.violations == 3 and report.examples
 
 

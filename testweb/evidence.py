@@ -42,6 +42,7 @@ class Politeness:
     short_gaps: int = 0  # answer end to next request below the host's delay
     short_gaps_after_robots: int = 0  # the same, right after robots.txt (its delay was not known yet)
     short_starts: int = 0  # request start to next request start below the host's delay (less tolerance)
+    short_starts_after_robots: int = 0  # the same, right after robots.txt
     min_gap_ratio: float = float("inf")  # smallest (end to next start) / delay, robots.txt included
     examples: list[str] = field(default_factory=list)  # a few violations, for the eye
 
@@ -98,7 +99,10 @@ def check_politeness(requests: Iterable[RequestRecord], conns: Iterable[ConnReco
                     report.short_gaps += 1
                     note(f"{host}: {gap:.3f} s from the end of {a.path} to {b.path}, delay {delay:g} s")
             if b.start - a.start < delay - start_tolerance_s:
-                report.short_starts += 1
+                if a.path == ROBOTS:
+                    report.short_starts_after_robots += 1
+                else:
+                    report.short_starts += 1
     by_host_conns: dict[str, list[ConnRecord]] = defaultdict(list)
     for c in conns:
         by_host_conns[c.host].append(c)
