@@ -14,9 +14,11 @@ request log.  Unknown paths get a small 404 page.
 
 Rooms: ``web`` (TestWeb, HostSpec, routing), ``pages`` (corpus, link graph,
 bodies), ``responses`` (pre-rendered responses, the request record),
-``server`` (HTTP/1.1 selector loop, request log), ``robots``
+``server`` (HTTP/1.1 selector loop, request and connection logs), ``robots``
 (robots.txt and its fetch policy), ``reach`` (what a polite crawler can reach),
-``cli`` (``python -m testweb --hosts N --pages P``).
+``shape`` (the real web's answer times and per-host Crawl-delays), ``evidence``
+(politeness checks and in-flight counts from the logs), ``cli`` (``python -m
+testweb --hosts N --pages P``).
 """
 
 from testweb.cli import main
