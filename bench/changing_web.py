@@ -110,10 +110,11 @@ class ChangingWeb:
                 for k, v in headers.items():
                     self.send_header(k, v)
                 self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                # the end is stamped before the last write: a thread descheduled after it would
-                # stamp it late and make a gap look short (a small write takes microseconds)
+                # the end is stamped before the writes (the header block is the last byte of a
+                # 304): a thread descheduled after them would stamp it late and make a gap look
+                # short (writing a page of a few kB takes microseconds)
                 end = time.time()
+                self.end_headers()
                 self.wfile.write(body)
                 with web.lock:
                     web.log.append(Answer(host, page, start, end, status, version))
