@@ -586,7 +586,7 @@ def test_first_tasks_of_a_threads_pool_share_one_stage_state(settings):
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")   # the injected error
 def test_a_host_whose_turn_failed_to_finish_is_given_back_not_stuck(fast, monkeypatch):
-    """A Redis error while a turn is finished ends its host's thread; the host must go
+    """A Redis error while a turn is finished ends its host's turn; the host must go
     back to the frontier then, not stay leased (and renewed) until the lease runs out."""
     import redis
 

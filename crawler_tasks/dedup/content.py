@@ -8,7 +8,7 @@ Soft-404 fingerprints and duplicate counts are per host, in the host's shard.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from redis.client import Pipeline
 
@@ -133,21 +133,25 @@ class ContentIndex:
                     trap.add(host)
         return trap
 
-    def queue_capture(self, pipe: Pipeline, url: str, digest: str, date: str) -> None:
+    def queue_capture(self, pipe: Pipeline, url: str, digest: str,
+                      date: str) -> Callable[[list[object]], tuple[str, str] | None]:
         """The test for an earlier capture of the very same payload bytes (this fetch is
         then stored as a revisit record; the first capture of a digest wins), queued on
         a pipeline of the global client that the caller runs with its own commands (one
-        round trip); ``earlier_of`` reads its two replies."""
+        round trip). Returns the reader of its replies among the pipeline's: (url, date)
+        of the earlier capture, or None; it raises a reply that is an error."""
         key = self.gkeys.payloads(int.from_bytes(digest.encode()[-4:], "big") % self.settings.SHARDS)
+        at = len(pipe)
         pipe.hsetnx(key, digest, f"{url} {date}")
         pipe.hget(key, digest)
 
-    @staticmethod
-    def earlier_of(replies: list[object], url: str, date: str) -> tuple[str, str] | None:
-        """(url, date) of the earlier capture, or None; ``replies`` start with the two
-        of ``queue_capture``."""
-        first = replies[1]
-        if not isinstance(first, str) or first == f"{url} {date}":
-            return None
-        first_url, first_date = first.rsplit(" ", 1)
-        return None if first_url == url else (first_url, first_date)
+        def read(replies: list[object]) -> tuple[str, str] | None:
+            for reply in replies[at:at + 2]:
+                if isinstance(reply, Exception):
+                    raise reply
+            first = replies[at + 1]
+            if not isinstance(first, str) or first == f"{url} {date}":
+                return None
+            first_url, first_date = first.rsplit(" ", 1)
+            return None if first_url == url else (first_url, first_date)
+        return read

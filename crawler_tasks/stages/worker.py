@@ -14,6 +14,7 @@ from crawler_tasks.dedup.content import ContentIndex
 from crawler_tasks.dedup.rules import UrlRules
 from crawler_tasks.fetch.http import Fetcher
 from crawler_tasks.fetch.politeness import PolitenessPolicy
+from crawler_tasks.fetch.pool import ExchangePool
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.frontier.recrawl import Recrawler
 from crawler_tasks.ops.control import Control
@@ -45,6 +46,7 @@ class Worker:
     sandbox: ParseSandbox | None
     render: RenderPolicy
     rules: UrlRules
+    exchanges: ExchangePool   # the threads that run host turns, shared by the fetch sessions
 
     @classmethod
     def create(cls, settings: Settings) -> "Worker":
@@ -57,7 +59,7 @@ class Worker:
                    UrlGate(settings, rules), politeness_policy(settings),
                    ContentIndex(settings), FeedWriter(settings), Recrawler(settings, frontier),
                    ParseSandbox(settings.PARSE_TIMEOUT_S, settings.PARSE_MEMORY_MB) if settings.PARSE_TIMEOUT_S else None,
-                   RenderPolicy(settings), rules)
+                   RenderPolicy(settings), rules, ExchangePool.for_settings(settings))
 
     def count(self, counters: Counters) -> None:
         self.control.count(counters)
