@@ -11,7 +11,8 @@ Each response except /robots.txt is written as one JSON line with its receive
 time, so the benchmark measures Scrapy's steady rate the way it reads our
 pages.jsonl. The settings below are the comparison's rules (one connection per
 host, robots.txt obeyed, no autothrottle, no cache); the command line sets the
-delay and the page cap.
+delay and the page cap; the web-shaped scenario also gives one delay per host
+(-s BENCH_SLOTS_FILE=slots.json) and the broad-crawl settings.
 """
 from __future__ import annotations
 
@@ -41,6 +42,17 @@ class BenchSpider(scrapy.Spider):
         "TELNETCONSOLE_ENABLED": False,
         "USER_AGENT": "benchbot/1.0 (+http://127.0.0.1/bench)",
     }
+
+    @classmethod
+    def update_settings(cls, settings: Any) -> None:
+        """Per-host delays (the test web's Crawl-delays) from the JSON file named by
+        BENCH_SLOTS_FILE: {hostname: {"delay": s, ...}}, Scrapy's DOWNLOAD_SLOTS.
+        A file, because thousands of hosts do not fit one command-line argument."""
+        super().update_settings(settings)
+        path = settings.get("BENCH_SLOTS_FILE")
+        if path:
+            with open(path) as f:
+                settings.set("DOWNLOAD_SLOTS", json.load(f), priority="cmdline")
 
     def __init__(self, seeds: str, out: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import socket
@@ -50,6 +51,8 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from crawler_tasks.ops.child import die_with_parent  # noqa: E402
+from crawler_tasks.settings import Settings  # noqa: E402
+from testweb.evidence import InFlight, Politeness, check_politeness, in_flight, read_log  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from crawl_bench import sample_tree  # noqa: E402
@@ -59,6 +62,8 @@ SPIDER = BENCH / "scrapy_spider.py"
 VENV = BENCH / ".venv-scrapy"
 USER_AGENT = "benchbot/1.0 (+http://127.0.0.1/bench)"
 RSS_SAMPLE_S = 0.2
+PSS_SAMPLE_EVERY = 5  # PSS reads smaps_rollup (~1.5 ms a process): once a second
+IN_FLIGHT_STEP_S = 0.1  # the grid on which the server's logs are sampled
 
 
 class BenchError(Exception):
@@ -77,6 +82,8 @@ class Run:
     times: list[float]  # response timestamps, sorted (epoch seconds)
     per_host: Counter[str] = field(default_factory=Counter)
     written: list[tuple[float, int]] = field(default_factory=list)  # (time, records in the output file)
+    peak_pss: int = 0
+    server: ServerView | None = None  # what the test web saw (web-shaped scenario)
 
     @property
     def pages(self) -> int:
@@ -136,6 +143,66 @@ class Run:
         return self.cpu_s / max(self.pages, 1) * 1000
 
 
+def _pct(values: list[int], q: float) -> float:
+    """The q-quantile of ``values`` (nearest rank), 0 when empty."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return float(ordered[min(len(ordered) - 1, int(q * len(ordered)))])
+
+
+@dataclass
+class ServerView:
+    """One run as the test web saw it: requests by kind, in-flight samples, politeness."""
+
+    pages: int  # 200 answers, robots.txt aside
+    requests: int
+    robots: int  # /robots.txt requests
+    sitemaps: int  # requests for /sitemap* paths (not linked by the web: guessed)
+    other: int  # the rest that are not 200 pages: soft-404 probes, 404s of the crawler's making
+    page_ends: list[float]  # end of each 200 page answer, sorted
+    last_end: float  # end of the last answer (the last exchange)
+    samples: list[InFlight]
+    politeness: Politeness
+
+    @classmethod
+    def from_log(cls, log: Path, delays: dict[str, float]) -> ServerView:
+        requests, conns = read_log(log)
+        robots = sum(r.path == "/robots.txt" for r in requests)
+        pages = [r for r in requests if r.status == 200 and r.path != "/robots.txt"]
+        sitemaps = sum(r.path.startswith("/sitemap") for r in requests)
+        return cls(
+            pages=len(pages), requests=len(requests), robots=robots, sitemaps=sitemaps,
+            other=len(requests) - len(pages) - robots - sitemaps,
+            page_ends=sorted(r.end for r in pages),
+            last_end=max((r.end or r.start for r in requests), default=0.0),
+            samples=in_flight(requests, conns, IN_FLIGHT_STEP_S),
+            politeness=check_politeness(requests, conns, delays),
+        )
+
+    @property
+    def not_pages(self) -> int:
+        return self.requests - self.pages
+
+    @property
+    def rate_steady(self) -> float:
+        """200 pages/s between the 10% and 90% answers."""
+        n = len(self.page_ends)
+        lo, hi = n // 10, n - 1 - n // 10
+        if hi <= lo or self.page_ends[hi] <= self.page_ends[lo]:
+            return 0.0
+        return (hi - lo) / (self.page_ends[hi] - self.page_ends[lo])
+
+    def in_flight(self, what: str, q: float) -> float:
+        """A quantile over the run of one InFlight field (exchanges, hosts_connected, ...)."""
+        return _pct([getattr(x, what) for x in self.samples], q)
+
+
+def served(run: Run) -> ServerView:
+    assert run.server is not None, "a web-shaped run carries the server's view"
+    return run.server
+
+
 # -- Scrapy's venv ---------------------------------------------------------------
 
 def scrapy_python() -> Path:
@@ -169,10 +236,10 @@ def scrapy_version(python: Path) -> str:
 class TestWebProcess:
     """`python -m testweb` in its own process (its CPU is not counted); stopped on exit."""
 
-    def __init__(self, hosts: int, pages: int, mean_bytes: int) -> None:
+    def __init__(self, hosts: int, pages: int, mean_bytes: int, extra: tuple[str, ...] = ()) -> None:
         self.hosts = hosts
         self.cmd = [sys.executable, "-m", "testweb", "--hosts", str(hosts), "--pages", str(pages),
-                    "--mean-bytes", str(mean_bytes)]
+                    "--mean-bytes", str(mean_bytes), *extra]
         self.proc: subprocess.Popen[str] | None = None
         self.seeds: list[str] = []
 
@@ -190,7 +257,7 @@ class TestWebProcess:
         if self.proc is not None:
             self.proc.terminate()
             try:
-                self.proc.wait(10)
+                self.proc.wait(60)  # --log writes the request log on its way out
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
@@ -310,6 +377,23 @@ class Measure:
     cpu_s: float  # the process and its reaped children (rusage)
     peak_rss: int  # of the process tree, sampled
     written: list[tuple[float, int]]  # (time, lines in the watched file), sampled
+    peak_pss: int = 0  # of the process tree, sampled every PSS_SAMPLE_EVERY RSS samples
+
+
+def tree_pss(pid: int) -> int:
+    """PSS summed over the process tree (shared pages split between their users), 0 if unreadable."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root] + root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for p in procs:
+        try:
+            total += getattr(p.memory_full_info(), "pss", 0)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return total
 
 
 def measured(cmd: list[str], env: dict[str, str], log: Path, watch: Path) -> Measure:
@@ -318,16 +402,20 @@ def measured(cmd: list[str], env: dict[str, str], log: Path, watch: Path) -> Mea
         t0 = time.time()
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=logf,
                                 stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
-        peak = 0
+        peak = peak_pss = 0
         stop = threading.Event()
         counter = LineCounter(watch)
         written: list[tuple[float, int]] = []
 
         def sample() -> None:
-            nonlocal peak
+            nonlocal peak, peak_pss
+            n = 0
             while not stop.wait(RSS_SAMPLE_S):
                 peak = max(peak, sample_tree(proc.pid, {}))
                 written.append((time.time(), counter.count()))
+                n += 1
+                if n % PSS_SAMPLE_EVERY == 0:
+                    peak_pss = max(peak_pss, tree_pss(proc.pid))
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
@@ -342,7 +430,7 @@ def measured(cmd: list[str], env: dict[str, str], log: Path, watch: Path) -> Mea
         stop.set()
         sampler.join()
         written.append((t0 + wall, counter.count()))
-    return Measure(proc.returncode, t0, wall, usage.ru_utime + usage.ru_stime, peak, written)
+    return Measure(proc.returncode, t0, wall, usage.ru_utime + usage.ru_stime, peak, written, peak_pss)
 
 
 def clean_env() -> dict[str, str]:
@@ -354,12 +442,17 @@ def fail(side: str, rc: int, log: Path) -> BenchError:
     return BenchError(f"{side} exited {rc}; last lines of its log ({log}):\n{tail}")
 
 
-def run_ours(args: argparse.Namespace, seeds: list[str], cap: int, delay: float, tmp: Path) -> Run:
+def run_ours(args: argparse.Namespace, seeds: list[str], cap: int, delay: float, tmp: Path,
+             defaults: dict[str, str] | None = None) -> Run:
+    """``defaults``: settings for this scenario, which ``--set`` overrides."""
     out = tmp / "ours"
-    cmd = [sys.executable, str(ROOT / "manage.py"), "crawl", *seeds, "--allow-private",
+    seeds_file = tmp / "seeds.txt"
+    seeds_file.write_text("".join(s + "\n" for s in seeds))
+    cmd = [sys.executable, str(ROOT / "manage.py"), "crawl", "--seeds-file", str(seeds_file), "--allow-private",
            "--min-delay", str(delay), "--max-pages", str(cap), "--out", str(out), "--user-agent", USER_AGENT,
            "--workers", str(args.workers), "--parsers", str(args.parsers), "--shards", str(args.shards)]
     env = clean_env()
+    env.update({"CRAWLER_" + k: v for k, v in (defaults or {}).items()})
     env.update({"CRAWLER_" + k: v for k, v in (item.split("=", 1) for item in args.set)})
     log = tmp / "ours.log"
     m = measured(cmd, env, log, out / "pages.jsonl")
@@ -374,15 +467,18 @@ def run_ours(args: argparse.Namespace, seeds: list[str], cap: int, delay: float,
             fetched = datetime.strptime(rec["fetched_at"], "%Y-%m-%dT%H:%M:%S.%fZ")
             times.append(fetched.replace(tzinfo=UTC).timestamp())
             hosts[urlsplit(rec["url"]).netloc] += 1
-    return Run("ours", m.start, m.wall_s, m.cpu_s, m.peak_rss, sorted(times), hosts, m.written)
+    return Run("ours", m.start, m.wall_s, m.cpu_s, m.peak_rss, sorted(times), hosts, m.written, m.peak_pss)
 
 
 def run_scrapy(args: argparse.Namespace, python: Path, seeds: list[str], cap: int, delay: float,
-               tmp: Path) -> Run:
+               tmp: Path, defaults: dict[str, str] | None = None) -> Run:
+    """``defaults``: Scrapy settings for this scenario, which ``--scrapy-set`` overrides."""
     seeds_file, out = tmp / "seeds.txt", tmp / "scrapy.jsonl"
     seeds_file.write_text("".join(s + "\n" for s in seeds))
     cmd = [str(python), "-m", "scrapy", "runspider", str(SPIDER), "-a", f"seeds={seeds_file}", "-a", f"out={out}",
            "-s", f"DOWNLOAD_DELAY={delay}", "-s", f"CLOSESPIDER_PAGECOUNT={cap}"]
+    for name, value in (defaults or {}).items():
+        cmd += ["-s", f"{name}={value}"]
     for item in args.scrapy_set:
         cmd += ["-s", item]
     log = tmp / "scrapy.log"
@@ -395,7 +491,7 @@ def run_scrapy(args: argparse.Namespace, python: Path, seeds: list[str], cap: in
             rec = json.loads(line)
             times.append(rec["t"])
             hosts[urlsplit(rec["url"]).netloc] += 1
-    return Run("scrapy", m.start, m.wall_s, m.cpu_s, m.peak_rss, sorted(times), hosts, m.written)
+    return Run("scrapy", m.start, m.wall_s, m.cpu_s, m.peak_rss, sorted(times), hosts, m.written, m.peak_pss)
 
 
 def alternate(args: argparse.Namespace, python: Path, make_web: Callable[[], Web], cap: int,
@@ -510,12 +606,141 @@ def docs_sites(args: argparse.Namespace, python: Path) -> None:
     ], ours, theirs)
 
 
+# -- the web's shape ---------------------------------------------------------------
+
+class ShapedWeb(TestWebProcess):
+    """The test web with answer times and a Crawl-delay per host; it logs every request
+    and connection (read once it has stopped) and names each host's delay."""
+
+    def __init__(self, args: argparse.Namespace, hosts: int, tmp: Path) -> None:
+        self.manifest, self.log = tmp / "web.json", tmp / "web-log.jsonl"
+        super().__init__(hosts, args.web_pages, args.web_bytes, (
+            "--latency-median", str(args.latency_median), "--latency-sigma", str(args.latency_sigma),
+            "--latency-max", str(args.latency_max), "--crawl-delay", args.web_delay,
+            "--links", str(args.web_links), "--manifest", str(self.manifest), "--log", str(self.log)))
+
+    def delays(self) -> dict[str, float]:
+        """host:port -> its Crawl-delay, s."""
+        return {h["host"]: h["crawl_delay"] for h in json.loads(self.manifest.read_text())["hosts"]}
+
+
+def broad_crawl_settings(args: argparse.Namespace, slots: Path) -> dict[str, str]:
+    """Scrapy as its docs advise for broad crawls, with our limits where the two differ."""
+    ours = Settings()
+    return {
+        "CONCURRENT_REQUESTS": str(args.scrapy_concurrency),
+        "CONCURRENT_REQUESTS_PER_DOMAIN": "1",
+        "REACTOR_THREADPOOL_MAXSIZE": "20",
+        "LOG_LEVEL": "INFO",
+        "COOKIES_ENABLED": "False",
+        "RETRY_ENABLED": "False",
+        "REDIRECT_ENABLED": "True",  # we follow redirects too, this many hops
+        "REDIRECT_MAX_TIMES": str(ours.MAX_REDIRECTS),
+        "DOWNLOAD_TIMEOUT": f"{ours.TOTAL_TIMEOUT_S:g}",  # our deadline for one exchange
+        "AUTOTHROTTLE_ENABLED": "False",
+        "ROBOTSTXT_OBEY": "True",
+        "BENCH_SLOTS_FILE": str(slots),  # each host's delay: Scrapy does not read Crawl-delay
+    }
+
+
+def politeness_bounds(delays: dict[str, float], mean_answer_s: float) -> tuple[float, float]:
+    """Most pages/s the hosts allow with every host busy: resting the delay after each
+    answer (our rule), and starting one request per delay (Scrapy's DOWNLOAD_DELAY)."""
+    rest = sum(1 / (d + mean_answer_s) for d in delays.values())
+    starts = sum(1 / max(d, mean_answer_s) for d in delays.values())
+    return rest, starts
+
+
+def web_shape(args: argparse.Namespace, python: Path) -> None:
+    low = float(args.web_delay.partition("-")[0])
+    mean_answer = args.latency_median * math.exp(args.latency_sigma ** 2 / 2)
+    for n_hosts in args.web_hosts:
+        size = n_hosts * (args.web_pages + 1)  # every host: its home page and /p/1..N
+        cap = args.web_cap or 10 * size
+        shape = (f"{n_hosts} hosts x {args.web_pages} pages (+ home) of ~{args.web_bytes} B, answers lognormal "
+                 f"median {args.latency_median:g} s sigma {args.latency_sigma:g} (mean {mean_answer:.2f} s), "
+                 f"Crawl-delay {args.web_delay} s per host, cap {args.web_cap or 'none'}")
+        print(f"\n== web-shaped: {shape}", file=sys.stderr)
+        ours: list[Run] = []
+        theirs: list[Run] = []
+        bounds = (0.0, 0.0)
+        for i in range(args.runs):
+            for side in ("ours", "scrapy"):
+                tmp = Path(tempfile.mkdtemp(prefix=f"vs-scrapy-web-{side}-"))
+                try:
+                    web = ShapedWeb(args, n_hosts, tmp)
+                    with web:
+                        delays = web.delays()
+                        if side == "ours":
+                            run = run_ours(args, web.seeds, cap, low, tmp, {"DELAY_FACTOR": "0"})
+                        else:
+                            slots = tmp / "slots.json"
+                            slots.write_text(json.dumps({
+                                host.rsplit(":", 1)[0]: {"concurrency": 1, "delay": d, "jitter": 0.0}
+                                for host, d in delays.items()}))
+                            run = run_scrapy(args, python, web.seeds, cap, low, tmp,
+                                             broad_crawl_settings(args, slots))
+                    run.server = ServerView.from_log(web.log, delays)
+                    bounds = politeness_bounds(delays, mean_answer)
+                finally:
+                    if args.keep:
+                        print(f"  (kept {tmp})", file=sys.stderr)
+                    else:
+                        shutil.rmtree(tmp, ignore_errors=True)
+                (ours if side == "ours" else theirs).append(run)
+                sv = served(run)
+                print(f"  run {i + 1}/{args.runs} {side:6s}: {sv.pages} pages (200), wall {run.wall_s:.1f} s, "
+                      f"{sv.pages / run.wall_s:.1f} pages/s, {sv.requests} requests ({sv.not_pages} not pages), "
+                      f"exchanges in flight median {sv.in_flight('exchanges', 0.5):.0f}, hosts connected "
+                      f"{sv.in_flight('hosts_connected', 0.5):.0f}, CPU {run.cpu_s / max(sv.pages, 1) * 1000:.2f} "
+                      f"ms/page, peak RSS {run.peak_rss / 2**20:.0f} MiB, last exchange to exit "
+                      f"{run.start + run.wall_s - sv.last_end:.1f} s, politeness violations "
+                      f"{sv.politeness.violations}", file=sys.stderr, flush=True)
+        print(f"\nweb-shaped: {shape}; median of {args.runs} run(s) each, "
+              f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        print(f"  politeness bound with every host busy: {bounds[0]:.0f} pages/s resting the delay after each "
+              f"answer (our rule), {bounds[1]:.0f} starting one request per delay (Scrapy's)")
+        table([
+            ("pages (200)", ".0f", lambda r: served(r).pages, False),
+            ("pages (200)/s whole run", ".1f", lambda r: served(r).pages / r.wall_s, True),
+            ("pages (200)/s steady 10-90%", ".1f", lambda r: served(r).rate_steady, True),
+            ("wall s", ".1f", lambda r: r.wall_s, True),
+            ("requests", ".0f", lambda r: served(r).requests, True),
+            ("  not pages", ".0f", lambda r: served(r).not_pages, True),
+            ("  robots.txt", ".0f", lambda r: served(r).robots, False),
+            ("  /sitemap*", ".0f", lambda r: served(r).sitemaps, False),
+            ("  other (probes, 404s)", ".0f", lambda r: served(r).other, False),
+            ("exchanges in flight median", ".0f", lambda r: served(r).in_flight("exchanges", 0.5), True),
+            ("exchanges in flight p95", ".0f", lambda r: served(r).in_flight("exchanges", 0.95), True),
+            ("connections open median", ".0f", lambda r: served(r).in_flight("connections", 0.5), True),
+            ("hosts connected median", ".0f", lambda r: served(r).in_flight("hosts_connected", 0.5), True),
+            ("hosts connected p95", ".0f", lambda r: served(r).in_flight("hosts_connected", 0.95), True),
+            ("hosts active median", ".0f", lambda r: served(r).in_flight("hosts_active", 0.5), True),
+            ("CPU ms/page (200)", ".2f", lambda r: r.cpu_s / max(served(r).pages, 1) * 1000, True),
+            ("peak RSS MiB (tree)", ".0f", lambda r: r.peak_rss / 2**20, True),
+            ("peak PSS MiB (tree)", ".0f", lambda r: r.peak_pss / 2**20, True),
+            ("start-up s (to 1st page)", ".1f", lambda r: r.startup_s, True),
+            ("last exchange to exit s", ".1f", lambda r: r.start + r.wall_s - served(r).last_end, True),
+        ], ours, theirs)
+        for side, runs in (("ours", ours), ("scrapy", theirs)):
+            p = [served(r).politeness for r in runs]
+            print(f"  politeness, {side} (sum over runs): {sum(x.violations for x in p)} violations: "
+                  f"{sum(x.robots_late for x in p)} hosts asked before robots.txt was answered, "
+                  f"{sum(x.overlapping for x in p)} overlapping requests, {sum(x.multi_conn_hosts for x in p)} "
+                  f"hosts with two connections, {sum(x.short_gaps for x in p)} gaps below the delay; also "
+                  f"{sum(x.short_gaps_after_robots for x in p)} short gaps right after robots.txt, "
+                  f"{sum(x.short_starts for x in p)} request starts closer than the delay; smallest gap "
+                  f"{min(x.min_gap_ratio for x in p):.2f} x the delay")
+            for example in next((x.examples for x in p if x.examples), [])[:3]:
+                print(f"    e.g. {example}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pages", type=int, default=5000, help="page cap N for both sides (many hosts)")
     ap.add_argument("--runs", type=int, default=3, help="runs per side, alternating (medians quoted)")
     ap.add_argument("--quick", action="store_true", help="smoke check: 600 pages, 100 pages per few-host, 1 run")
-    ap.add_argument("--only", choices=("many", "few", "docs"), help="run one scenario")
+    ap.add_argument("--only", choices=("many", "few", "docs", "web"), help="run one scenario")
     ap.add_argument("--docs", nargs="+", default=[], metavar="DIR",
                     help="documentation folders (each with an index.html) to serve as hosts: a few-host "
                          "scenario on real sites (run by default when given)")
@@ -527,6 +752,19 @@ def main() -> int:
     ap.add_argument("--few-pages", type=int, default=400, help="pages per host (few hosts)")
     ap.add_argument("--few-mean-bytes", type=int, default=20_000)
     ap.add_argument("--few-delay", type=float, default=0.1)
+    ap.add_argument("--web-hosts", type=int, nargs="+", default=[1000], metavar="N",
+                    help="hosts of the web-shaped scenario (one run set per value)")
+    ap.add_argument("--web-pages", type=int, default=16, help="pages per host (web-shaped), besides the home")
+    ap.add_argument("--web-bytes", type=int, default=30_000, help="mean page size (web-shaped)")
+    ap.add_argument("--web-links", type=int, default=8, help="links per page (web-shaped)")
+    ap.add_argument("--web-delay", default="1-5", metavar="S|LOW-HIGH",
+                    help="Crawl-delay per host, uniform in LOW-HIGH s (web-shaped)")
+    ap.add_argument("--web-cap", type=int, default=8000, help="page cap (web-shaped; 0 = crawl to exhaustion)")
+    ap.add_argument("--latency-median", type=float, default=0.4, help="median answer time, s (web-shaped)")
+    ap.add_argument("--latency-sigma", type=float, default=0.9, help="lognormal sigma of answer times")
+    ap.add_argument("--latency-max", type=float, default=10.0, help="cap of one answer's time, s")
+    ap.add_argument("--scrapy-concurrency", type=int, default=256,
+                    help="Scrapy's CONCURRENT_REQUESTS in the web-shaped scenario")
     ap.add_argument("--workers", type=int, default=2, help="our fetch worker processes")
     ap.add_argument("--parsers", type=int, default=2, help="our parse worker processes")
     ap.add_argument("--shards", type=int, default=2, help="our frontier shards")
@@ -539,6 +777,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.quick:
         args.pages, args.runs, args.few_pages = min(args.pages, 600), 1, min(args.few_pages, 100)
+        args.web_hosts, args.web_cap = [min(n, 200) for n in args.web_hosts], min(args.web_cap or 1500, 1500)
     try:
         python = scrapy_python()
         print(f"Scrapy {scrapy_version(python)} ({python}); ours: manage.py crawl --workers {args.workers} "
@@ -552,6 +791,8 @@ def main() -> int:
             raise BenchError("--only docs needs --docs DIR [DIR ...]")
         if args.only in (None, "docs") and args.docs:
             docs_sites(args, python)
+        if args.only in (None, "web"):
+            web_shape(args, python)
     except BenchError as exc:
         print(f"vs_scrapy: {exc}", file=sys.stderr)
         return 1

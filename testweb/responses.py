@@ -32,6 +32,16 @@ class RequestRecord:
     headers: dict[str, str]  # request headers, names lower-cased
 
 
+@dataclass(slots=True)
+class ConnRecord:
+    """One TCP connection as the server saw it: the evidence for "one connection per host"."""
+
+    host: str  # "127.0.0.5:41234", as in RequestRecord
+    conn_id: int  # as in RequestRecord
+    opened: float  # time.time() at accept
+    closed: float  # time.time() at close (0.0 while open)
+
+
 def _reason(status: int) -> str:
     try:
         return HTTPStatus(status).phrase

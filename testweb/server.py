@@ -8,7 +8,10 @@ pipelined requests answered in order; nothing is logged per request but the
 timer, without stalling the others.
 
 The server knows nothing about pages: a ``Respond`` callable maps
-(host index, method, target, headers) to a pre-rendered response.
+(host index, method, target, headers) to a pre-rendered response.  An optional
+``Latency`` callable adds a time to first byte per request (the web's shape, see
+:mod:`testweb.shape`); a timer holds it, so thousands of slow answers cost a heap
+entry each.
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ import traceback
 from collections.abc import Callable
 from dataclasses import replace
 
-from testweb.responses import RequestRecord, Resp, error_resp
+from testweb.responses import ConnRecord, RequestRecord, Resp, error_resp
 
 # (host index, method, request target, request headers) -> the response to send
 Respond = Callable[[int, str, str, dict[str, str]], Resp]
+# (host index, request target) -> seconds before the answer starts, on top of the host's delay
+Latency = Callable[[int, str], float]
 
 _MAX_HEAD = 64 * 1024
 _MAX_INBUF = 1024 * 1024
@@ -37,14 +42,15 @@ class _Conn:
     """Per-connection state for the selector loop."""
 
     __slots__ = (
-        "busy", "close_after", "closed", "conn_id", "eof", "events", "host_idx", "inbuf",
-        "out", "record", "rx_time", "sock",
+        "busy", "close_after", "closed", "conn_id", "conn_record", "eof", "events", "host_idx",
+        "inbuf", "out", "record", "rx_time", "sock",
     )
 
-    def __init__(self, sock: socket.socket, host_idx: int, conn_id: int) -> None:
+    def __init__(self, sock: socket.socket, host_idx: int, conn_id: int, conn_record: ConnRecord) -> None:
         self.sock = sock
         self.host_idx = host_idx
         self.conn_id = conn_id
+        self.conn_record = conn_record
         self.inbuf = bytearray()
         self.out: list[bytes | memoryview] | None = None  # pending buffers, in order
         self.busy = False  # a response is pending (delayed or being written)
@@ -59,12 +65,14 @@ class _Conn:
 class Server:
     """One listening socket per host, all served by one thread; started once, stopped once."""
 
-    def __init__(self, respond: Respond, delays_s: list[float]) -> None:
+    def __init__(self, respond: Respond, delays_s: list[float], latency: Latency | None = None) -> None:
         self._respond = respond
         self._delays_s = delays_s  # per host: seconds before each response is sent
+        self._latency = latency
         self.hosts: list[str] = []  # "ip:port" per host, once started
         self.thread: threading.Thread | None = None
         self._log: list[RequestRecord] = []
+        self._conn_log: list[ConnRecord] = []
         self._log_lock = threading.Lock()
         self._listeners: list[socket.socket] = []
         self._sel: selectors.BaseSelector | None = None
@@ -129,9 +137,16 @@ class Server:
             log = list(self._log)
         return [replace(r) for r in log]
 
+    def connections(self) -> list[ConnRecord]:
+        """Copies of the connection records, in the order connections were accepted."""
+        with self._log_lock:
+            log = list(self._conn_log)
+        return [replace(r) for r in log]
+
     def clear_log(self) -> None:
         with self._log_lock:
             self._log.clear()
+            self._conn_log = [r for r in self._conn_log if not r.closed]
 
     def cpu_seconds(self) -> float:
         """CPU time used by the serving thread so far."""
@@ -211,7 +226,10 @@ class Server:
                 return
             sock.setblocking(False)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = _Conn(sock, h, self._next_conn_id)
+            record = ConnRecord(self.hosts[h], self._next_conn_id, time.time(), 0.0)
+            with self._log_lock:
+                self._conn_log.append(record)
+            conn = _Conn(sock, h, self._next_conn_id, record)
             self._next_conn_id += 1
             self._conns.add(conn)
             self._sel.register(sock, selectors.EVENT_READ, conn)
@@ -329,6 +347,8 @@ class Server:
             user_agent=headers.get("user-agent", ""), headers=headers,
         ))
         delay = self._delays_s[h]
+        if self._latency is not None:
+            delay += self._latency(h, target)
         if delay <= 0:
             self._send(conn, resp, method == "HEAD", keep_alive)
             return
@@ -435,4 +455,5 @@ class Server:
         except OSError:
             pass
         conn.sock.close()
+        conn.conn_record.closed = time.time()
         self._conns.discard(conn)

@@ -18,6 +18,7 @@ from testweb.reach import reachable
 from testweb.responses import (
     HTML_CT,
     NOT_FOUND,
+    ConnRecord,
     RequestRecord,
     Resp,
     error_resp,
@@ -26,6 +27,7 @@ from testweb.responses import (
 )
 from testweb.robots import DEFAULT_ROBOTS_TXT, robots_resp, robots_rules
 from testweb.server import Server
+from testweb.shape import Latency
 
 _CACHE_BYTES = 64 * 1024 * 1024  # rendered page bodies kept for re-serving (LRU)
 _METHOD_NOT_ALLOWED = error_resp(405, [("Allow", "GET, HEAD")])
@@ -71,7 +73,8 @@ class TestWeb:
     """A deterministic web of ``n_hosts`` sites on loopback, served by one thread.
 
     Host ``i`` listens on ``127.0.0.(first_ip + i)``; ``hosts`` holds the
-    "ip:port" of each once started.
+    "ip:port" of each once started.  ``latency`` (see testweb.shape) delays every
+    answer by a time to first byte of its own, as on the real web.
     """
 
     __test__ = False  # not a pytest test class despite the name
@@ -89,6 +92,7 @@ class TestWeb:
         cross_host_ratio: float = 0.2,
         host_specs: dict[int, HostSpec] | None = None,
         first_ip: int = 2,
+        latency: Latency | None = None,
     ) -> None:
         if n_hosts < 1:
             raise ValueError("n_hosts must be >= 1")
@@ -114,7 +118,7 @@ class TestWeb:
         )
         self._cache: OrderedDict[tuple[int, int], tuple[Resp, str]] = OrderedDict()
         self._cache_size = 0
-        self._server = Server(self._respond, [spec.delay_s for spec in specs])
+        self._server = Server(self._respond, [spec.delay_s for spec in specs], latency)
         self.hosts: list[str] = []
 
     # -- lifecycle -------------------------------------------------------------
@@ -173,8 +177,13 @@ class TestWeb:
         """
         return self._server.requests()
 
+    @property
+    def connections(self) -> list[ConnRecord]:
+        """Snapshot of the TCP connections accepted, in order; ``closed`` is 0.0 while open."""
+        return self._server.connections()
+
     def clear_log(self) -> None:
-        """Forget logged requests, e.g. between phases of a test."""
+        """Forget logged requests (and closed connections), e.g. between phases of a test."""
         self._server.clear_log()
 
     def server_cpu_seconds(self) -> float:
