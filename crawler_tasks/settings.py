@@ -123,10 +123,13 @@ class Settings:
     MAX_PAGES_PER_SEED_HOST: int = 0
     # Distinct query strings enqueued for one path before the rest count as a facet trap.
     MAX_QUERY_VARIANTS: int = 100
-    # Read Sitemap: lines of robots.txt and probe /sitemap.xml of every host.
+    # Read Sitemap: lines of robots.txt; guess /sitemap.xml of a host whose robots.txt
+    # names none once it has SITEMAP_GUESS_MIN_URLS URLs queued when robots.txt is read.
     USE_SITEMAPS: bool = True
     PROBE_SITEMAP_XML: bool = True
-    # Fetch one random path per host to recognise soft 404s (200 for any path).
+    SITEMAP_GUESS_MIN_URLS: int = 50
+    # Recognise soft 404s (200 for any path): a host whose pages show the sign (two of
+    # its URLs with the very same content) gets one probe, a random path.
     SOFT404_PROBE: bool = True
     # Follow links marked rel=nofollow/ugc/sponsored (off: they are not taken).
     FOLLOW_NOFOLLOW: bool = False
@@ -370,6 +373,7 @@ class Settings:
             (self.PRIORITY_LEVELS >= 1, "PRIORITY_LEVELS must be >= 1"),
             (self.MAX_ACTIVE_HOSTS >= 1, "MAX_ACTIVE_HOSTS must be >= 1"),
             (self.FETCH_BATCH >= 1, "FETCH_BATCH must be >= 1"),
+            (self.SITEMAP_GUESS_MIN_URLS >= 0, "SITEMAP_GUESS_MIN_URLS must be >= 0"),
             (self.FETCH_MAX_HOSTS >= 1, "FETCH_MAX_HOSTS must be >= 1"),
             (self.FETCH_MAX_EXCHANGES >= 1, "FETCH_MAX_EXCHANGES must be >= 1"),
             (self.FETCH_MEMORY_MB >= 1, "FETCH_MEMORY_MB must be >= 1"),

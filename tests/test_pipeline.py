@@ -197,31 +197,30 @@ def test_sitemaps_from_robots_index_and_gzip_reach_unlinked_pages(fast):
         assert all(not r["indexable"] for r in recs if r.get("kind"))
 
 
-def test_soft404_probe_marks_catch_all_pages(fast):
-    catch_all = b"<html><title>Welcome</title><body>Nothing here, try the home page.</body></html>"
-    with TestWeb(n_hosts=2, pages_per_host=1) as web:
-        recs = crawl_inline(fast, [web.url(0, "/")])
+def test_soft404_probe_is_earned_by_a_catch_all_host_and_marks_its_pages(fast, monkeypatch):
+    """No probe for well-behaved hosts (their pages differ); a host that answers two URLs
+    with the very same page gets one probe, and once the probe's answer shows the same
+    page, later pages with it are soft 404s, not content."""
+    from crawler_tasks.dedup import content
+
+    catch_all = b"<html><title>Welcome</title><body>Nothing here, try <a href='/next.html'>this</a>.</body></html>"
+    with TestWeb(n_hosts=2, pages_per_host=3) as web:
+        recs = crawl_inline(fast, web.seeds(all_hosts=True))
+        assert len([r for r in recs if r.get("status") == 200]) >= 6
+        assert not [r for r in recs if r.get("kind") == "probe"]
+        assert not any("soft404-probe" in r.path for r in web.requests)
+    monkeypatch.setattr(content, "probe_url", lambda scheme, host: f"{scheme}://{host}/dead-soft404-probe.html")
+    routes = {"/": (200, HTML, b'<html><body><a href="/old.html">old</a> <a href="/older.html">older</a></body></html>')}
+    routes.update({path: (200, HTML, catch_all) for path in ("/old.html", "/older.html", "/next.html",
+                                                             "/dead-soft404-probe.html")})
+    s = dataclasses.replace(fast, KEY_PREFIX=fast.KEY_PREFIX + "b", OUT_DIR=fast.OUT_DIR + "b")
+    with TestWeb(n_hosts=1, pages_per_host=0, host_specs={0: HostSpec(pages=0, extra_routes=routes,
+                                                                      link_extra_routes=False)}) as web:
+        recs = crawl_inline(s, web.seeds())
         probes = [r for r in recs if r.get("kind") == "probe"]
-        assert probes and all(r["status"] == 404 for r in probes)  # well-behaved hosts: nothing marked
-        assert not any(r.get("soft_404") for r in recs)
-    # a host that answers 200 with the same page for any path
-    with TestWeb(n_hosts=1, pages_per_host=1) as web:
-        s = dataclasses.replace(fast, KEY_PREFIX=fast.KEY_PREFIX + "b", OUT_DIR=fast.OUT_DIR + "b")
-        reset_settings(s)
-        worker = Worker.create(s)
-        seed_urls(s, [web.url(0, "/")])
-        lease = worker.frontier.get_urls(worker.frontier.shard_of(web.hosts[0]), 1)[0]
-        # pretend robots.txt was just read: the probe goes first
-        from crawler_tasks.stages.fetch import first_contact
-        first_contact(worker, lease, "http", [])
-        worker.frontier.complete(lease, te=time.time(), action="keep")
-        probe_path = worker.frontier.host_queue(lease.shard, web.hosts[0])[0].url.split("/", 3)[3]
-        web.set_route(0, "/" + probe_path, 200, HTML, catch_all)
-        web.set_route(0, "/", 200, HTML, b'<html><body><a href="/old.html">old</a></body></html>')
-        web.set_route(0, "/old.html", 200, HTML, catch_all)
-        recs = crawl_inline(s, [])
-        old = [r for r in recs if r["url"].endswith("/old.html")]
-        assert old and old[0]["soft_404"] and not old[0]["indexable"]
+        assert len(probes) == 1 and probes[0]["status"] == 200
+        later = [r for r in recs if r["url"].endswith("/next.html")]
+        assert later and later[0]["soft_404"] and not later[0]["indexable"]
 
 
 def test_canonical_is_a_hint_and_noindex_a_verdict(fast):

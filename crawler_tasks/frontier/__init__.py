@@ -436,6 +436,11 @@ class Frontier:
             counts.update({h: int(v) for h, v in raw.items()})
         return sorted(counts.items(), key=lambda kv: -kv[1])[:n]
 
+    def enqueued_for(self, host: str) -> int:
+        """URLs of the host enqueued over the crawl so far."""
+        shard = self.shard_of(host)
+        return int(self.client(shard).hget(self.keys(shard).host_counts, host) or 0)
+
     def leased_hosts(self) -> int:
         """Hosts leased over all shards (fetches in flight)."""
         return sum(int(self.client(s).zcard(self.keys(s).lease)) for s in range(self.shards))

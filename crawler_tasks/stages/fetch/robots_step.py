@@ -6,7 +6,6 @@ host's delay). ``first_contact`` runs right after a host's robots.txt was read.
 """
 from __future__ import annotations
 
-import random
 import time
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
@@ -25,7 +24,6 @@ if TYPE_CHECKING:
     from crawler_tasks.stages.fetch.turn import TurnContext
 
 MAX_SITEMAPS_PER_HOST = 20
-PROBE_MARK = "soft404-probe"
 
 
 def robots_step(ctx: TurnContext, lease: Lease, state: HostState, entry: Entry, not_before: float) -> Turn | None:
@@ -79,22 +77,24 @@ def _pace_hop(ctx: TurnContext, host: str, state: HostState, previous: FetchResu
 
 
 def first_contact(w: Worker, lease: Lease, scheme: str, sitemaps: list[str]) -> None:
-    """Right after a host's robots.txt: queue its sitemaps, and put a soft-404 probe
-    (a random path) at the head of its queue so it is the host's first page fetch."""
+    """Right after a host's robots.txt: queue the sitemaps it names. ``/sitemap.xml`` is
+    guessed only when it names none and the host is worth it: at least
+    ``SITEMAP_GUESS_MIN_URLS`` of its URLs queued already (a host with a few pages gains
+    nothing from a sitemap but a 404 against its politeness budget; sites with a
+    sitemap mostly name it in robots.txt, as the sitemaps protocol advises)."""
     s = w.settings
+    if not s.USE_SITEMAPS:
+        return
     base = f"{scheme}://{lease.host}"
+    urls = list(sitemaps)
+    if not urls and s.PROBE_SITEMAP_XML and w.frontier.enqueued_for(lease.host) >= s.SITEMAP_GUESS_MIN_URLS:
+        urls.append(base + "/sitemap.xml")
+    counters: Counters = {}
     items = []
-    if s.USE_SITEMAPS:
-        urls = list(sitemaps) + ([base + "/sitemap.xml"] if s.PROBE_SITEMAP_XML else [])
-        counters: Counters = {}
-        for raw in urls[:MAX_SITEMAPS_PER_HOST]:
-            item = w.gate.admit(raw, 0, counters, base=base + "/", check_depth=False, priority=0,
-                                kind=EntryKind.SITEMAP)
-            if item is not None:
-                items.append(item)
-        w.count(counters)
+    for raw in urls[:MAX_SITEMAPS_PER_HOST]:
+        item = w.gate.admit(raw, 0, counters, base=base + "/", check_depth=False, priority=0, kind=EntryKind.SITEMAP)
+        if item is not None:
+            items.append(item)
+    w.count(counters)
     if items:
         w.frontier.put_discovered(items)
-    if s.SOFT404_PROBE:
-        probe = Entry(f"{base}/{random.getrandbits(64):016x}-{PROBE_MARK}.html", depth=0, kind=EntryKind.PROBE)
-        w.frontier.add_head(lease.shard, lease.host, probe)
