@@ -80,7 +80,8 @@ class Settings:
     # Fetch sessions running or queued over the whole crawl (manage.py crawl sets it to
     # fetch workers x FETCH_CONCURRENCY); each shard gets its share.
     MAX_FETCH_SESSIONS: int = 8
-    # A session gives its hosts back and ends after this long (the broker rotates work).
+    # A session gives its hosts back and ends after this long (the broker rotates work),
+    # times 0.75-1.25 drawn per session: sessions started together do not end together.
     SESSION_MAX_S: float = 60.0
     # A host whose next contact is at most this far away stays with its session, which
     # fetches it again the moment its delay has passed; farther ones go back to the heap.

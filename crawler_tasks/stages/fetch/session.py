@@ -22,6 +22,7 @@ import heapq
 import itertools
 import logging
 import queue
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -91,6 +92,9 @@ class FetchSession:
         self.w, self.shard, self.batch_id, self.emit = w, shard, batch_id, emit
         self.pool = w.exchanges
         self.started = time.monotonic()
+        # sessions started together must not end together: each one's end stops its turns
+        # until those in flight are over, and hands its hosts to a new session
+        self.max_s = w.settings.SESSION_MAX_S * random.uniform(0.75, 1.25)
         self.stop = threading.Event()       # no new turn; held hosts go back
         self.halt = Cancel()                # the crawl stops: exchanges in flight end now, URLs stay queued
         self.lock = threading.Lock()        # counters, hosts in flight
@@ -237,7 +241,7 @@ class FetchSession:
         view, leased = crawl_view(self.w)
         if view.state in _CANCELLING:
             self.halt.set()   # a trickling server must not hold the crawl's end for its deadline
-        if view.state != CrawlState.RUNNING or time.monotonic() - self.started >= s.SESSION_MAX_S:
+        if view.state != CrawlState.RUNNING or time.monotonic() - self.started >= self.max_s:
             self.stop.set()
             return
         # parse is behind: hosts wait (leases kept) and no new host is taken, so fetched
