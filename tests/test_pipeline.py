@@ -648,3 +648,39 @@ def test_an_idle_session_lingers_only_for_hosts_ready_soon(fast, wait_s, soon):
     assert session._nothing_ready_soon() is not soon
     worker.frontier.get_urls(0, 1, now=time.time() + wait_s + 1)   # leased: nothing left waiting
     assert session._nothing_ready_soon()
+
+
+def test_held_hosts_wait_in_the_heap_not_in_threads(fast):
+    """A session holds every host of the crawl at once, each at its delay, with four
+    exchange threads for forty hosts: a waiting host holds no thread. Politeness holds
+    for every host, and the hosts were in flight together."""
+    n_hosts, delay = 40, 0.5
+    spec = HostSpec(robots_txt=f"User-agent: *\nCrawl-delay: {delay}\n")
+    s = dataclasses.replace(fast, SHARDS=1, FETCH_BATCH=n_hosts, FETCH_MAX_EXCHANGES=4, SOFT404_PROBE=False,
+                            PROBE_SITEMAP_XML=False)
+    with TestWeb(n_hosts=n_hosts, pages_per_host=4, cross_host_ratio=0.0,
+                 host_specs={i: spec for i in range(n_hosts)}) as web:
+        reset_settings(s)
+        seed_urls(s, web.seeds(all_hosts=True))
+        worker = Worker.create(s)
+
+        def emit(pages, group_id):
+            records = parse_stage(worker, [page_from_message(to_message(p)) for p in pages], group_id)
+            enqueue_stage(worker, [record_from_message(to_message(r)) for r in records], group_id)
+
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            batches = plan_wake(s, worker.frontier)
+            for b in batches:
+                fetch_stage(worker, b.shard, b.leases, b.batch_id, emit)
+            if not batches and run_maintenance(s, worker.frontier).state == CrawlState.FINISHED:
+                break
+            time.sleep(0.02)
+        assert web.reachable(web.seeds(all_hosts=True)) <= {f"http://{r.host}{r.path}" for r in web.requests}
+        assert worker.exchanges.peak <= 4 and worker.exchanges.threads <= 4
+        for host in web.hosts:
+            reqs = sorted((r for r in web.requests if r.host == host), key=lambda r: r.start)
+            assert all(b.start - a.end >= delay - 0.002 for a, b in zip(reqs, reqs[1:])), host
+        # the hosts were in flight together: the crawl took about one host's pages x its delay
+        span = max(r.end for r in web.requests) - min(r.start for r in web.requests)
+        assert span < n_hosts * delay, span
