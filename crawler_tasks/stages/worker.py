@@ -5,6 +5,7 @@ call. Stages call these components; none of them builds a Redis key itself.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -69,14 +70,10 @@ class Worker:
 
 
 def politeness_policy(settings: Settings) -> PolitenessPolicy:
-    return PolitenessPolicy(
-        min_delay_s=settings.MIN_DELAY_S, delay_factor=settings.DELAY_FACTOR,
-        max_factor_delay_s=settings.MAX_FACTOR_DELAY_S, honour_crawl_delay=settings.HONOUR_CRAWL_DELAY,
-        max_crawl_delay_s=settings.MAX_CRAWL_DELAY_S,
-        skip_host_over_max_crawl_delay=settings.SKIP_HOST_OVER_MAX_CRAWL_DELAY,
-        max_retry_after_s=settings.MAX_RETRY_AFTER_S, backoff_base_s=settings.BACKOFF_BASE_S,
-        backoff_max_s=settings.BACKOFF_MAX_S, park_after_failures=settings.PARK_AFTER_FAILURES,
-        park_s=settings.PARK_S)
+    """The policy from the settings of the same names (``min_delay_s`` is MIN_DELAY_S): no
+    hand mapping to keep in step; tests/test_politeness.py checks the defaults agree."""
+    return PolitenessPolicy(**{f.name: getattr(settings, f.name.upper()) for f in dataclasses.fields(PolitenessPolicy)
+                               if hasattr(settings, f.name.upper())})
 
 
 _errors_logged: set[str] = set()
