@@ -314,6 +314,8 @@ class FetchSession:
         w = self.w
         done = _Done(host)
         try:
+            if _lease_left(held.lease) < w.settings.TOTAL_TIMEOUT_S + 1.0:
+                self._renew_one(host)   # the loop renews waiting hosts only: the exchange must fit
             try:
                 turn = take_turn(self.ctx, held.lease, held.state, held.not_before)
             except Exception:  # noqa: BLE001 - a bug must not cost the session or the URL
@@ -371,6 +373,14 @@ class FetchSession:
         if self.stop.is_set() or (self.spare is not None and self.spare < 0) or te - time.time() > s.HOLD_HORIZON_S:
             return 0.0
         return te + s.LEASE_S
+
+
+def _lease_left(lease: Lease) -> float:
+    """Seconds until the lease runs out (its token is its deadline)."""
+    try:
+        return float(lease.token) - time.time()
+    except ValueError:
+        return 0.0
 
 
 def _host_state(raw: dict[str, str]) -> HostState:
