@@ -231,10 +231,17 @@ class FetchSession:
         return wait is None or wait > _IDLE_END_S
 
     def _room(self) -> int:
-        """How many more hosts to lease now (0 when the page budget is spent)."""
-        s = self.w.settings
+        """How many more hosts to lease now (0 when the page budget is spent). With a page
+        budget, pages fetched plus hosts leased are read fresh here, not from the control
+        tick's view: sessions lease hundreds of hosts at a time, and a view 0.25 s old let
+        them lease past the budget (each leased host fetches a page)."""
+        s, w = self.w.settings, self.w
         room = min(max(s.FETCH_BATCH, s.WAKE_MAX_HOSTS), self.pool.host_room())
-        return max(0, room if self.spare is None else min(room, self.spare))
+        if self.spare is None or room <= 0:
+            return max(0, room)
+        self.leased = w.frontier.leased_hosts()
+        self.spare = s.MAX_PAGES - w.control.view().pages - self.leased
+        return max(0, min(room, self.spare))
 
     def _check_control(self) -> None:
         s = self.w.settings
