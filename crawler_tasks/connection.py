@@ -68,19 +68,28 @@ def ping_once(url: str, timeout_s: float = 5.0) -> None:
         client.close()
 
 
+MAX_CONNECTIONS = 64   # per client and process; a round trip takes a connection for ~0.2 ms
+
+
 def make_client(url: str, timeout_s: float = 10.0) -> redis.Redis:
     """A client that retries transient connection errors (Redis restarts) with backoff."""
     if is_cluster_url(url):
         return _cluster(url, timeout_s, decode=True)
-    return redis.Redis.from_url(
+    retry = Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=8)
+    # a bounded pool that makes a thread wait for a free connection: a fetch process runs
+    # hundreds of turns at once, and redis-py's default pool raises past 100 connections
+    pool = redis.BlockingConnectionPool.from_url(
         url,
+        max_connections=MAX_CONNECTIONS,
+        timeout=timeout_s,
         decode_responses=True,
         socket_timeout=timeout_s,
         socket_connect_timeout=timeout_s,
         health_check_interval=30,
-        retry=Retry(ExponentialBackoff(cap=2.0, base=0.05), retries=8),
+        retry=retry,
         retry_on_error=[redis.ConnectionError, redis.TimeoutError],
     )
+    return redis.Redis(connection_pool=pool, retry=retry, retry_on_error=[redis.ConnectionError, redis.TimeoutError])
 
 
 def unblock_consumers(url: str) -> int:

@@ -49,8 +49,9 @@ class Settings:
     SHARDS: int = 2
     # Number of front-queue priority levels (0 = highest).
     PRIORITY_LEVELS: int = 3
-    # Most hosts holding an active back queue per shard (Mercator's B, ~3x fetch slots).
-    MAX_ACTIVE_HOSTS: int = 512
+    # Most hosts holding an active back queue per shard (Mercator's B): at least the hosts the
+    # fetch workers may hold (FETCH_MAX_HOSTS each), or hosts in flight stop there.
+    MAX_ACTIVE_HOSTS: int = 16_384
     # A leased host not returned by then is put back by maintenance, seconds.
     LEASE_S: float = 120.0
     # Bounded memory: a front queue longer than this spills its tail to OUT/spill
@@ -62,14 +63,26 @@ class Settings:
     HOST_QUEUE_CAP: int = 100_000
     # Most hosts one wake task leases per shard.
     WAKE_MAX_HOSTS: int = 256
-    # Most hosts one fetch session holds (one thread and one connection per host).
+    # Hosts wake gives a new fetch session (a session then leases more itself, up to
+    # max(FETCH_BATCH, WAKE_MAX_HOSTS) a control tick, within FETCH_MAX_HOSTS).
     FETCH_BATCH: int = 32
+    # Caps of one fetch worker process, shared by its sessions. A held host waiting out
+    # its delay is a heap entry; it takes a thread and a socket only for its turn, so
+    # exchanges in flight follow demand (turns due a second x time a turn) up to these.
+    # Most hosts held at once (leased, waiting for their next turn or in one).
+    FETCH_MAX_HOSTS: int = 10_000
+    # Most turns (exchanges) in flight at once: threads and sockets in use.
+    FETCH_MAX_EXCHANGES: int = 512
+    # Most MiB of page bodies held: fetched and not yet spooled, plus the turns in
+    # flight at the mean body size; no new turn starts above it.
+    FETCH_MEMORY_MB: int = 256
     # Fetch sessions one fetch worker process runs at once (its Celery threads pool).
     FETCH_CONCURRENCY: int = 4
     # Fetch sessions running or queued over the whole crawl (manage.py crawl sets it to
     # fetch workers x FETCH_CONCURRENCY); each shard gets its share.
     MAX_FETCH_SESSIONS: int = 8
-    # A session gives its hosts back and ends after this long (the broker rotates work).
+    # A session gives its hosts back and ends after this long (the broker rotates work),
+    # times 0.75-1.25 drawn per session: sessions started together do not end together.
     SESSION_MAX_S: float = 60.0
     # A host whose next contact is at most this far away stays with its session, which
     # fetches it again the moment its delay has passed; farther ones go back to the heap.
@@ -112,10 +125,13 @@ class Settings:
     MAX_PAGES_PER_SEED_HOST: int = 0
     # Distinct query strings enqueued for one path before the rest count as a facet trap.
     MAX_QUERY_VARIANTS: int = 100
-    # Read Sitemap: lines of robots.txt and probe /sitemap.xml of every host.
+    # Read Sitemap: lines of robots.txt; guess /sitemap.xml of a host whose robots.txt
+    # names none once it has SITEMAP_GUESS_MIN_URLS URLs queued when robots.txt is read.
     USE_SITEMAPS: bool = True
     PROBE_SITEMAP_XML: bool = True
-    # Fetch one random path per host to recognise soft 404s (200 for any path).
+    SITEMAP_GUESS_MIN_URLS: int = 50
+    # Recognise soft 404s (200 for any path): a host whose pages show the sign (two of
+    # its URLs with the very same content) gets one probe, a random path.
     SOFT404_PROBE: bool = True
     # Follow links marked rel=nofollow/ugc/sponsored (off: they are not taken).
     FOLLOW_NOFOLLOW: bool = False
@@ -379,6 +395,10 @@ class Settings:
             (self.PRIORITY_LEVELS >= 1, "PRIORITY_LEVELS must be >= 1"),
             (self.MAX_ACTIVE_HOSTS >= 1, "MAX_ACTIVE_HOSTS must be >= 1"),
             (self.FETCH_BATCH >= 1, "FETCH_BATCH must be >= 1"),
+            (self.SITEMAP_GUESS_MIN_URLS >= 0, "SITEMAP_GUESS_MIN_URLS must be >= 0"),
+            (self.FETCH_MAX_HOSTS >= 1, "FETCH_MAX_HOSTS must be >= 1"),
+            (self.FETCH_MAX_EXCHANGES >= 1, "FETCH_MAX_EXCHANGES must be >= 1"),
+            (self.FETCH_MEMORY_MB >= 1, "FETCH_MEMORY_MB must be >= 1"),
             (self.FETCH_CONCURRENCY >= 1, "FETCH_CONCURRENCY must be >= 1"),
             (self.MAX_FETCH_SESSIONS >= 1, "MAX_FETCH_SESSIONS must be >= 1"),
             (self.SESSION_MAX_S > 0, "SESSION_MAX_S must be > 0"),

@@ -280,6 +280,8 @@ def test_crawl_redis_is_closed_to_other_processes(tmp_path):
     """The embedded Redis asks for the crawl's password, has no CONFIG, and the password
     is on no command line and in no file other users can read; the crawl still works."""
     import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
 
     out = tmp_path / "out"
     with TestWeb(n_hosts=2, pages_per_host=8, seed=21, mean_page_bytes=3000) as web:
@@ -292,7 +294,9 @@ def test_crawl_redis_is_closed_to_other_processes(tmp_path):
             assert (out / "redis").stat().st_mode & 0o077 == 0
             assert (out / "redis" / "redis.conf").stat().st_mode & 0o077 == 0
             port = int(url.rsplit(":", 1)[1].split("/")[0])
-            stranger = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
+            # no retries: redis-py 8 retries an AuthenticationError for ~4 s, past the crawl's end
+            stranger = redis.Redis(host="127.0.0.1", port=port, socket_timeout=2,
+                                   retry=Retry(NoBackoff(), 0))
             with pytest.raises(redis.AuthenticationError):
                 stranger.get("anything")
             with pytest.raises(redis.ResponseError, match="(?i)unknown command"):

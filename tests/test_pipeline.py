@@ -197,31 +197,30 @@ def test_sitemaps_from_robots_index_and_gzip_reach_unlinked_pages(fast):
         assert all(not r["indexable"] for r in recs if r.get("kind"))
 
 
-def test_soft404_probe_marks_catch_all_pages(fast):
-    catch_all = b"<html><title>Welcome</title><body>Nothing here, try the home page.</body></html>"
-    with TestWeb(n_hosts=2, pages_per_host=1) as web:
-        recs = crawl_inline(fast, [web.url(0, "/")])
+def test_soft404_probe_is_earned_by_a_catch_all_host_and_marks_its_pages(fast, monkeypatch):
+    """No probe for well-behaved hosts (their pages differ); a host that answers two URLs
+    with the very same page gets one probe, and once the probe's answer shows the same
+    page, later pages with it are soft 404s, not content."""
+    from crawler_tasks.dedup import content
+
+    catch_all = b"<html><title>Welcome</title><body>Nothing here, try <a href='/next.html'>this</a>.</body></html>"
+    with TestWeb(n_hosts=2, pages_per_host=3) as web:
+        recs = crawl_inline(fast, web.seeds(all_hosts=True))
+        assert len([r for r in recs if r.get("status") == 200]) >= 6
+        assert not [r for r in recs if r.get("kind") == "probe"]
+        assert not any("soft404-probe" in r.path for r in web.requests)
+    monkeypatch.setattr(content, "probe_url", lambda scheme, host: f"{scheme}://{host}/dead-soft404-probe.html")
+    routes = {"/": (200, HTML, b'<html><body><a href="/old.html">old</a> <a href="/older.html">older</a></body></html>')}
+    routes.update({path: (200, HTML, catch_all) for path in ("/old.html", "/older.html", "/next.html",
+                                                             "/dead-soft404-probe.html")})
+    s = dataclasses.replace(fast, KEY_PREFIX=fast.KEY_PREFIX + "b", OUT_DIR=fast.OUT_DIR + "b")
+    with TestWeb(n_hosts=1, pages_per_host=0, host_specs={0: HostSpec(pages=0, extra_routes=routes,
+                                                                      link_extra_routes=False)}) as web:
+        recs = crawl_inline(s, web.seeds())
         probes = [r for r in recs if r.get("kind") == "probe"]
-        assert probes and all(r["status"] == 404 for r in probes)  # well-behaved hosts: nothing marked
-        assert not any(r.get("soft_404") for r in recs)
-    # a host that answers 200 with the same page for any path
-    with TestWeb(n_hosts=1, pages_per_host=1) as web:
-        s = dataclasses.replace(fast, KEY_PREFIX=fast.KEY_PREFIX + "b", OUT_DIR=fast.OUT_DIR + "b")
-        reset_settings(s)
-        worker = Worker.create(s)
-        seed_urls(s, [web.url(0, "/")])
-        lease = worker.frontier.get_urls(worker.frontier.shard_of(web.hosts[0]), 1)[0]
-        # pretend robots.txt was just read: the probe goes first
-        from crawler_tasks.stages.fetch import first_contact
-        first_contact(worker, lease, "http", [])
-        worker.frontier.complete(lease, te=time.time(), action="keep")
-        probe_path = worker.frontier.host_queue(lease.shard, web.hosts[0])[0].url.split("/", 3)[3]
-        web.set_route(0, "/" + probe_path, 200, HTML, catch_all)
-        web.set_route(0, "/", 200, HTML, b'<html><body><a href="/old.html">old</a></body></html>')
-        web.set_route(0, "/old.html", 200, HTML, catch_all)
-        recs = crawl_inline(s, [])
-        old = [r for r in recs if r["url"].endswith("/old.html")]
-        assert old and old[0]["soft_404"] and not old[0]["indexable"]
+        assert len(probes) == 1 and probes[0]["status"] == 200
+        later = [r for r in recs if r["url"].endswith("/next.html")]
+        assert later and later[0]["soft_404"] and not later[0]["indexable"]
 
 
 def test_canonical_is_a_hint_and_noindex_a_verdict(fast):
@@ -588,7 +587,7 @@ def test_first_tasks_of_a_threads_pool_share_one_stage_state(settings):
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")   # the injected error
 def test_a_host_whose_turn_failed_to_finish_is_given_back_not_stuck(fast, monkeypatch):
-    """A Redis error while a turn is finished ends its host's thread; the host must go
+    """A Redis error while a turn is finished ends its host's turn; the host must go
     back to the frontier then, not stay leased (and renewed) until the lease runs out."""
     import redis
 
@@ -651,3 +650,39 @@ def test_an_idle_session_lingers_only_for_hosts_ready_soon(fast, wait_s, soon):
     assert session._nothing_ready_soon() is not soon
     worker.frontier.get_urls(0, 1, now=time.time() + wait_s + 1)   # leased: nothing left waiting
     assert session._nothing_ready_soon()
+
+
+def test_held_hosts_wait_in_the_heap_not_in_threads(fast):
+    """A session holds every host of the crawl at once, each at its delay, with four
+    exchange threads for forty hosts: a waiting host holds no thread. Politeness holds
+    for every host, and the hosts were in flight together."""
+    n_hosts, delay = 40, 0.5
+    spec = HostSpec(robots_txt=f"User-agent: *\nCrawl-delay: {delay}\n")
+    s = dataclasses.replace(fast, SHARDS=1, FETCH_BATCH=n_hosts, FETCH_MAX_EXCHANGES=4, SOFT404_PROBE=False,
+                            PROBE_SITEMAP_XML=False)
+    with TestWeb(n_hosts=n_hosts, pages_per_host=4, cross_host_ratio=0.0,
+                 host_specs={i: spec for i in range(n_hosts)}) as web:
+        reset_settings(s)
+        seed_urls(s, web.seeds(all_hosts=True))
+        worker = Worker.create(s)
+
+        def emit(pages, group_id):
+            records = parse_stage(worker, [page_from_message(to_message(p)) for p in pages], group_id)
+            enqueue_stage(worker, [record_from_message(to_message(r)) for r in records], group_id)
+
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            batches = plan_wake(s, worker.frontier)
+            for b in batches:
+                fetch_stage(worker, b.shard, b.leases, b.batch_id, emit)
+            if not batches and run_maintenance(s, worker.frontier).state == CrawlState.FINISHED:
+                break
+            time.sleep(0.02)
+        assert web.reachable(web.seeds(all_hosts=True)) <= {f"http://{r.host}{r.path}" for r in web.requests}
+        assert worker.exchanges.peak <= 4 and worker.exchanges.threads <= 4
+        for host in web.hosts:
+            reqs = sorted((r for r in web.requests if r.host == host), key=lambda r: r.start)
+            assert all(b.start - a.end >= delay - 0.002 for a, b in zip(reqs, reqs[1:])), host
+        # the hosts were in flight together: the crawl took about one host's pages x its delay
+        span = max(r.end for r in web.requests) - min(r.start for r in web.requests)
+        assert span < n_hosts * delay, span

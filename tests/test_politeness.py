@@ -433,3 +433,18 @@ def test_te_is_bounded(policy: PolitenessPolicy, state: HostState, outcome: Fetc
 def test_parse_retry_after_never_raises_and_is_non_negative(value: str, now: float) -> None:
     result = parse_retry_after(value, now)
     assert result is None or (result >= 0.0 and math.isfinite(result))
+
+
+def test_policy_defaults_are_the_settings_defaults():
+    """The policy is built from the settings of the same names; their defaults agree, so
+    a default changed in one place only is caught here."""
+    import dataclasses
+
+    from crawler_tasks.settings import Settings
+    from crawler_tasks.stages.worker import politeness_policy
+
+    policy, settings = PolitenessPolicy(), Settings()
+    named = [f.name for f in dataclasses.fields(PolitenessPolicy) if hasattr(settings, f.name.upper())]
+    assert len(named) >= 11
+    assert politeness_policy(settings) == policy
+    assert all(getattr(policy, name) == getattr(settings, name.upper()) for name in named)

@@ -5,10 +5,16 @@ It runs in the parse stage, on the node that holds the text. Exact fingerprints 
 payload digests are sharded by value (``{f<k>}`` keys), not by host: a mirror's copy
 lands on the same key as the original. The first URL seen with a fingerprint wins.
 Soft-404 fingerprints and duplicate counts are per host, in the host's shard.
+
+Soft 404s are earned, not probed for by default: a host is sent one probe (a random
+path, ``probe_url``) only once its pages show the sign, two of its URLs answering the
+very same content (a catch-all page does that). A probe on every host was 8 % of the
+requests of a crawl of many small hosts, and looks like a scanner to site operators.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+import random
+from collections.abc import Callable, Iterable
 
 from redis.client import Pipeline
 
@@ -20,6 +26,13 @@ from crawler_tasks.keys import GlobalKeys, ShardKeys, shard_of
 from crawler_tasks.records import EntryKind, PageRecord
 from crawler_tasks.settings import Settings
 from crawler_tasks.urls import host_key
+
+PROBE_MARK = "soft404-probe"
+
+
+def probe_url(scheme: str, host: str) -> str:
+    """A path the host cannot have: its answer is the host's answer to a dead URL."""
+    return f"{scheme}://{host}/{random.getrandbits(64):016x}-{PROBE_MARK}.html"
 
 
 def _by_shard(hosts: Iterable[str], shards: int) -> dict[int, list[str]]:
@@ -63,6 +76,23 @@ class ContentIndex:
             if not res[2 * i] and first and first != rec.url:
                 rec.duplicate_of = first
                 bump(counters, "dedup/duplicate_content")
+
+    def hosts_to_probe(self, records: list[PageRecord]) -> list[str]:
+        """Probe URLs for hosts that show the soft-404 sign in these (marked) records and
+        were never probed: a page with the same content as another URL of its host. Each
+        host is claimed once (its soft-404 entry is empty until the probe's answer)."""
+        if not self.settings.SOFT404_PROBE:
+            return []
+        signs = {host_key(r.url): r.url.split("://", 1)[0] for r in records
+                 if r.duplicate_of and r.status == 200 and r.kind == EntryKind.PAGE
+                 and host_key(r.duplicate_of) == host_key(r.url)}
+        out = []
+        for shard, hosts in _by_shard(signs, self.settings.SHARDS).items():
+            pipe = shard_client(self.settings, shard).pipeline(transaction=False)
+            for host in hosts:
+                pipe.hsetnx(self._shard_keys(shard).soft404, host, "")
+            out += [probe_url(signs[host], host) for host, new in zip(hosts, pipe.execute(), strict=True) if new]
+        return out
 
     def mark_soft404(self, records: list[PageRecord], counters: Counters) -> None:
         """A probe's answer (a random path) that is 200 fixes the host's soft-404
@@ -133,21 +163,25 @@ class ContentIndex:
                     trap.add(host)
         return trap
 
-    def queue_capture(self, pipe: Pipeline, url: str, digest: str, date: str) -> None:
+    def queue_capture(self, pipe: Pipeline, url: str, digest: str,
+                      date: str) -> Callable[[list[object]], tuple[str, str] | None]:
         """The test for an earlier capture of the very same payload bytes (this fetch is
         then stored as a revisit record; the first capture of a digest wins), queued on
         a pipeline of the global client that the caller runs with its own commands (one
-        round trip); ``earlier_of`` reads its two replies."""
+        round trip). Returns the reader of its replies among the pipeline's: (url, date)
+        of the earlier capture, or None; it raises a reply that is an error."""
         key = self.gkeys.payloads(int.from_bytes(digest.encode()[-4:], "big") % self.settings.SHARDS)
+        at = len(pipe)
         pipe.hsetnx(key, digest, f"{url} {date}")
         pipe.hget(key, digest)
 
-    @staticmethod
-    def earlier_of(replies: list[object], url: str, date: str) -> tuple[str, str] | None:
-        """(url, date) of the earlier capture, or None; ``replies`` start with the two
-        of ``queue_capture``."""
-        first = replies[1]
-        if not isinstance(first, str) or first == f"{url} {date}":
-            return None
-        first_url, first_date = first.rsplit(" ", 1)
-        return None if first_url == url else (first_url, first_date)
+        def read(replies: list[object]) -> tuple[str, str] | None:
+            for reply in replies[at:at + 2]:
+                if isinstance(reply, Exception):
+                    raise reply
+            first = replies[at + 1]
+            if not isinstance(first, str) or first == f"{url} {date}":
+                return None
+            first_url, first_date = first.rsplit(" ", 1)
+            return None if first_url == url else (first_url, first_date)
+        return read

@@ -263,14 +263,17 @@ class Frontier:
 
     def queue_finish(self, pipe: redis.client.Pipeline, lease: Lease, te: float, action: Action = Action.DONE,
                      host_state: dict[str, str] | None = None, hold_until: float = 0.0,
-                     handoff_until: float = 0.0) -> Callable[[object], Completion]:
+                     handoff_until: float = 0.0) -> Callable[[list[object]], Completion]:
         """``finish`` queued on ``pipe``, a pipeline to the shard's server that the caller
-        runs with its own commands (``same_server``): one round trip for both. The returned
-        function reads its reply (and runs ``finish`` again if the server lost the script)."""
+        runs with its own commands (``same_server``): one round trip for both. Returns the
+        reader of its reply among the pipeline's (it runs ``finish`` again if the server
+        lost the script)."""
         keys, args = self._finish_call(lease, te, action, host_state, hold_until, handoff_until)
+        at = len(pipe)
         pipe.evalsha(self._script(self.client(lease.shard), "complete").sha, len(keys), *keys, *args)
 
-        def read(reply: object) -> Completion:
+        def read(replies: list[object]) -> Completion:
+            reply = replies[at]
             if isinstance(reply, redis.exceptions.NoScriptError):
                 reply = self._run(lease.shard, "complete", keys, args)
             elif isinstance(reply, Exception):
@@ -300,6 +303,21 @@ class Frontier:
             for name, value in host_state.items():
                 args += [name, value]
         return keys, args
+
+    def give_back(self, held: list[tuple[Lease, float]]) -> int:
+        """Give leased hosts back at their next contact time (``complete`` with KEEP), one
+        round trip per shard whatever their number. Returns how many were still ours."""
+        ok = 0
+        for shard, group in group_by(held, lambda item: item[0].shard).items():
+            client = self.client(shard)
+            if isinstance(client, redis.cluster.RedisCluster):   # its pipelines refuse scripts
+                ok += sum(self.complete(lease, te, Action.KEEP) for lease, te in group)
+                continue
+            pipe = client.pipeline(transaction=False)
+            readers = [self.queue_finish(pipe, lease, te, Action.KEEP) for lease, te in group]
+            replies = pipe.execute(raise_on_error=False)
+            ok += sum(read(replies).ok for read in readers)
+        return ok
 
     def ack(self, shard: int, entries: list[str]) -> int:
         """Fetched entries whose pages were handed on: they leave the frontier for good."""
@@ -418,6 +436,11 @@ class Frontier:
             raw: dict[str, str] = client.hgetall(key)  # type: ignore[assignment]
             counts.update({h: int(v) for h, v in raw.items()})
         return sorted(counts.items(), key=lambda kv: -kv[1])[:n]
+
+    def enqueued_for(self, host: str) -> int:
+        """URLs of the host enqueued over the crawl so far."""
+        shard = self.shard_of(host)
+        return int(self.client(shard).hget(self.keys(shard).host_counts, host) or 0)
 
     def leased_hosts(self) -> int:
         """Hosts leased over all shards (fetches in flight)."""

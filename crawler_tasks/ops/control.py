@@ -18,7 +18,7 @@ dropped by maintenance.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -176,11 +176,19 @@ class Control:
             pipe.hincrby(self.keys.stats, name, n)
         pipe.execute()
 
-    def queue_count_page(self, pipe: redis.client.Pipeline) -> None:
+    def queue_count_page(self, pipe: redis.client.Pipeline) -> Callable[[list[object]], int]:
         """One more page fetched, counted at once (the page budget must not trail the
-        fetches), on a pipeline of the global client that the caller runs; its reply is
-        the new total."""
+        fetches), on a pipeline of the global client that the caller runs. Returns the
+        reader of its reply among the pipeline's: the new total (an error reply raises)."""
+        at = len(pipe)
         pipe.hincrby(self.keys.stats, "fetch/pages", 1)
+
+        def read(replies: list[object]) -> int:
+            reply = replies[at]
+            if isinstance(reply, Exception):
+                raise reply
+            return int(reply)  # type: ignore[call-overload]
+        return read
 
     def stats(self) -> dict[str, int]:
         raw: dict[str, str] = self.client.hgetall(self.keys.stats)  # type: ignore[assignment]

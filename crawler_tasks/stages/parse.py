@@ -68,6 +68,10 @@ def parse_stage(w: Worker, pages: list[FetchedPage], batch_id: str) -> list[Page
     records += extra
     counters: Counters = {}
     w.content.mark(records, counters)
+    probes = w.content.hosts_to_probe(records)
+    if probes:   # the host shows the sign of a catch-all answer: one probe, fetched first
+        w.frontier.put_discovered([Discovered(url=u, host=host_key(u), kind=EntryKind.PROBE) for u in probes])
+        bump(counters, "dedup/soft_404_probes", len(probes))
     # same-content URL pairs teach the host's URL rules; texts judge its URL shapes
     w.rules.observe(records, counters, {url: text.text for url, (text, _) in texts.items()})
     feed = []

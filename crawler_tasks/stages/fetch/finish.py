@@ -1,0 +1,60 @@
+"""The end of a host turn in the stores: the frontier's finish, the payload's revisit
+test and the page budget's count, on one round trip where the shard and the crawl's
+counters share a server (the common case), the count first otherwise. Each participant
+queues its commands on the shared pipeline and returns the reader of its own replies.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from crawler_tasks.frontier import Completion, Lease
+from crawler_tasks.output.warc import warc_date
+from crawler_tasks.records import Action
+from crawler_tasks.stages.fetch.outcome import Turn, requested
+from crawler_tasks.stages.worker import Worker
+
+
+@dataclass(slots=True)
+class End:
+    """How a turn ended in the frontier."""
+
+    done: Completion
+    parked: str | None = None          # the fetched entry, parked until its page is handed on
+    spent: bool = False                # the page budget is spent with this page
+    earlier: tuple[str, str] | None = None   # an earlier capture of the same payload (url, date)
+    dry: bool = False                  # held on, but the host had no URL left: it waits for parse
+
+
+def finish_turn(w: Worker, lease: Lease, turn: Turn, hold_until: float, leased: int) -> End:
+    """Finish the turn's lease (held on until ``hold_until`` when > 0 and the host has
+    URLs left). ``leased``: hosts leased over the crawl as last read, which count against
+    the page budget. On one round trip the count cannot decide the hold, so a held host
+    is given back after it when the budget is spent (``End.spent``)."""
+    s = w.settings
+    res = turn.exchange
+    date = warc_date(res.started) if res is not None else ""
+    capture = bool(s.WARC_DEDUP_REVISITS and res is not None and res.status == 200 and res.body
+                   and not res.truncated)
+    # counted at once, so that no session holds a host past the budget
+    count = bool(s.MAX_PAGES) and turn.page is not None and requested(turn.page)
+    # a fetched URL stays parked in the frontier until its page is handed on
+    park = turn.action == Action.DONE and turn.page is not None
+    fields = turn.state.to_fields() if turn.state is not None else None
+    park_until = time.time() + s.LEASE_S if park else 0.0
+    pipe = w.control.client.pipeline(transaction=False)
+    read_earlier = w.content.queue_capture(pipe, res.url, turn.digest, date) if capture and res is not None else None
+    read_count = w.control.queue_count_page(pipe) if count else None
+    read_done = None
+    if w.frontier.same_server(lease.shard, w.control.client):
+        read_done = w.frontier.queue_finish(pipe, lease, turn.te, turn.action, fields, hold_until, park_until)
+    replies = pipe.execute(raise_on_error=False) if len(pipe) else []
+    spent = read_count is not None and read_count(replies) + leased > s.MAX_PAGES
+    earlier = read_earlier(replies) if read_earlier is not None else None
+    if read_done is not None:
+        done = read_done(replies)
+    else:
+        hold_until = 0.0 if spent else hold_until
+        done = w.frontier.finish(lease, turn.te, turn.action, fields, hold_until, park_until)
+    return End(done, lease.raw if park and done.ok else None, spent, earlier,
+               dry=bool(hold_until) and done.ok and done.held is None)

@@ -1,0 +1,397 @@
+"""The fetch session: one fetch task, holding leased hosts of one shard.
+
+A held host waiting out its delay is an entry in the session's heap by ``te``, not a
+thread: when its ``te`` has passed the loop gives it to the process's exchange pool
+(``fetch/pool.py``) for one turn (``turn.py``), then takes it back (its next turn is near,
+``HOLD_HORIZON_S``) or lets it go (the frontier has it again). The loop also hands
+finished pages to parse in groups (every ``PARSE_GROUP_S`` or ``PARSE_GROUP_PAGES``
+pages, their bodies in a spool file), renews the leases of every held host in one round
+trip per shard, leases more ready hosts while the pool has room, and holds due hosts
+while parse is behind (back-pressure) or the crawl is not running.
+
+The crawl's state: RUNNING goes on; any other state starts no new turn and gives the
+held hosts back, while turns in flight finish normally (a pause); STOPPING and FINISHED
+also cut the exchanges in flight (their URLs stay queued). The session ends after
+``SESSION_MAX_S``, when the crawl is not running, or when it has nothing to do: no
+lease or session is left to expire before the crawl's end is seen.
+"""
+from __future__ import annotations
+
+import functools
+import heapq
+import itertools
+import logging
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from crawler_tasks.counters import Counters, bump
+from crawler_tasks.fetch.http import Cancel
+from crawler_tasks.fetch.politeness import HostState, request_gap
+from crawler_tasks.frontier import Lease
+from crawler_tasks.ops.control import CrawlState
+from crawler_tasks.records import Action, FetchedPage
+from crawler_tasks.stages.fetch.finish import End, finish_turn
+from crawler_tasks.stages.fetch.groups import Group, flush_group
+from crawler_tasks.stages.fetch.outcome import Turn
+from crawler_tasks.stages.fetch.turn import TurnContext, take_turn
+from crawler_tasks.stages.fetch.view import crawl_view
+from crawler_tasks.stages.worker import Worker, log_once
+
+log = logging.getLogger(__name__)
+
+_TICK_S = 0.1             # the loop's longest sleep: results, groups, control checks
+_EARLY_S = 0.002          # a due host goes to the pool this much before te and prepares its
+                          # turn while the request itself waits for te (fetch's not_before)
+_SLACK_S = 0.001          # and goes this much after te: te runs from our read of the answer's last
+                          # byte, which a busy server may stamp as its end a little later (a
+                          # threaded Python server measured gaps up to 3 ms short of the delay)
+_CONTROL_EVERY_S = 0.25   # crawl state, page budget, room for more hosts
+_DRY_POLL_S = 0.5         # after a host ran dry, ready hosts are looked for every tick this long,
+_DRY_TICK_S = 0.02        # on a shorter tick: the host's links come back from parse in ~20 ms,
+                          # and the end of a crawl is seen as soon
+_IDLE_END_S = 0.5         # a session with no host and nothing ready for this long ends (at once
+                          # when no host of its shard is ready that soon)
+_CANCELLING = frozenset({CrawlState.STOPPING, CrawlState.FINISHED})   # cut the exchanges in flight
+
+Emit = Callable[[list[FetchedPage], str], None]
+
+
+@dataclass(slots=True)
+class Held:
+    """A host held by the session: its lease, politeness state and next turn."""
+
+    lease: Lease
+    state: HostState
+    not_before: float = 0.0   # epoch s: its next request goes then, not a moment before
+
+
+@dataclass(slots=True)
+class _Done:
+    """A finished turn, for the loop: its page, and the host if the session keeps it."""
+
+    host: str
+    page: FetchedPage | None = None
+    body: bytes = b""
+    parked: str | None = None
+    held: Held | None = None   # None: the host left the session
+    dry: bool = False
+
+
+def fetch_stage(w: Worker, shard: int, leases: list[Lease], batch_id: str, emit: Emit) -> int:
+    """Run one fetch session; ``emit(pages, group_id)`` hands each group to parse.
+    Returns the number of pages handed on."""
+    return FetchSession(w, shard, batch_id, emit).run(leases)
+
+
+class FetchSession:
+    def __init__(self, w: Worker, shard: int, batch_id: str, emit: Emit) -> None:
+        self.w, self.shard, self.batch_id, self.emit = w, shard, batch_id, emit
+        self.pool = w.exchanges
+        self.started = time.monotonic()
+        # sessions started together must not end together: each one's end stops its turns
+        # until those in flight are over, and hands its hosts to a new session
+        self.max_s = w.settings.SESSION_MAX_S * random.uniform(0.75, 1.25)
+        self.stop = threading.Event()       # no new turn; held hosts go back
+        self.halt = Cancel()                # the crawl stops: exchanges in flight end now, URLs stay queued
+        self.lock = threading.Lock()        # counters, hosts in flight
+        self.heap: list[tuple[float, int, str]] = []   # (te, seq, host) of hosts waiting their turn
+        self.waiting: dict[str, Held] = {}  # hosts in the heap (the loop's own)
+        self.flying: dict[str, Held] = {}   # hosts in a turn
+        self.seq = itertools.count()
+        self.done: queue.SimpleQueue[_Done] = queue.SimpleQueue()
+        self.wake = threading.Event()       # a turn finished
+        self.counters: Counters = {}
+        self.spare: int | None = None       # pages the budget still allows, as last read (None: no budget)
+        self.flowing = True                 # parse keeps up
+        self.leased = 0                     # hosts leased over the crawl, as last read
+        self.renew_every = max(1.0, w.settings.LEASE_S / 4)
+        self.ctx = TurnContext(w, self.halt, self.stop, self._bump, self._renew_one)
+
+    @property
+    def held(self) -> int:
+        return len(self.waiting) + len(self.flying)
+
+    # -- the loop ---------------------------------------------------------------------
+    def run(self, leases: list[Lease]) -> int:
+        try:
+            return self._loop(leases)
+        except BaseException:
+            self.stop.set()
+            self.halt.set()   # no turn goes on fetching for a session that is gone
+            self._give_back_waiting()
+            raise
+
+    def _loop(self, leases: list[Lease]) -> int:
+        w, s = self.w, self.w.settings
+        self._take(leases)
+        group, handed = Group(), 0
+        next_control = next_renew = time.monotonic()
+        idle_since = None if self.held else time.monotonic()
+        poll_until = 0.0   # until then, look for ready hosts every tick (not only on the grid)
+        while True:
+            self.wake.wait(self._sleep(poll_until))
+            self.wake.clear()
+            dry = False
+            while True:
+                try:
+                    item = self.done.get_nowait()
+                except queue.Empty:
+                    break
+                dry |= item.dry
+                self._arrived(item, group)
+                if len(group.pages) >= s.PARSE_GROUP_PAGES:
+                    handed += self._flush(group)
+                    group = Group()
+            now = time.monotonic()
+            if dry:   # its next URLs may be in pages not yet handed on: their links come back soon
+                poll_until = now + _DRY_POLL_S
+            if group.pages and (dry or now - group.since >= s.PARSE_GROUP_S or not self.held):
+                handed += self._flush(group)
+                group = Group()
+            if now >= next_renew:
+                self._renew()
+                next_renew = now + self.renew_every
+            on_grid, polling = now >= next_control, now < poll_until
+            if on_grid:
+                # on a grid shared by the sessions of this process: they read one fresh view
+                next_control = (now // _CONTROL_EVERY_S + 1) * _CONTROL_EVERY_S
+                self._check_control()
+            if self.stop.is_set():
+                self._give_back_waiting()
+            elif (on_grid or polling) and self.flowing:
+                room = self._room()
+                if room:
+                    self._take(w.frontier.get_urls(self.shard, room))
+            self._dispatch()
+            if on_grid or (polling and not self.held):
+                if self.held:
+                    idle_since = None
+                elif not (polling and w.control.view().inflight) and self._nothing_ready_soon():
+                    break   # idle, nothing of the shard ready soon nor on its way: no reason to linger
+                elif idle_since is None:
+                    idle_since = now
+            if not self.held and (self.stop.is_set() or (idle_since is not None and now - idle_since >= _IDLE_END_S)):
+                break
+        if group.pages:
+            handed += self._flush(group)
+        with self.lock:
+            counters, self.counters = self.counters, {}
+        bump(counters, "fetch/sessions")
+        w.count(counters)
+        w.control.end_session(self.shard, self.batch_id)
+        return handed
+
+    def _sleep(self, poll_until: float) -> float:
+        """Until the next due host (when it may go), or the tick."""
+        tick = _DRY_TICK_S if time.monotonic() < poll_until else _TICK_S
+        if self.heap and self.flowing and not self.stop.is_set() and self.pool.room():
+            return max(0.0, min(tick, self.heap[0][0] - _EARLY_S - time.time()))
+        return tick
+
+    def _arrived(self, item: _Done, group: Group) -> None:
+        with self.lock:
+            self.flying.pop(item.host, None)
+        if item.page is not None:
+            group.add(item.page, item.body, item.parked)
+            self.pool.keep_bytes(len(item.body))
+        if item.held is None:
+            self.pool.hold(-1)
+            self.w.fetcher.release(item.host)   # whoever takes the host next opens its own connection
+        elif self.stop.is_set():
+            self.pool.hold(-1)
+            self.w.frontier.give_back([(item.held.lease, item.held.not_before)])
+            self.w.fetcher.release(item.host)
+        else:
+            self._wait(item.host, item.held)
+
+    def _wait(self, host: str, held: Held) -> None:
+        self.waiting[host] = held
+        heapq.heappush(self.heap, (held.not_before, next(self.seq), host))
+
+    def _dispatch(self) -> None:
+        """Give every due host to the pool while it has room."""
+        if self.stop.is_set() or not self.flowing:
+            return
+        due = time.time() + _EARLY_S
+        while self.heap and self.heap[0][0] <= due and self.pool.room():
+            _, _, host = heapq.heappop(self.heap)
+            held = self.waiting.pop(host)
+            with self.lock:
+                self.flying[host] = held
+            self.pool.submit(functools.partial(self._turn, host, held))
+
+    def _nothing_ready_soon(self) -> bool:
+        """Whether no host of the shard becomes ready within ``_IDLE_END_S`` (hosts that wait
+        for robots.txt or a long delay do not keep an idle session, nor the crawl's end)."""
+        wait = self.w.frontier.next_ready_in(self.shard)
+        return wait is None or wait > _IDLE_END_S
+
+    def _room(self) -> int:
+        """How many more hosts to lease now (0 when the page budget is spent). With a page
+        budget, pages fetched plus hosts leased are read fresh here, not from the control
+        tick's view: sessions lease hundreds of hosts at a time, and a view 0.25 s old let
+        them lease past the budget (each leased host fetches a page)."""
+        s, w = self.w.settings, self.w
+        room = min(max(s.FETCH_BATCH, s.WAKE_MAX_HOSTS), self.pool.host_room())
+        if self.spare is None or room <= 0:
+            return max(0, room)
+        self.leased = w.frontier.leased_hosts()
+        self.spare = s.MAX_PAGES - w.control.view().pages - self.leased
+        return max(0, min(room, self.spare))
+
+    def _check_control(self) -> None:
+        s = self.w.settings
+        view, leased = crawl_view(self.w)
+        if view.state in _CANCELLING:
+            self.halt.set()   # a trickling server must not hold the crawl's end for its deadline
+        if view.state != CrawlState.RUNNING or time.monotonic() - self.started >= self.max_s:
+            self.stop.set()
+            return
+        # parse is behind: hosts wait (leases kept) and no new host is taken, so fetched
+        # pages never pile up in spool files faster than parse can take them
+        self.flowing = view.inflight <= s.MAX_INFLIGHT_BATCHES
+        if s.MAX_PAGES:
+            self.leased = leased
+            self.spare = s.MAX_PAGES - view.pages - self.leased
+
+    # -- hosts ------------------------------------------------------------------------
+    def _take(self, leases: list[Lease]) -> None:
+        if not leases:
+            return
+        renewed = [lease for lease in self.w.frontier.renew(leases) if lease is not None]
+        if len(renewed) < len(leases):
+            self._bump("frontier/lease_lost", len(leases) - len(renewed))
+        states = self.w.frontier.host_states(renewed)
+        self.pool.hold(len(renewed))
+        for lease in renewed:
+            self._wait(lease.host, Held(lease, _host_state(states.get(lease.host, {}))))
+
+    def _renew(self) -> None:
+        """Extend the lease of every waiting host in one round trip per shard (a host in
+        a turn renews its own when the turn is long); a lost lease drops its host."""
+        hosts = list(self.waiting)
+        if not hosts:
+            return
+        for host, new in zip(hosts, self.w.frontier.renew([self.waiting[h].lease for h in hosts]), strict=True):
+            if new is None:
+                self.waiting.pop(host)
+                self.pool.hold(-1)
+                self._bump("frontier/lease_lost")
+            else:
+                self.waiting[host].lease = new
+        if len(self.waiting) < len(hosts):
+            self.heap = [item for item in self.heap if item[2] in self.waiting]
+            heapq.heapify(self.heap)
+
+    def _renew_one(self, host: str) -> None:
+        with self.lock:
+            held = self.flying.get(host)
+        if held is not None:
+            (new,) = self.w.frontier.renew([held.lease])
+            if new is not None:
+                held.lease = new
+
+    def _give_back_waiting(self) -> None:
+        """Every waiting host back to the frontier at its next contact, at once."""
+        if not self.waiting:
+            return
+        held, self.waiting, self.heap = list(self.waiting.items()), {}, []
+        self.pool.hold(-len(held))
+        self.w.frontier.give_back([(h.lease, h.not_before or time.time()) for _, h in held])
+        for host, _ in held:
+            self.w.fetcher.release(host)
+
+    def _flush(self, group: Group) -> int:
+        with self.lock:
+            counters, self.counters = self.counters, {}
+        self.pool.keep_bytes(-group.body_bytes)
+        return flush_group(self.w, self.shard, group, counters, self.emit)
+
+    def _bump(self, name: str, n: int = 1) -> None:
+        with self.lock:
+            bump(self.counters, name, n)
+
+    # -- one turn, on a pool thread -----------------------------------------------------
+    def _turn(self, host: str, held: Held) -> None:
+        """One turn of a held host, then the host back to the loop (or out of the session)."""
+        w = self.w
+        done = _Done(host)
+        try:
+            if _lease_left(held.lease) < w.settings.TOTAL_TIMEOUT_S + 1.0:
+                self._renew_one(host)   # the loop renews waiting hosts only: the exchange must fit
+            try:
+                turn = take_turn(self.ctx, held.lease, held.state, held.not_before)
+            except Exception:  # noqa: BLE001 - a bug must not cost the session or the URL
+                log_once("fetch/turn", "unexpected error fetching %s", held.lease.entry.url)
+                self._bump("error/turn")
+                turn = Turn(time.time() + w.settings.MIN_DELAY_S, Action.KEEP, last=True)
+            # a turn that sent nothing (a URL filtered, disallowed, refused) says te = now,
+            # which may be just before the te it was due at: that one still holds
+            turn.te = max(turn.te, held.not_before)
+            if turn.state is not None:
+                held.state = turn.state
+            end = self._finish(held, turn)
+            record_id = self._archive(turn, end)
+            if not end.done.ok:
+                self._bump("frontier/lease_lost")
+            if turn.page is not None:
+                turn.page.warc_id = record_id
+                done.page, done.body, done.parked = turn.page, turn.body, end.parked
+            if end.done.held is not None and end.spent:   # the page budget is spent: no next turn
+                w.frontier.give_back([(end.done.held, turn.te)])
+            elif end.done.held is not None:
+                held.lease, held.not_before = end.done.held, turn.te + _SLACK_S
+                done.held = held
+            done.dry = end.dry
+        except Exception:  # noqa: BLE001 - finishing failed (a Redis error, a full disk)
+            # give the host back, or at least stop holding it, so that it is not stuck
+            # with this session until the session and then the lease run out
+            log_once("fetch/finish", "could not finish a turn of %s", host)
+            self._bump("error/finish")
+            try:
+                w.frontier.give_back([(held.lease, time.time() + request_gap(w.policy, held.state))])
+            except Exception:  # noqa: BLE001 - the lease is dropped already; it expires
+                log_once("fetch/give_back", "could not give back %s; its lease expires", host)
+        finally:   # the loop takes the host out of ``flying``: it is held until then
+            self.done.put(done)
+            self.wake.set()
+
+    def _finish(self, held: Held, turn: Turn) -> End:
+        hold_until = 0.0 if turn.last else self._hold_until(turn.te)
+        return finish_turn(self.w, held.lease, turn, hold_until, self.leased)
+
+    def _archive(self, turn: Turn, end: End) -> str | None:
+        """The turn's exchange (and the DOM its page rendered to) in WARC, once the turn
+        is finished; the response's record id."""
+        res = turn.exchange
+        if res is None:
+            return None
+        record_id = self.w.warc.write_exchange(res, end.earlier, turn.digest)
+        if turn.conversion is not None:
+            self.w.warc.write_conversion(res.url, record_id, *turn.conversion)
+        return record_id
+
+    def _hold_until(self, te: float) -> float:
+        s = self.w.settings
+        if self.stop.is_set() or (self.spare is not None and self.spare < 0) or te - time.time() > s.HOLD_HORIZON_S:
+            return 0.0
+        return te + s.LEASE_S
+
+
+def _lease_left(lease: Lease) -> float:
+    """Seconds until the lease runs out (its token is its deadline)."""
+    try:
+        return float(lease.token) - time.time()
+    except ValueError:
+        return 0.0
+
+
+def _host_state(raw: dict[str, str]) -> HostState:
+    try:
+        return HostState.from_fields(raw) if raw else HostState()
+    except ValueError:  # a corrupt hash must not stop the host forever
+        return HostState()

@@ -1,0 +1,126 @@
+"""A host turn: one request's worth of work for a held host, as a chain of steps.
+
+refuse (a private target, before anything is sent) -> learned rules (a queued URL that
+a rule learned since spells as a page already seen, or as a trap) -> robots.txt (which
+may take the turn itself, ``robots_step.py``) -> request -> render (``render_step.py``).
+Each step either ends the turn with a ``Turn`` or returns None to hand on to the next.
+A turn runs on one of the exchange pool's threads; it never sleeps out a delay (the
+session gives it the host only once its ``te`` has passed), except robots.txt redirect
+hops and a rendering browser's requests, each paced at the host's delay.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from crawler_tasks.counters import Counters
+from crawler_tasks.fetch.http import Cancel
+from crawler_tasks.fetch.netsafety import AddressRefused, ResolveError
+from crawler_tasks.fetch.politeness import HostState, request_gap
+from crawler_tasks.frontier import ENQUEUED, Discovered, Entry, Lease
+from crawler_tasks.output.warc import warc_digest
+from crawler_tasks.parse.html import is_html
+from crawler_tasks.parse.sitemaps import MAX_SITEMAP_BYTES
+from crawler_tasks.records import Action, EntryKind, ErrorKind
+from crawler_tasks.stages.fetch.outcome import Turn, aborted, after_exchange, page_of, retry_action
+from crawler_tasks.stages.fetch.render_step import maybe_render
+from crawler_tasks.stages.fetch.robots_step import robots_step
+from crawler_tasks.stages.worker import Worker
+
+
+@dataclass(slots=True)
+class TurnContext:
+    """What a turn needs of its session."""
+
+    w: Worker
+    halt: Cancel                        # the crawl stops: exchanges in flight end now
+    stop: threading.Event               # the session stops: no more waiting
+    bump: Callable[[str, int], None]    # a session counter
+    renew: Callable[[str], None]        # extend one held host's lease (a long turn)
+
+
+def take_turn(ctx: TurnContext, lease: Lease, state: HostState, not_before: float) -> Turn:
+    """The host's turn, due at ``not_before`` (epoch s: nothing reaches the host before)."""
+    w, s = ctx.w, ctx.w.settings
+    entry = lease.entry
+    ip = None
+    try:  # refuse private targets before anything, robots.txt included, is sent
+        ip = w.fetcher.check_host(urlsplit(entry.url).hostname or "")
+    except AddressRefused as exc:
+        return Turn(time.time(), Action.DONE, page_of(entry, None, error_kind=ErrorKind.REFUSED, error=exc.reason))
+    except ResolveError:
+        pass  # the request below records the DNS failure and the retry policy applies
+    if not (s.PER_IP_POLITENESS and ip):
+        return _checked_turn(ctx, lease, state, entry, not_before)
+    free_at = w.frontier.claim_ip(ip)
+    if free_at:  # another host on this address was contacted too recently
+        return Turn(free_at, Action.KEEP)
+    turn = Turn(time.time(), Action.KEEP, last=True)
+    try:
+        turn = _checked_turn(ctx, lease, state, entry, not_before)
+        return turn
+    finally:  # the address waits as long as the host just contacted
+        w.frontier.release_ip(ip, turn.te)
+
+
+def _checked_turn(ctx: TurnContext, lease: Lease, state: HostState, entry: Entry, not_before: float) -> Turn:
+    for step in (_learned_rules_step, robots_step):
+        turn = step(ctx, lease, state, entry, not_before)
+        if turn is not None:
+            return turn
+    return _request_step(ctx, lease, state, entry, not_before)
+
+
+def _learned_rules_step(ctx: TurnContext, lease: Lease, state: HostState, entry: Entry,
+                        not_before: float) -> Turn | None:
+    """A queued URL no longer worth its request: since it was queued its host's rules
+    learned that it spells a page already seen, or its URL shape became a trap (the gate
+    applies both to new URLs; this catches those queued before). None: go on."""
+    rules = ctx.w.rules
+    if rules is None or entry.kind != EntryKind.PAGE or entry.hops or entry.depth == 0:
+        return None
+    counters: Counters = {}
+    spelled = rules.rewrite(entry.url, lease.host, counters)
+    if spelled is None:
+        ctx.bump("filter/trap_shape/queued", 1)
+        why = "its URL shape is a trap on this host (learned after it was queued)"
+    elif spelled == entry.url:
+        return None
+    else:   # the rule is confirmed: fetch the host's own spelling instead (if not seen yet)
+        queued = ctx.w.frontier.put_discovered([Discovered(url=spelled, host=lease.host, depth=entry.depth)])
+        ctx.bump("dust/dropped_queued", 1)
+        why = (f"a variant of {spelled} by this host's learned URL rules"
+               + (" (queued in its place)" if queued[0] == ENQUEUED else ""))
+    return Turn(time.time(), Action.DONE, page_of(entry, None, error_kind=ErrorKind.FILTERED, error=why))
+
+
+def _request_step(ctx: TurnContext, lease: Lease, state: HostState, entry: Entry, not_before: float) -> Turn:
+    """The request itself (conditional when we hold validators), then its page."""
+    w, s = ctx.w, ctx.w.settings
+    url = entry.url
+    gap = request_gap(w.policy, state)
+    if entry.kind == EntryKind.SITEMAP:
+        res = w.fetcher.fetch(url, max_body_bytes=MAX_SITEMAP_BYTES, max_decoded_bytes=MAX_SITEMAP_BYTES,
+                              cancel=ctx.halt, gap_s=gap, not_before=not_before)
+    else:
+        validators = w.recrawler.conditional_headers(lease.shard, [url])[0] if s.CONTINUOUS else None
+        res = w.fetcher.fetch(url, extra_headers=validators or None, cancel=ctx.halt, gap_s=gap,
+                              not_before=not_before)
+    if res.error_kind == ErrorKind.ABORTED:
+        return aborted(w.policy, state)
+    action = retry_action(res, entry.tries, s.MAX_RETRIES)
+    turn = after_exchange(w.policy, state, res, action)
+    if res.status is not None:   # archived once the turn is finished
+        turn.exchange, turn.digest = res, warc_digest(res.body)
+    if action == Action.RETRY:
+        return turn
+    turn.page = page_of(entry, res)
+    ok = res.status is not None and 200 <= res.status < 300
+    if ok and (entry.kind == EntryKind.SITEMAP or is_html(res.content_type, res.content[:512])):
+        turn.body = res.content
+        if entry.kind == EntryKind.PAGE:
+            maybe_render(ctx, lease, state, res, turn)
+    return turn
