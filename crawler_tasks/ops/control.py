@@ -238,6 +238,20 @@ class Control:
     def end_exchange(self, pipe: redis.client.Pipeline, session_id: str, host: str) -> None:
         pipe.zrem(self.keys.exchanges, f"{session_id}/{host}")
 
+    def report_exchanges(self, session_id: str, hosts: set[str], before: set[str], deadline: float) -> set[str]:
+        """A session's hosts in a turn now, given those it reported last (returned, to be
+        given next time): one round trip when they changed, none otherwise (sessions report
+        on their control tick)."""
+        gone, new = before - hosts, hosts - before
+        if gone or new:
+            pipe = self.client.pipeline(transaction=False)
+            for host in gone:
+                self.end_exchange(pipe, session_id, host)
+            for host in new:
+                self.begin_exchange(pipe, session_id, host, deadline)
+            pipe.execute()
+        return hosts
+
     def exchanges(self, now: float | None = None) -> int:
         """Exchanges in flight now."""
         now = time.time() if now is None else now

@@ -1,6 +1,6 @@
 """Wake: start fetch sessions for shards with ready hosts.
 
-A fetch session (stages/fetch.py) keeps itself fed once running: it paces its hosts at
+A fetch session (stages/fetch/session.py) keeps itself fed once running: it paces its hosts at
 their delays and leases more ready hosts of its shard as it has room. Wake only starts
 sessions: up to MAX_FETCH_SESSIONS over the crawl, each shard its fair share of them, so
 that no shard waits behind another's long sessions. The ``MAX_PAGES`` budget holds here

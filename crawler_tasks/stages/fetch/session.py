@@ -12,8 +12,7 @@ while parse is behind (back-pressure) or the crawl is not running.
 The crawl's state: RUNNING goes on; any other state starts no new turn and gives the
 held hosts back, while turns in flight finish normally (a pause); STOPPING and FINISHED
 also cut the exchanges in flight (their URLs stay queued). The session ends after
-``SESSION_MAX_S``, when the crawl is not running, or when it has nothing to do: no
-lease or session is left to expire before the crawl's end is seen.
+``SESSION_MAX_S``, when the crawl is not running, or when it has nothing to do.
 """
 from __future__ import annotations
 
@@ -46,15 +45,13 @@ log = logging.getLogger(__name__)
 _TICK_S = 0.1             # the loop's longest sleep: results, groups, control checks
 _EARLY_S = 0.002          # a due host goes to the pool this much before te and prepares its
                           # turn while the request itself waits for te (fetch's not_before)
-_SLACK_S = 0.001          # and goes this much after te: te runs from our read of the answer's last
-                          # byte, which a busy server may stamp as its end a little later (a
-                          # threaded Python server measured gaps up to 3 ms short of the delay)
+_SLACK_S = 0.001          # and goes this much after te: a busy server may stamp its answer's end a
+                          # little after our read of its last byte (a threaded Python server: 3 ms)
 _CONTROL_EVERY_S = 0.25   # crawl state, page budget, room for more hosts
 _DRY_POLL_S = 0.5         # after a host ran dry, ready hosts are looked for every tick this long,
 _DRY_TICK_S = 0.02        # on a shorter tick: the host's links come back from parse in ~20 ms,
                           # and the end of a crawl is seen as soon
-_IDLE_END_S = 0.5         # a session with no host and nothing ready for this long ends (at once
-                          # when no host of its shard is ready that soon)
+_IDLE_END_S = 0.5         # a session with no host and nothing ready this long ends (at once if none is soon)
 _CANCELLING = frozenset({CrawlState.STOPPING, CrawlState.FINISHED})   # cut the exchanges in flight
 
 Emit = Callable[[list[FetchedPage], str], None]
@@ -108,6 +105,7 @@ class FetchSession:
         self.spare: int | None = None       # pages the budget still allows, as last read (None: no budget)
         self.flowing = True                 # parse keeps up
         self.leased = 0                     # hosts leased over the crawl, as last read
+        self.reported: set[str] = set()     # hosts in a turn, as last told to the progress line
         self.renew_every = max(1.0, w.settings.LEASE_S / 4)
         self.ctx = TurnContext(w, self.halt, self.stop, self._bump, self._renew_one)
 
@@ -183,6 +181,7 @@ class FetchSession:
         bump(counters, "fetch/sessions")
         w.count(counters)
         w.control.end_session(self.shard, self.batch_id)
+        self.reported = w.control.report_exchanges(self.batch_id, set(), self.reported, 0.0)
         return handed
 
     def _sleep(self, poll_until: float) -> float:
@@ -246,6 +245,10 @@ class FetchSession:
     def _check_control(self) -> None:
         s = self.w.settings
         view, leased = crawl_view(self.w)
+        with self.lock:
+            flying = set(self.flying)
+        self.reported = self.w.control.report_exchanges(self.batch_id, flying, self.reported,
+                                                        time.time() + s.TOTAL_TIMEOUT_S)
         if view.state in _CANCELLING:
             self.halt.set()   # a trickling server must not hold the crawl's end for its deadline
         if view.state != CrawlState.RUNNING or time.monotonic() - self.started >= self.max_s:
