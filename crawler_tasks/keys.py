@@ -61,7 +61,9 @@ exchanges in flight, for the progress line),
 ``feed`` (stream of indexable pages for indexers), ``latency`` (fetch latency buckets),
 ``ipte`` (hash address -> next contact, when per-IP politeness is on),
 ``timeseries`` (list of JSON samples, newest first, capped: one per maintenance run),
-``settings`` (hash: the settings the control worker runs with, passwords removed).
+``settings`` (hash: the settings the control worker runs with, passwords removed),
+``node:<name>`` (string: the id of the machine whose workers hold that node name, with a
+time to live renewed by their heartbeat).
 Content (``<prefix>:{f<k>}:fp``): exact content fingerprint -> first URL;
 (``<prefix>:{f<k>}:payload``): WARC payload digest -> "first URL and WARC date".
 Near-duplicates (``<prefix>:{n<k>}:sim:<block>:<value>``): simhash permuted-blocks
@@ -257,6 +259,10 @@ class GlobalKeys:
     @property
     def settings(self) -> str:
         return f"{self.prefix}:{{g}}:settings"
+
+    def node(self, name: str) -> str:
+        """The machine that holds node name ``name`` (a string with a time to live)."""
+        return f"{self.prefix}:{{g}}:node:{name}"
 
     def fingerprints(self, part: int) -> str:
         return f"{self.prefix}:{{f{part}}}:fp"

@@ -1,0 +1,10 @@
+-- Claim or renew a node name for one machine (ops/nodes.py).
+-- KEYS[1] = <prefix>:{g}:node:<name>
+-- ARGV[1] = this machine's node id, ARGV[2] = time to live in ms
+-- Returns "" when the name is ours (claimed or renewed), else the id that holds it.
+local holder = redis.call("GET", KEYS[1])
+if holder and holder ~= ARGV[1] then
+  return holder
+end
+redis.call("SET", KEYS[1], ARGV[1], "PX", tonumber(ARGV[2]))
+return ""
