@@ -227,3 +227,33 @@ def test_a_crawl_runs_to_completion_with_its_frontier_on_the_cluster(cluster, tm
         fetched = {r["url"] for r in map(json.loads, (tmp_path / "out" / "pages.jsonl").read_text().splitlines())
                    if r.get("status") == 200}
         assert fetched >= web.reachable()
+
+
+def test_snapshot_and_restore_on_cluster(csettings):
+    """Every master is scanned (a cluster client's SCAN answers a cursor per master) and
+    the restored crawl leases the same URLs (issue 28 item 4)."""
+    from crawler_tasks.ops.restore import restore
+    from crawler_tasks.ops.snapshot import checkpoint
+
+    f = Frontier(csettings)
+    f.allocate_bloom()
+    hosts = [f"r{i}.test" for i in range(12)]
+    f.put_discovered([Discovered(f"http://{h}/{k}", h) for h in hosts for k in range(3)])
+    control = Control(csettings)
+    control.start(started_at=1.0)
+    control.count({"fetch/pages": 7})
+    info = checkpoint(csettings)
+    assert info is not None and info.keys > 3 * csettings.SHARDS
+    sizes = [f.sizes(s) for s in range(csettings.SHARDS)]
+    client = global_client(csettings)
+    masters = {node.name for node in client.get_primaries()}  # type: ignore[attr-defined]
+    on = {client.get_node_from_key(k).name for k in client.scan_iter(match=f"{csettings.KEY_PREFIX}:*")}  # type: ignore[attr-defined]
+    assert on == masters                 # the keys were spread: one master's scan would miss some
+    for s in range(csettings.SHARDS):    # the crawl moves on, then is restored
+        f.get_urls(s, 50)
+    restored = restore(csettings, info.path, replace=True)
+    assert restored.keys == info.keys
+    assert [f.sizes(s) for s in range(csettings.SHARDS)] == sizes
+    assert Control(csettings).stats()["fetch/pages"] == 7
+    urls = [lease.entry.url for s in range(csettings.SHARDS) for lease in f.get_urls(s, 50)]
+    assert len(urls) == len(hosts)
