@@ -253,9 +253,10 @@ class Settings:
     # This machine's name in queue names (crawl.parse.<node>); empty = the host name.
     # Workers claim it in Redis for the machine (OUT_DIR/node-id) at start and renew the
     # claim every third of NODE_TTL_S: a second machine with the same name is refused
-    # until the first one's claim has lapsed (its workers gone that long).
+    # until the first one's claim has lapsed (its workers gone that long); then
+    # maintenance hands the hosts its fetch sessions held to the other nodes.
     NODE_NAME: str = ""
-    NODE_TTL_S: float = 30.0
+    NODE_TTL_S: float = 10.0
     # Output folder: pages.jsonl, warc/, redis/ (embedded), snapshots.
     OUT_DIR: str = "crawl-out"
     # Rotate WARC files past this size, bytes.

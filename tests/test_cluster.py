@@ -257,3 +257,16 @@ def test_snapshot_and_restore_on_cluster(csettings):
     assert Control(csettings).stats()["fetch/pages"] == 7
     urls = [lease.entry.url for s in range(csettings.SHARDS) for lease in f.get_urls(s, 50)]
     assert len(urls) == len(hosts)
+
+
+def test_lost_node_hand_over_on_cluster(csettings, tmp_path):
+    """renew.lua and orphan.lua stay in their shard's slot; the node claim in {g}'s."""
+    from crawler_tasks.ops.nodes import hand_over_lost
+    from tests.test_nodes import lost_node_setup
+
+    a, b, held_a, _ = lost_node_setup(csettings, tmp_path)
+    f = Frontier(a)
+    assert hand_over_lost(a, f, time.time()) == {}
+    global_client(a).delete(GlobalKeys(a.KEY_PREFIX).node("na"))
+    assert hand_over_lost(a, f, time.time()) == {"na": len(held_a)}
+    assert {lease.host for s in range(a.SHARDS) for lease in f.get_urls(s, 50)} == {x.host for x in held_a}

@@ -101,3 +101,42 @@ def test_two_crawls_on_one_broker_keep_their_tasks_apart(settings, redis_url):
         assert keys and all(k.decode().startswith((f"{one.KEY_PREFIX}/", f"{two.KEY_PREFIX}/")) for k in keys)
     finally:
         redis.Redis.from_url(url).flushdb()
+
+
+def lost_node_setup(settings, tmp_path):
+    """Two nodes' sessions each renew the leases of their hosts; a's claim then lapses."""
+    from crawler_tasks.frontier import Discovered, Frontier
+
+    a = dataclasses.replace(settings, NODE_NAME="na", OUT_DIR=str(tmp_path / "a"), LEASE_S=120)
+    b = dataclasses.replace(a, NODE_NAME="nb", OUT_DIR=str(tmp_path / "b"))
+    fa, fb = Frontier(a), Frontier(b)
+    hosts = [f"h{i}.test" for i in range(8)]
+    fa.put_discovered([Discovered(f"http://{h}/", h) for h in hosts])
+    leases = [lease for s in range(a.SHARDS) for lease in fa.get_urls(s, 50)]
+    assert len(leases) == len(hosts)
+    held_a = [x for x in fa.renew(leases[:5]) if x]
+    held_b = [x for x in fb.renew(leases[5:]) if x]
+    assert len(held_a) == 5 and len(held_b) == 3
+    NodeClaim(a).claim()
+    NodeClaim(b).claim()
+    return a, b, held_a, held_b
+
+
+def test_a_lost_nodes_leases_are_handed_over_at_once(settings, tmp_path, rclient):
+    from crawler_tasks.frontier import Frontier
+    from crawler_tasks.ops.control import Control
+    from crawler_tasks.ops.maintenance import run_maintenance
+
+    a, b, held_a, held_b = lost_node_setup(settings, tmp_path)
+    Control(a).start()
+    run_maintenance(a)
+    assert all(Frontier(a).get_urls(s, 50) == [] for s in range(a.SHARDS))   # both alive: nothing moves
+    rclient.delete(GlobalKeys(a.KEY_PREFIX).node("na"))                        # a's claim lapsed
+    run_maintenance(a)
+    again = {lease.host for s in range(a.SHARDS) for lease in Frontier(b).get_urls(s, 50)}
+    assert again == {lease.host for lease in held_a}
+    assert Control(a).stats()["frontier/node_lost_hosts"] == 5
+    assert all(x is None for x in Frontier(a).renew(held_a))     # a's sessions, if alive, stop those hosts
+    assert all(x is not None for x in Frontier(b).renew(held_b))
+    run_maintenance(a)                                            # once: the name is forgotten
+    assert Control(a).stats()["frontier/node_lost"] == 1

@@ -8,7 +8,10 @@ machine claim the name in Redis for the machine's id (``OUT_DIR/node-id``, creat
 once, shared by the fetch and parse workers that share the spool folder) and renew
 the claim while they run; a worker of another machine under a held name refuses to
 start. The claim lapses ``NODE_TTL_S`` after the last worker of a machine is gone, so
-a dead machine's name can be taken over by a replacement after that long.
+a dead machine's name can be taken over by a replacement after that long, and
+maintenance hands the hosts whose leases its sessions renewed last over to the other
+nodes at once (``hand_over_lost``) instead of waiting out ``LEASE_S``. Only a machine
+whose workers all stopped is lost: a live parse worker keeps renewing the claim.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import redis
 
 from crawler_tasks.connection import global_client
 from crawler_tasks.exceptions import ConfigError
+from crawler_tasks.frontier import Frontier
 from crawler_tasks.keys import GlobalKeys
 from crawler_tasks.settings import Settings
 
@@ -59,15 +63,16 @@ class NodeClaim:
         self.settings = settings
         self.name = settings.node_name
         self.id = node_id(settings.OUT_DIR)
-        self.key = GlobalKeys(settings.KEY_PREFIX).node(self.name)
+        keys = GlobalKeys(settings.KEY_PREFIX)
+        self.key, self.names = keys.node(self.name), keys.nodes
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def claim(self) -> None:
         """Take or renew the name; ConfigError when another machine holds it."""
         client = global_client(self.settings)
-        holder = client.register_script(_CLAIM)(keys=[self.key],
-                                                args=[self.id, int(self.settings.NODE_TTL_S * 1000)])
+        holder = client.register_script(_CLAIM)(keys=[self.key, self.names],
+                                                args=[self.id, int(self.settings.NODE_TTL_S * 1000), self.name])
         if holder:
             raise ConfigError(
                 f"node name {self.name!r} is held by another machine (node id {holder}, this one is {self.id}): "
@@ -93,3 +98,27 @@ class NodeClaim:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2)
+
+
+def lost_nodes(settings: Settings) -> list[str]:
+    """Names claimed whose claim has lapsed: every worker of that machine is gone."""
+    client = global_client(settings)
+    keys = GlobalKeys(settings.KEY_PREFIX)
+    names: list[str] = sorted(client.smembers(keys.nodes))  # type: ignore[arg-type]
+    if not names:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.exists(keys.node(name))
+    return [str(name) for name, alive in zip(names, pipe.execute(), strict=True) if not alive]
+
+
+def hand_over_lost(settings: Settings, frontier: Frontier, now: float) -> dict[str, int]:
+    """Put back the leased hosts of lost nodes (per node: hosts put back), then forget
+    those names; a node that comes back claims its name again."""
+    out: dict[str, int] = {}
+    client = global_client(settings)
+    for name in lost_nodes(settings):
+        out[name] = sum(len(frontier.expire_node(shard, name, now)) for shard in range(settings.SHARDS))
+        client.srem(GlobalKeys(settings.KEY_PREFIX).nodes, name)
+    return out
