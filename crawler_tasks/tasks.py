@@ -118,9 +118,12 @@ def wake() -> int:
     return len(batches)
 
 
-@app.task(name="crawler.fetch", acks_late=True, autoretry_for=_REDIS_DOWN,
+@app.task(name="crawler.fetch", acks_late=False, autoretry_for=_REDIS_DOWN,
           retry_backoff=True, retry_backoff_max=30, max_retries=10)
 def fetch(shard: Any, batch_id: Any, leases: Any) -> int:
+    """Acknowledged as it starts: the frontier's leases, not the message, carry a
+    session. A dead worker's session came back only after the visibility timeout (600 s)
+    to find its leases expired or handed over; nothing is lost without it."""
     w = get_worker()
     try:
         batch_id = check_batch_id(batch_id)
