@@ -270,3 +270,21 @@ def test_lost_node_hand_over_on_cluster(csettings, tmp_path):
     global_client(a).delete(GlobalKeys(a.KEY_PREFIX).node("na"))
     assert hand_over_lost(a, f, time.time()) == {"na": len(held_a)}
     assert {lease.host for s in range(a.SHARDS) for lease in f.get_urls(s, 50)} == {x.host for x in held_a}
+
+
+def test_uneven_shard_placement_is_said_with_a_better_shard_count(csettings, capsys):
+    """The {s<n>} tags of 2 shards both hash to the last of 3 equal slot ranges (the layout
+    redis-cli --cluster create makes); the warning names a SHARDS that spreads."""
+    from crawler_tasks.connection import lopsided, placement_warning, shard_placement
+
+    for n in (2, 3, 4, 6):
+        placement = shard_placement(dataclasses.replace(csettings, SHARDS=n))
+        assert placement is not None and sum(map(len, placement.values())) == n and len(placement) == 3
+        print(f"SHARDS={n}: shards per master {sorted(len(v) for v in placement.values())}")
+    two = dataclasses.replace(csettings, SHARDS=2)
+    placement = shard_placement(two)
+    assert placement is not None and lopsided(placement)
+    warning = placement_warning(two)
+    assert warning is not None and "SHARDS=4" in warning, warning
+    assert placement_warning(csettings) is None           # 4 shards: 2, 1, 1
+    assert shard_placement(dataclasses.replace(csettings, REDIS_URL="redis://127.0.0.1:1/0")) is None

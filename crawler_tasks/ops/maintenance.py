@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from crawler_tasks.connection import global_client
+from crawler_tasks.connection import global_client, placement_warning
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.frontier.spill import Spiller
 from crawler_tasks.keys import GlobalKeys
@@ -131,6 +131,9 @@ def record_settings(settings: Settings) -> None:
     for the report, which runs elsewhere and cannot see the workers' environment."""
     if settings.KEY_PREFIX in _settings_recorded:
         return
+    warning = placement_warning(settings)
+    if warning:
+        log.warning("%s", warning)
     key = GlobalKeys(settings.KEY_PREFIX).settings
     values: dict[Any, Any] = {  # redis-py types mapping keys invariantly
         name.removeprefix("CRAWLER_"): safe_value(v) for name, v in settings.to_env().items()}
