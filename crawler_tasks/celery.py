@@ -2,7 +2,7 @@
 
 Configuration comes from the crawler settings (``CRAWLER_*`` variables). JSON only,
 no result backend (each stage sends the next one its input), one message prefetched per
-worker process, late acks on the idempotent parse and dedup tasks, and the broker in its own
+worker process, late acks on the idempotent stage tasks, and the broker in its own
 Redis database so task messages never mix with frontier state, every broker key under
 the crawl's prefix (``broker_options``), and every worker of a machine's fetch or parse
 queues claiming its node name first (``ClaimNode``).

@@ -58,7 +58,9 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 Global (``<prefix>:{g}:...``): ``stats`` (hash of counters with slash paths),
 ``control`` (hash: state, started_at, ...), ``inflight`` (zset page group id -> deadline,
 between fetch and enqueue), ``sessions`` (zset ``<shard>/<session id>`` -> deadline: fetch
-sessions running or queued), ``exchanges`` (zset ``<session id>/<host>`` -> deadline: HTTP
+sessions running or queued), ``sessionowner`` (hash: the same members -> node name of the worker
+that took the session), ``groupowner`` (hash: page group id -> node whose parse workers have
+it, until parsed), ``exchanges`` (zset ``<session id>/<host>`` -> deadline: HTTP
 exchanges in flight, for the progress line),
 ``feed`` (stream of indexable pages for indexers), ``latency`` (fetch latency buckets),
 ``ipte`` (hash address -> next contact, when per-IP politeness is on),
@@ -239,6 +241,14 @@ class GlobalKeys:
     @property
     def sessions(self) -> str:
         return f"{self.prefix}:{{g}}:sessions"
+
+    @property
+    def session_owner(self) -> str:
+        return f"{self.prefix}:{{g}}:sessionowner"
+
+    @property
+    def group_owner(self) -> str:
+        return f"{self.prefix}:{{g}}:groupowner"
 
     @property
     def exchanges(self) -> str:

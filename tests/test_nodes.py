@@ -128,14 +128,28 @@ def test_a_lost_nodes_leases_are_handed_over_at_once(settings, tmp_path, rclient
     from crawler_tasks.ops.maintenance import run_maintenance
 
     a, b, held_a, held_b = lost_node_setup(settings, tmp_path)
-    Control(a).start()
+    control = Control(a)
+    control.start()
+    for shard, session, node in ((0, "sa", "na"), (1, "sb", "nb"), (1, "sc", "na")):
+        control.begin_session(shard, session, time.time() + 600)
+        control.own_session(shard, session, node)
+    control.end_session(1, "sc")
+    control.begin_batches(["ga", "gb", "gp"], time.time() + 600)
+    for group, node in (("ga", "na"), ("gb", "nb"), ("gp", "na")):
+        control.own_group(group, node)
+    control.release_group("gp")      # parsed: its records are on the shared dedup queue
     run_maintenance(a)
+    assert control.sessions_by_shard() == {0: 1, 1: 1}
     assert all(Frontier(a).get_urls(s, 50) == [] for s in range(a.SHARDS))   # both alive: nothing moves
     rclient.delete(GlobalKeys(a.KEY_PREFIX).node("na"))                        # a's claim lapsed
     run_maintenance(a)
     again = {lease.host for s in range(a.SHARDS) for lease in Frontier(b).get_urls(s, 50)}
     assert again == {lease.host for lease in held_a}
     assert Control(a).stats()["frontier/node_lost_hosts"] == 5
+    assert control.sessions_by_shard() == {1: 1}                  # a's session slot is free at once
+    assert control.client.hgetall(control.keys.session_owner) == {"1/sb": "nb"}
+    assert set(control.client.zrange(control.keys.inflight, 0, -1)) == {"gb", "gp"}
+    assert control.client.hgetall(control.keys.group_owner) == {"gb": "nb"}
     assert all(x is None for x in Frontier(a).renew(held_a))     # a's sessions, if alive, stop those hosts
     assert all(x is not None for x in Frontier(b).renew(held_b))
     run_maintenance(a)                                            # once: the name is forgotten

@@ -347,10 +347,12 @@ class Frontier:
 
     def expire_node(self, shard: int, node: str, now: float | None = None) -> list[str]:
         """Return to the ready heap the leased hosts a lost node renewed last (its
-        sessions are gone: waiting out their leases only stalls those hosts)."""
+        sessions are gone: waiting out their leases only stalls those hosts), and make
+        their pages waiting for its parse workers due for ``return_handoffs``."""
         now = time.time() if now is None else now
         k = self.keys(shard)
-        return list(self._run(shard, "orphan", [k.lease, k.ready, k.lease_owner], [node, now]))  # type: ignore[call-overload]
+        return list(self._run(shard, "orphan", [k.lease, k.ready, k.lease_owner, k.handoff],  # type: ignore[call-overload]
+                              [node, now]))
 
     # -- observing --------------------------------------------------------------------
     def sizes(self, shard: int) -> dict[str, int]:

@@ -28,6 +28,7 @@ from crawler_tasks.connection import global_client
 from crawler_tasks.exceptions import ConfigError
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.keys import GlobalKeys
+from crawler_tasks.ops.control import Control
 from crawler_tasks.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -114,11 +115,14 @@ def lost_nodes(settings: Settings) -> list[str]:
 
 
 def hand_over_lost(settings: Settings, frontier: Frontier, now: float) -> dict[str, int]:
-    """Put back the leased hosts of lost nodes (per node: hosts put back), then forget
-    those names; a node that comes back claims its name again."""
+    """Put back the leased hosts of lost nodes (per node: hosts put back), free their
+    session slots and page groups, then forget those names; a node that comes back claims its
+    name again."""
     out: dict[str, int] = {}
     client = global_client(settings)
     for name in lost_nodes(settings):
         out[name] = sum(len(frontier.expire_node(shard, name, now)) for shard in range(settings.SHARDS))
+        sessions, groups = Control(settings).drop_node_work(name)
+        log.info("node %r lost: %d sessions and %d unparsed page groups forgotten", name, sessions, groups)
         client.srem(GlobalKeys(settings.KEY_PREFIX).nodes, name)
     return out
