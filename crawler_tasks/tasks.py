@@ -136,6 +136,8 @@ def fetch(shard: Any, batch_id: Any, leases: Any) -> int:
 
     def emit(pages: list[FetchedPage], group_id: str) -> None:
         w.control.own_group(group_id, w.settings.node_name)
+        for page in pages:
+            page.node = w.settings.node_name
         parse.apply_async(([to_message(p) for p in pages], group_id), queue=parse_queue(w.settings.node_name),
                           **_summary(f"<{len(pages)} pages>, {group_id!r}"))
 

@@ -172,6 +172,18 @@ def test_two_nodes_on_a_cluster_kill_one_and_a_second_crawl_on_the_broker(tmp_pa
             hosts2 = {u.split("/")[2] for u in want2}
             assert {u.split("/")[2] for u in got1} <= hosts1 and {u.split("/")[2] for u in got2} <= hosts2  # apart
             by_node = Counter(r.get("node", "?") for r in p1.records())
+            assert set(by_node) <= {"na", "nb"}    # every record names the node that fetched it
+            # the README's merge of the nodes' folders, then dupes over the whole crawl
+            merged = tmp_path / "all"
+            (merged / "warc").mkdir(parents=True)
+            (merged / "pages.jsonl").write_bytes(b"".join(  # nb's may not exist: killed before any enqueue
+                f.read_bytes() for n in ("na", "nb") for f in p1.out(n).glob("pages.jsonl")))
+            for n in ("na", "nb"):
+                for f in (p1.out(n) / "warc").glob("*.warc.gz"):
+                    (merged / "warc" / f"{n}-{f.name}").symlink_to(f)
+            dupes = subprocess.run([sys.executable, str(ROOT / "manage.py"), "dupes", "--out", str(merged)],
+                                   capture_output=True, text=True, cwd=ROOT, env=p1.env("na"), timeout=120)
+            assert dupes.returncode == 0, dupes.stdout + dupes.stderr
 
             # politeness and refetches from the servers' logs
             violations, gets = 0, Counter()
@@ -203,6 +215,7 @@ def test_two_nodes_on_a_cluster_kill_one_and_a_second_crawl_on_the_broker(tmp_pa
                   f"max {max(after.values()):.1f} s ({len(after)} hosts refetched by na; NODE_TTL_S "
                   f"{base.NODE_TTL_S:g}); p1 broker messages unacknowledged at the kill: {unacked_p1}")
             print(f"per master: keys {keys}, commands {calls}")
+            print(f"dupes over the merged folders: {dupes.stdout.strip().splitlines()[:1]}")
             assert violations == 0
     finally:
         reset_settings(settings)
