@@ -154,3 +154,25 @@ def test_a_lost_nodes_leases_are_handed_over_at_once(settings, tmp_path, rclient
     assert all(x is not None for x in Frontier(b).renew(held_b))
     run_maintenance(a)                                            # once: the name is forgotten
     assert Control(a).stats()["frontier/node_lost"] == 1
+
+
+def test_a_lost_nodes_held_host_comes_back_at_its_next_contact(settings, tmp_path, rclient):
+    """A host its session held between requests (lease = te + LEASE_S, not renewed since)
+    goes back to the ready heap at te, not at once."""
+    from crawler_tasks.frontier import Discovered, Frontier
+    from crawler_tasks.keys import ShardKeys
+    from crawler_tasks.ops.nodes import hand_over_lost
+
+    a = dataclasses.replace(settings, NODE_NAME="ha", OUT_DIR=str(tmp_path / "a"), LEASE_S=120)
+    f = Frontier(a)
+    f.put_discovered([Discovered(f"http://held.test/{k}", "held.test") for k in range(2)])
+    shard = f.shard_of("held.test")
+    (lease,) = f.get_urls(shard, 5)
+    (lease,) = [x for x in f.renew([lease]) if x]
+    NodeClaim(a).claim()
+    now = time.time()
+    done = f.finish(lease, te=now + 30, hold_until=now + 30 + a.LEASE_S)
+    assert done.held is not None
+    rclient.delete(GlobalKeys(a.KEY_PREFIX).node("ha"))
+    assert hand_over_lost(a, f, now) == {"ha": 1}
+    assert abs(rclient.zscore(ShardKeys(a.KEY_PREFIX, shard).ready, "held.test") - (now + 30)) < 0.01

@@ -352,7 +352,7 @@ class Frontier:
         now = time.time() if now is None else now
         k = self.keys(shard)
         return list(self._run(shard, "orphan", [k.lease, k.ready, k.lease_owner, k.handoff],  # type: ignore[call-overload]
-                              [node, now]))
+                              [node, now, self.settings.LEASE_S]))
 
     # -- observing --------------------------------------------------------------------
     def sizes(self, shard: int) -> dict[str, int]:
