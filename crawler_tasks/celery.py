@@ -3,7 +3,9 @@
 Configuration comes from the crawler settings (``CRAWLER_*`` variables). JSON only,
 no result backend (each stage sends the next one its input), one message prefetched per
 worker process, late acks on the idempotent stage tasks, and the broker in its own
-Redis database so task messages never mix with frontier state.
+Redis database so task messages never mix with frontier state, every broker key under
+the crawl's prefix (``broker_options``), and every worker of a machine's fetch or parse
+queues claiming its node name first (``ClaimNode``).
 
 Workers act on SIGTERM at once: ``manage.py crawl`` stops them with a warm shutdown,
 which otherwise waited out the event loop's idle poll (``WakeOnSignal``) and then the
@@ -23,15 +25,41 @@ from celery.signals import worker_init
 
 from crawler_tasks.connection import broker_url
 from crawler_tasks.ops.malloc import tune_malloc
-from crawler_tasks.queues import CONTROL_QUEUE, DEDUP_QUEUE
+from crawler_tasks.queues import CONTROL_QUEUE, DEDUP_QUEUE, FETCH_QUEUE, PARSE_QUEUE
 from crawler_tasks.schedule import build_schedule
-from crawler_tasks.settings import get_settings
+from crawler_tasks.settings import Settings, get_settings
 
 # How long an idle consumer's BRPOP blocks in Redis (kombu's ``polling_interval``; its
 # default is 1 s). Closing the channel at shutdown reads that reply first, so this is a
 # worker's exit delay; a message arriving ends the wait at once whatever the value.
 BROKER_POLL_S = 0.2
 PUBLISH_RETRY_POLICY = {"max_retries": 30, "interval_start": 0, "interval_step": 0.2, "interval_max": 1.0}
+
+
+class ClaimNode(bootsteps.StartStopStep):
+    """A worker of this machine's fetch or parse queues claims the node name first and
+    refuses to start (exit 1, the reason logged) when another machine holds it
+    (``ops/nodes.py``). Control workers write no spool and claim nothing."""
+
+    def __init__(self, w: Any, **kwargs: Any) -> None:
+        super().__init__(w, **kwargs)
+        self.claim: Any = None
+
+    def start(self, w: Any) -> None:
+        from crawler_tasks.ops.nodes import NodeClaim
+
+        consumed = set(w.app.amqp.queues.consume_from or w.app.amqp.queues)
+        if not any(q.startswith((FETCH_QUEUE.partition("{")[0], PARSE_QUEUE.partition("{")[0])) for q in consumed):
+            return
+        self.claim = NodeClaim(get_settings())
+        self.claim.start()
+
+    def stop(self, w: Any) -> None:
+        if self.claim is not None:
+            self.claim.stop()
+            self.claim = None
+
+    shutdown = stop
 
 
 class WakeOnSignal(bootsteps.StartStopStep):
@@ -81,6 +109,14 @@ class WakeOnSignal(bootsteps.StartStopStep):
     shutdown = stop
 
 
+def broker_options(settings: Settings) -> dict[str, Any]:
+    """Every broker key (queues, unacked table, bindings, pub/sub channels) under the
+    crawl's KEY_PREFIX, so two crawls share a broker and keep their tasks apart while
+    the queue names (``-Q crawl.fetch.0``) stay the same for every crawl."""
+    return {"visibility_timeout": max(600, int(settings.batch_timeout_s)), "polling_interval": BROKER_POLL_S,
+            "global_keyprefix": f"{settings.KEY_PREFIX}/"}
+
+
 def make_app() -> Celery:
     settings = get_settings()
     app = Celery("crawler_tasks", include=["crawler_tasks.tasks"])
@@ -90,8 +126,7 @@ def make_app() -> Celery:
         # kombu's Redis transport, minus a crash when the broker dies (broker.py)
         broker_transport="crawler_tasks.broker:Transport" if url.startswith(("redis://", "rediss://")) else None,
         broker_connection_retry_on_startup=True,
-        broker_transport_options={"visibility_timeout": max(600, int(settings.batch_timeout_s)),
-                                  "polling_interval": BROKER_POLL_S},
+        broker_transport_options=broker_options(settings),
         result_backend=None,
         task_ignore_result=True,
         task_serializer="json",
@@ -116,13 +151,14 @@ def make_app() -> Celery:
     )
     app.conf.beat_schedule = build_schedule(settings)
     app.steps["worker"].add(WakeOnSignal)
+    app.steps["worker"].add(ClaimNode)
     return app
 
 
 app = make_app()
 
 
-def requeue_unacked(url: str, queues: Collection[str], before: float) -> int:
+def requeue_unacked(url: str, queues: Collection[str], before: float, settings: Settings | None = None) -> int:
     """Put back at the head of their queues the messages of ``queues`` that a worker
     took before ``before`` and had not acknowledged when the broker's Redis was
     restarted from its append-only file: what their tasks did after the file's last
@@ -133,7 +169,7 @@ def requeue_unacked(url: str, queues: Collection[str], before: float) -> int:
     from kombu import Connection
 
     requeued = 0
-    with Connection(url) as conn:
+    with Connection(url, transport_options=broker_options(settings or get_settings())) as conn:
         channel = conn.default_channel
         client, qos = channel.client, channel.qos
         for tag, taken_at in client.zrange(qos.unacked_index_key, 0, -1, withscores=True):

@@ -155,6 +155,40 @@ def shard_client(settings: Settings, shard: int) -> redis.Redis:
     return _cached(shard_url(settings, shard), settings.REDIS_TIMEOUT_S)
 
 
+def shard_placement(settings: Settings, shards: int | None = None) -> dict[str, list[int]] | None:
+    """On a Redis Cluster frontier: each master's address -> the shards whose hash tag
+    (``{s<n>}``) falls in its slots (masters holding none included); None otherwise."""
+    if not is_cluster_url(main_url(settings)) or settings.REDIS_SHARD_URLS:
+        return None
+    from crawler_tasks.keys import ShardKeys
+
+    client: RedisCluster = global_client(settings)  # type: ignore[assignment]
+    out: dict[str, list[int]] = {node.name: [] for node in client.get_primaries()}
+    for shard in range(settings.SHARDS if shards is None else shards):
+        out.setdefault(client.get_node_from_key(ShardKeys(settings.KEY_PREFIX, shard).base).name, []).append(shard)
+    return out
+
+
+def lopsided(placement: dict[str, list[int]]) -> bool:
+    """Some master holds two shards more than another (or two while another has none)."""
+    counts = [len(shards) for shards in placement.values()]
+    return bool(counts) and max(counts) - min(counts) > 1 or (max(counts, default=0) > 1 and min(counts) == 0)
+
+
+def placement_warning(settings: Settings) -> str | None:
+    """What to say when the shards sit unevenly on the cluster's masters, with the
+    SHARDS values up to 4x that would spread evenly (hash tags are fixed per shard)."""
+    placement = shard_placement(settings)
+    if placement is None or not lopsided(placement):
+        return None
+    spread = ", ".join(str(len(v)) for v in placement.values())
+    better = [n for n in range(settings.SHARDS + 1, 4 * settings.SHARDS + 1)
+              if not lopsided(shard_placement(settings, n) or {})][:3]
+    return (f"frontier shards sit unevenly on the cluster's {len(placement)} masters ({settings.SHARDS} shards: {spread} per master): "
+            f"one master serves most hosts" + (f"; SHARDS={' or '.join(map(str, better))} spreads evenly on this "
+                                               f"cluster (for the next crawl)" if better else ""))
+
+
 def broker_url(settings: Settings) -> str:
     """The Celery broker: its own database so task messages never mix with frontier state
     (same server, credentials and TLS parameters as REDIS_URL)."""

@@ -16,6 +16,8 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 ``active``                set     hosts holding a back queue (Mercator's host table, <= B)
 ``ready``                 zset    host -> earliest next contact ``te`` (epoch s)
 ``lease``                 zset    host -> lease deadline (epoch s); one fetch in flight per host
+``leaseowner``            hash    host -> node name of the session that last renewed its lease
+                                  (a lost node's leases are handed over at once)
 ``te``                    hash    host -> ``te`` of hosts without a back queue, kept so a host
                                   that comes back still waits out its delay
 ``hs:<host>``             hash    the host's politeness state (failures, crawl delay, ...)
@@ -59,12 +61,16 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 Global (``<prefix>:{g}:...``): ``stats`` (hash of counters with slash paths),
 ``control`` (hash: state, started_at, ...), ``inflight`` (zset page group id -> deadline,
 between fetch and enqueue), ``sessions`` (zset ``<shard>/<session id>`` -> deadline: fetch
-sessions running or queued), ``exchanges`` (zset ``<session id>/<host>`` -> deadline: HTTP
+sessions running or queued), ``sessionowner`` (hash: the same members -> node name of the worker
+that took the session), ``groupowner`` (hash: page group id -> node whose parse workers have
+it, until parsed), ``exchanges`` (zset ``<session id>/<host>`` -> deadline: HTTP
 exchanges in flight, for the progress line),
 ``feed`` (stream of indexable pages for indexers), ``latency`` (fetch latency buckets),
 ``ipte`` (hash address -> next contact, when per-IP politeness is on),
 ``timeseries`` (list of JSON samples, newest first, capped: one per maintenance run),
-``settings`` (hash: the settings the control worker runs with, passwords removed).
+``settings`` (hash: the settings the control worker runs with, passwords removed),
+``node:<name>`` (string: the id of the machine whose workers hold that node name, with a
+time to live renewed by their heartbeat), ``nodes`` (set of the names claimed).
 Content (``<prefix>:{f<k>}:fp``): exact content fingerprint -> first URL;
 (``<prefix>:{f<k>}:payload``): WARC payload digest -> "first URL and WARC date".
 Near-duplicates (``<prefix>:{n<k>}:sim:<block>:<value>``): simhash permuted-blocks
@@ -118,6 +124,10 @@ class ShardKeys:
     @property
     def te(self) -> str:
         return f"{self.base}:te"
+
+    @property
+    def lease_owner(self) -> str:
+        return f"{self.base}:leaseowner"
 
     def host_state(self, host: str) -> str:
         return f"{self.base}:hs:{host}"
@@ -239,6 +249,14 @@ class GlobalKeys:
         return f"{self.prefix}:{{g}}:sessions"
 
     @property
+    def session_owner(self) -> str:
+        return f"{self.prefix}:{{g}}:sessionowner"
+
+    @property
+    def group_owner(self) -> str:
+        return f"{self.prefix}:{{g}}:groupowner"
+
+    @property
     def exchanges(self) -> str:
         return f"{self.prefix}:{{g}}:exchanges"
 
@@ -263,6 +281,15 @@ class GlobalKeys:
     @property
     def settings(self) -> str:
         return f"{self.prefix}:{{g}}:settings"
+
+    def node(self, name: str) -> str:
+        """The machine that holds node name ``name`` (a string with a time to live)."""
+        return f"{self.prefix}:{{g}}:node:{name}"
+
+    @property
+    def nodes(self) -> str:
+        """Node names claimed since maintenance last handed over a lost one's hosts."""
+        return f"{self.prefix}:{{g}}:nodes"
 
     def fingerprints(self, part: int) -> str:
         return f"{self.prefix}:{{f{part}}}:fp"

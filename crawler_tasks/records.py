@@ -123,6 +123,7 @@ class FetchedPage:
     rendered: str | None = None     # why the page was rendered in a browser (its body is the DOM)
     warc_id: str | None = None      # the response record, for the metadata record parse writes
     body: BodyRef | None = None
+    node: str | None = None         # the node that fetched it: its WARC and feed are in that node's folder
 
 
 @dataclass(slots=True)
@@ -169,8 +170,8 @@ class PageRecord(FetchedPage):
         return out
 
 
-_OUTPUT_OPTIONAL = ("final_url", "content_type", "bytes", "fetch_ms", "ip", "truncated", "headers", "rendered", "title",
-                    "lang", "fingerprint", "simhash", "text_chars", "n_links", "canonical", "redirect_to",
+_OUTPUT_OPTIONAL = ("node", "final_url", "content_type", "bytes", "fetch_ms", "ip", "truncated", "headers", "rendered",
+                    "title", "lang", "fingerprint", "simhash", "text_chars", "n_links", "canonical", "redirect_to",
                     "noindex", "nofollow", "sitemap", "duplicate_of", "near_duplicate_of", "soft_404", "revisit_s")
 
 
@@ -326,7 +327,7 @@ _CHECKS: dict[str, Any] = {
     "error_kind": _opt(_text), "error": _opt(_text), "fetched_at": _text, "final_url": _opt(_url),
     "content_type": _opt(_text), "bytes": _opt(_count), "fetch_ms": _opt(_float), "ip": _opt(_text),
     "truncated": _truncated, "headers": _headers, "location": _opt(_text), "rendered": _opt(_text),
-    "warc_id": _opt(_text),
+    "warc_id": _opt(_text), "node": _opt(_text),
     "body": _opt(_body), "title": _opt(_text), "lang": _opt(_text), "fingerprint": _opt(_text),
     "simhash": _opt(_text), "text_chars": _opt(_count), "n_links": _opt(_count), "canonical": _opt(_url),
     "redirect_to": _opt(_url), "noindex": _bool, "nofollow": _bool, "sitemap": _opt(_text),

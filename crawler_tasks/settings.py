@@ -270,7 +270,12 @@ class Settings:
 
     # --- Storage -------------------------------------------------------------------------
     # This machine's name in queue names (crawl.parse.<node>); empty = the host name.
+    # Workers claim it in Redis for the machine (OUT_DIR/node-id) at start and renew the
+    # claim every third of NODE_TTL_S: a second machine with the same name is refused
+    # until the first one's claim has lapsed (its workers gone that long); then
+    # maintenance hands the hosts its fetch sessions held to the other nodes.
     NODE_NAME: str = ""
+    NODE_TTL_S: float = 10.0
     # Output folder: pages.jsonl, warc/, redis/ (embedded), snapshots.
     OUT_DIR: str = "crawl-out"
     # Rotate WARC files past this size, bytes.
@@ -402,6 +407,7 @@ class Settings:
             (self.FETCH_CONCURRENCY >= 1, "FETCH_CONCURRENCY must be >= 1"),
             (self.MAX_FETCH_SESSIONS >= 1, "MAX_FETCH_SESSIONS must be >= 1"),
             (self.SESSION_MAX_S > 0, "SESSION_MAX_S must be > 0"),
+            (self.NODE_TTL_S >= 3, "NODE_TTL_S must be >= 3"),
             (self.HOLD_HORIZON_S >= 0, "HOLD_HORIZON_S must be >= 0"),
             (self.PARSE_GROUP_PAGES >= 1, "PARSE_GROUP_PAGES must be >= 1"),
             (self.PARSE_GROUP_S > 0, "PARSE_GROUP_S must be > 0"),

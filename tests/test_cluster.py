@@ -227,3 +227,64 @@ def test_a_crawl_runs_to_completion_with_its_frontier_on_the_cluster(cluster, tm
         fetched = {r["url"] for r in map(json.loads, (tmp_path / "out" / "pages.jsonl").read_text().splitlines())
                    if r.get("status") == 200}
         assert fetched >= web.reachable()
+
+
+def test_snapshot_and_restore_on_cluster(csettings):
+    """Every master is scanned (a cluster client's SCAN answers a cursor per master) and
+    the restored crawl leases the same URLs (issue 28 item 4)."""
+    from crawler_tasks.ops.restore import restore
+    from crawler_tasks.ops.snapshot import checkpoint
+
+    f = Frontier(csettings)
+    f.allocate_bloom()
+    hosts = [f"r{i}.test" for i in range(12)]
+    f.put_discovered([Discovered(f"http://{h}/{k}", h) for h in hosts for k in range(3)])
+    control = Control(csettings)
+    control.start(started_at=1.0)
+    control.count({"fetch/pages": 7})
+    info = checkpoint(csettings)
+    assert info is not None and info.keys > 3 * csettings.SHARDS
+    sizes = [f.sizes(s) for s in range(csettings.SHARDS)]
+    client = global_client(csettings)
+    masters = {node.name for node in client.get_primaries()}  # type: ignore[attr-defined]
+    on = {client.get_node_from_key(k).name for k in client.scan_iter(match=f"{csettings.KEY_PREFIX}:*")}  # type: ignore[attr-defined]
+    assert on == masters                 # the keys were spread: one master's scan would miss some
+    for s in range(csettings.SHARDS):    # the crawl moves on, then is restored
+        f.get_urls(s, 50)
+    restored = restore(csettings, info.path, replace=True)
+    assert restored.keys == info.keys
+    assert [f.sizes(s) for s in range(csettings.SHARDS)] == sizes
+    assert Control(csettings).stats()["fetch/pages"] == 7
+    urls = [lease.entry.url for s in range(csettings.SHARDS) for lease in f.get_urls(s, 50)]
+    assert len(urls) == len(hosts)
+
+
+def test_lost_node_hand_over_on_cluster(csettings, tmp_path):
+    """renew.lua and orphan.lua stay in their shard's slot; the node claim in {g}'s."""
+    from crawler_tasks.ops.nodes import hand_over_lost
+    from tests.test_nodes import lost_node_setup
+
+    a, b, held_a, _ = lost_node_setup(csettings, tmp_path)
+    f = Frontier(a)
+    assert hand_over_lost(a, f, time.time()) == {}
+    global_client(a).delete(GlobalKeys(a.KEY_PREFIX).node("na"))
+    assert hand_over_lost(a, f, time.time()) == {"na": len(held_a)}
+    assert {lease.host for s in range(a.SHARDS) for lease in f.get_urls(s, 50)} == {x.host for x in held_a}
+
+
+def test_uneven_shard_placement_is_said_with_a_better_shard_count(csettings, capsys):
+    """The {s<n>} tags of 2 shards both hash to the last of 3 equal slot ranges (the layout
+    redis-cli --cluster create makes); the warning names a SHARDS that spreads."""
+    from crawler_tasks.connection import lopsided, placement_warning, shard_placement
+
+    for n in (2, 3, 4, 6):
+        placement = shard_placement(dataclasses.replace(csettings, SHARDS=n))
+        assert placement is not None and sum(map(len, placement.values())) == n and len(placement) == 3
+        print(f"SHARDS={n}: shards per master {sorted(len(v) for v in placement.values())}")
+    two = dataclasses.replace(csettings, SHARDS=2)
+    placement = shard_placement(two)
+    assert placement is not None and lopsided(placement)
+    warning = placement_warning(two)
+    assert warning is not None and "SHARDS=4" in warning, warning
+    assert placement_warning(csettings) is None           # 4 shards: 2, 1, 1
+    assert shard_placement(dataclasses.replace(csettings, REDIS_URL="redis://127.0.0.1:1/0")) is None

@@ -221,11 +221,12 @@ def test_stage_messages_a_crash_left_unacknowledged_are_queued_again(redis_url):
     it and never acknowledged go back to their queues; a fetch session's stays."""
     from kombu import Connection, Exchange, Queue
 
-    from crawler_tasks.celery import requeue_unacked
+    from crawler_tasks.celery import broker_options, requeue_unacked
+    from crawler_tasks.settings import get_settings
 
     url = redis_url.rsplit("/", 1)[0] + "/2"
     names = ["crawl.parse.t", "crawl.dedup", "crawl.fetch.0"]
-    with Connection(url) as conn:
+    with Connection(url, transport_options=broker_options(get_settings())) as conn:
         queues = [Queue(n, Exchange(n), routing_key=n) for n in names]
         producer = conn.Producer()
         for q in queues:

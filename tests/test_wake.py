@@ -101,3 +101,18 @@ def test_maintenance_slows_down_once_the_crawl_has_finished(settings):
     control.set_state(CrawlState.FINISHED, "test")
     assert maintenance.is_due(a_while) == (False, IDLE_CHECK_S)    # every 10 s, not every 1 s
     assert maintenance.is_due(long_ago).is_due
+
+
+def test_hosts_spread_over_free_session_slots(settings):
+    """40 ready hosts on 2 shards and 8 session slots: 8 sessions of 5, not 2 of 20 that the
+    first worker up takes whole; never a session below MIN_SESSION_HOSTS when spreading."""
+    from crawler_tasks.stages.wake import MIN_SESSION_HOSTS
+
+    s = dataclasses.replace(settings, SHARDS=1, FETCH_BATCH=32, MAX_FETCH_SESSIONS=4)
+    frontier = Frontier(s)
+    _seed_hosts(frontier, 20)
+    assert sorted(len(b.leases) for b in plan_wake(s, frontier)) == [5, 5, 5, 5]
+    s2 = dataclasses.replace(s, KEY_PREFIX=settings.KEY_PREFIX + "b")
+    frontier2 = Frontier(s2)
+    _seed_hosts(frontier2, 2 * MIN_SESSION_HOSTS + 1)
+    assert sorted(len(b.leases) for b in plan_wake(s2, frontier2)) == [4, 5]

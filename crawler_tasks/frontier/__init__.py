@@ -38,7 +38,7 @@ def _script(name: str) -> str:
 
 _SCRIPTS = {name: _script(name) for name in ("add", "lease", "complete", "renew", "expire", "ipclaim",
                                              "recrawl", "spill", "hostload", "ack", "handoff", "reclaim",
-                                             "forget")}
+                                             "forget", "orphan")}
 
 # Most front-queue URLs moved into back queues by one wake, per shard.
 MAX_REFILL_MOVES = 2000
@@ -233,10 +233,11 @@ class Frontier:
         out: list[Lease | None] = [None] * len(leases)
         by_shard = group_by(range(len(leases)), lambda i: leases[i].shard)
         for shard, indexes in by_shard.items():
-            args: list = [deadline]
+            args: list = [deadline, self.settings.node_name]
             for i in indexes:
                 args += [leases[i].host, leases[i].token]
-            tokens = self._run(shard, "renew", [self.keys(shard).lease], args)
+            k = self.keys(shard)
+            tokens = self._run(shard, "renew", [k.lease, k.lease_owner], args)
             for i, token in zip(indexes, tokens, strict=True):  # type: ignore[call-overload]
                 if token:
                     out[i] = Lease(shard, leases[i].host, leases[i].raw, token)
@@ -362,6 +363,15 @@ class Frontier:
         now = time.time() if now is None else now
         k = self.keys(shard)
         return list(self._run(shard, "expire", [k.lease, k.ready], [now]))  # type: ignore[call-overload]
+
+    def expire_node(self, shard: int, node: str, now: float | None = None) -> list[str]:
+        """Return to the ready heap the leased hosts a lost node renewed last (its
+        sessions are gone: waiting out their leases only stalls those hosts), and make
+        their pages waiting for its parse workers due for ``return_handoffs``."""
+        now = time.time() if now is None else now
+        k = self.keys(shard)
+        return list(self._run(shard, "orphan", [k.lease, k.ready, k.lease_owner, k.handoff],  # type: ignore[call-overload]
+                              [node, now, self.settings.LEASE_S]))
 
     # -- observing --------------------------------------------------------------------
     def sizes(self, shard: int) -> dict[str, int]:

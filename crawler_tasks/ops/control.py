@@ -201,7 +201,10 @@ class Control:
             self.client.zadd(self.keys.inflight, mapping)
 
     def end_batch(self, batch_id: str) -> None:
-        self.client.zrem(self.keys.inflight, batch_id)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zrem(self.keys.inflight, batch_id)
+        pipe.hdel(self.keys.group_owner, batch_id)
+        pipe.execute()
 
     def inflight(self) -> int:
         """Page groups and fetch sessions not finished: work that can still add URLs."""
@@ -225,7 +228,7 @@ class Control:
 
     def forget_batches(self) -> None:
         """After a restore: no group or session of the old processes is still running."""
-        self.client.delete(self.keys.inflight, self.keys.sessions)
+        self.client.delete(self.keys.inflight, self.keys.sessions, self.keys.session_owner, self.keys.group_owner)
 
     # -- exchanges in flight -----------------------------------------------------------
     def begin_exchange(self, pipe: redis.client.Pipeline, session_id: str, host: str, deadline: float) -> None:
@@ -262,7 +265,44 @@ class Control:
         self.client.zadd(self.keys.sessions, {f"{shard}/{session_id}": deadline})
 
     def end_session(self, shard: int, session_id: str) -> None:
-        self.client.zrem(self.keys.sessions, f"{shard}/{session_id}")
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zrem(self.keys.sessions, f"{shard}/{session_id}")
+        pipe.hdel(self.keys.session_owner, f"{shard}/{session_id}")
+        pipe.execute()
+
+    def own_session(self, shard: int, session_id: str, node: str) -> None:
+        """Which node runs a session: a lost node's slots are freed at once (``drop_node_work``)."""
+        self.client.hset(self.keys.session_owner, f"{shard}/{session_id}", node)
+
+    def own_group(self, group_id: str, node: str) -> None:
+        """A page group waits for the parse workers of ``node`` (until ``release_group``)."""
+        self.client.hset(self.keys.group_owner, group_id, node)
+
+    def release_group(self, group_id: str) -> None:
+        """Parsed: the group's records are on the shared dedup queue, whoever is lost now."""
+        self.client.hdel(self.keys.group_owner, group_id)
+
+    def drop_node_work(self, node: str) -> tuple[int, int]:
+        """Forget the sessions a lost node ran and the page groups its parse workers never
+        parsed (their pages go back to the frontier as hand-offs): both held their slots
+        until BATCH_TIMEOUT_S, so no session could start on their shards and the crawl
+        could not finish meanwhile. Owner entries of work already gone are dropped too.
+        Returns (sessions, groups) of the node's that were forgotten."""
+        dropped = []
+        for owner_key, zset in ((self.keys.session_owner, self.keys.sessions),
+                                (self.keys.group_owner, self.keys.inflight)):
+            owners: dict[str, str] = self.client.hgetall(owner_key)  # type: ignore[assignment]
+            live = set(self.client.zrange(zset, 0, -1)) if owners else set()
+            mine = [m for m, n in owners.items() if n == node and m in live]
+            gone = [m for m in owners if m not in live or m in mine]
+            pipe = self.client.pipeline(transaction=False)
+            if mine:
+                pipe.zrem(zset, *mine)
+            if gone:
+                pipe.hdel(owner_key, *gone)
+            pipe.execute()
+            dropped.append(len(mine))
+        return dropped[0], dropped[1]
 
     def sessions_by_shard(self) -> dict[int, int]:
         out: dict[int, int] = {}

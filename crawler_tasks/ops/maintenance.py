@@ -1,4 +1,5 @@
-"""Periodic housekeeping: expire dead leases, log stats, decide when the crawl is over.
+"""Periodic housekeeping: expire dead leases, hand over a lost node's hosts, log stats,
+decide when the crawl is over.
 
 A crawl is *finished* when nothing can happen any more: no batch in flight, no host
 leased, no URL in a front or back queue (checked twice, the first time before and the
@@ -23,11 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from crawler_tasks.connection import global_client
+from crawler_tasks.connection import global_client, placement_warning
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.frontier.spill import Spiller
 from crawler_tasks.keys import GlobalKeys
 from crawler_tasks.ops.control import Control, CrawlState
+from crawler_tasks.ops.nodes import hand_over_lost
 from crawler_tasks.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -129,6 +131,9 @@ def record_settings(settings: Settings) -> None:
     for the report, which runs elsewhere and cannot see the workers' environment."""
     if settings.KEY_PREFIX in _settings_recorded:
         return
+    warning = placement_warning(settings)
+    if warning:
+        log.warning("%s", warning)
     key = GlobalKeys(settings.KEY_PREFIX).settings
     values: dict[Any, Any] = {  # redis-py types mapping keys invariantly
         name.removeprefix("CRAWLER_"): safe_value(v) for name, v in settings.to_env().items()}
@@ -157,6 +162,10 @@ def run_maintenance(settings: Settings, frontier: Frontier | None = None, now: f
     now = time.time() if now is None else now
     control = Control(settings)
     expired = sum(len(frontier.expire(s, now=now)) for s in range(settings.SHARDS))
+    for node, hosts in hand_over_lost(settings, frontier, now).items():
+        control.count({"frontier/node_lost": 1, "frontier/node_lost_hosts": hosts})
+        log.warning("node %r lost (no worker renewed its claim for %g s): %d leased hosts handed over",
+                    node, settings.NODE_TTL_S, hosts)
     returned = sum(frontier.return_handoffs(s, now=now) for s in range(settings.SHARDS))
     if returned:
         control.count({"frontier/handoff_returned": returned})

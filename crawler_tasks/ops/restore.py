@@ -214,24 +214,19 @@ class _Loader:
 
 
 def _existing(client: redis.Redis, prefix: str) -> bool:
-    cursor = 0
-    while True:
-        cursor, keys = client.scan(cursor, match=_match(prefix), count=SCAN_COUNT)
-        if keys:
-            return True
-        if cursor == 0:
-            return False
+    """scan_iter, not scan: a cluster client's SCAN answers a cursor per master."""
+    return next(iter(client.scan_iter(match=_match(prefix), count=SCAN_COUNT)), None) is not None
 
 
 def _delete_prefix(client: redis.Redis, prefix: str) -> int:
     deleted = 0
-    cursor = 0
-    while True:
-        cursor, keys = client.scan(cursor, match=_match(prefix), count=SCAN_COUNT)
-        if keys:
-            deleted += int(client.unlink(*keys))
-        if cursor == 0:
-            return deleted
+    batch: list[bytes] = []
+    for key in client.scan_iter(match=_match(prefix), count=SCAN_COUNT):
+        batch.append(key)
+        if len(batch) >= SCAN_COUNT:
+            deleted += int(client.unlink(*batch))
+            batch = []
+    return deleted + (int(client.unlink(*batch)) if batch else 0)
 
 
 def _check_compatible(settings: Settings, header: dict[str, Any], path: Path) -> None:

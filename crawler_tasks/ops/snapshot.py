@@ -64,7 +64,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
-from crawler_tasks.connection import bytes_client, main_url, shard_url
+from crawler_tasks.connection import bytes_client, is_cluster, main_url, shard_url
 from crawler_tasks.exceptions import CrawlerError
 from crawler_tasks.frontier.bloom import BloomSpec
 from crawler_tasks.keys import GlobalKeys, ShardKeys
@@ -370,6 +370,16 @@ def _dump_keys(client: redis.Redis, w: _Writer, keys: list[bytes]) -> None:
 
 
 def _dump_scan(client: redis.Redis, w: _Writer, pattern: str, skip: set[bytes]) -> None:
+    if is_cluster(client):  # a cluster client's SCAN answers one cursor per master: each is scanned in turn
+        batch: list[bytes] = []
+        for key in client.scan_iter(match=pattern, count=SCAN_COUNT):
+            if key not in skip:
+                batch.append(key)
+            if len(batch) >= SCAN_COUNT:
+                _dump_keys(client, w, batch)
+                batch = []
+        _dump_keys(client, w, batch)
+        return
     cursor = 0
     while True:
         found: tuple[int, list[bytes]] = client.scan(cursor, match=pattern, count=SCAN_COUNT)  # type: ignore[assignment]

@@ -86,7 +86,7 @@ def parse_stage(w: Worker, pages: list[FetchedPage], batch_id: str) -> list[Page
         if rec.indexable:
             feed.append(feed_record(text, url=rec.url, fetched_at=rec.fetched_at, fingerprint=rec.fingerprint,
                                     simhash=rec.simhash, canonical=rec.canonical, content_type=rec.content_type,
-                                    outlinks=anchors))
+                                    outlinks=anchors) | {"node": w.settings.node_name})
     w.warc.flush()
     if feed:
         w.feed.emit(feed)

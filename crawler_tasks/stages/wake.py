@@ -26,6 +26,10 @@ class Batch:
     leases: list[Lease]
 
 
+# Fewest hosts a session is cut to when ready hosts are spread over free session slots.
+MIN_SESSION_HOSTS = 4
+
+
 def plan_wake(settings: Settings, frontier: Frontier, now: float | None = None) -> list[Batch]:
     """Lease ready hosts for new fetch sessions, within the session and page budgets."""
     now = time.time() if now is None else now
@@ -54,8 +58,11 @@ def plan_wake(settings: Settings, frontier: Frontier, now: float | None = None) 
             continue
         if budget is not None:
             budget -= len(leases)
-        n = -(-len(leases) // settings.FETCH_BATCH)   # as few sessions as the cap allows,
-        size = -(-len(leases) // n)                    # of even size (not 32 + 1)
+        # as few sessions as the cap allows, but spread over the free slots while each
+        # keeps MIN_SESSION_HOSTS: two sessions of 20 hosts went to the first -c 4 worker
+        # up and left the other nodes idle (issue 28); of even size (not 32 + 1)
+        n = max(-(-len(leases) // settings.FETCH_BATCH), min(max(1, slots), len(leases) // MIN_SESSION_HOSTS))
+        size = -(-len(leases) // n)
         for i in range(0, len(leases), size):
             batch = Batch(shard, new_batch_id(), leases[i:i + size])
             control.begin_session(shard, batch.batch_id, now + settings.batch_timeout_s)
