@@ -85,7 +85,7 @@ def test_rule_learned_after_k_pairs_then_applied(settings):
     rules, counters = UrlRules(s), {}
     for i in range(2):
         rules.observe([page(f"{H}/{i}.html", f"f{i}"), page(f"{H}/{i}.html?ref=nav", f"f{i}")], counters)
-    assert rules.rewrite(f"{H}/9.html?ref=nav", "h.test", counters) == f"{H}/9.html?ref=nav"
+    assert rules.judge(f"{H}/9.html?ref=nav", "h.test", counters) == f"{H}/9.html?ref=nav"
     rules.observe([page(f"{H}/2.html?ref=nav", "f2")], counters)    # the variant first this time
     rules.observe([page(f"{H}/2.html", "f2")], counters)
     assert counters["dust/rules_learned"] == 1
@@ -95,7 +95,7 @@ def test_rule_learned_after_k_pairs_then_applied(settings):
         f"{H}/9.html?ref=nav&x=1", "URL rule q:ref",
         f"not fetched by the learned rule 'URL rule q:ref' of this host: the same page as {H}/9.html?x=1 "
         "(6 evidence units from 3 pairs of same-content pages of this host, no counter-example)")]
-    assert rules.rewrite(f"{H}/9.html?ref=nav", "other.test", counters) == f"{H}/9.html?ref=nav"  # per host
+    assert rules.judge(f"{H}/9.html?ref=nav", "other.test", counters) == f"{H}/9.html?ref=nav"  # per host
     infos, _ = rules.host_rules("h.test")
     assert [(i.rule, i.pairs, i.active) for i in infos if i.rule == "q:ref"] == [("q:ref", 3, True)]
 
@@ -105,12 +105,12 @@ def test_counter_example_withdraws_and_blocks(settings):
     rules, counters = UrlRules(s), {}
     for i in range(2):
         rules.observe([page(f"{H}/{i}", f"f{i}"), page(f"{H}/{i}?view=1", f"f{i}")], counters)
-    assert rules.rewrite(f"{H}/5?view=1", "h.test", counters) == f"{H}/5"
+    assert rules.judge(f"{H}/5?view=1", "h.test", counters) == f"{H}/5"
     rules.observe([page(f"{H}/list", "l1"), page(f"{H}/list?view=1", "l2")], counters)
     assert counters["dust/counter_examples"] == 1
     for i in range(10, 15):   # more agreeing pairs never bring it back
         rules.observe([page(f"{H}/{i}", f"f{i}"), page(f"{H}/{i}?view=1", f"f{i}")], counters)
-    assert rules.rewrite(f"{H}/5?view=1", "h.test", counters) == f"{H}/5?view=1"
+    assert rules.judge(f"{H}/5?view=1", "h.test", counters) == f"{H}/5?view=1"
     infos, _ = rules.host_rules("h.test")
     assert [(i.counter_examples, i.active) for i in infos if i.rule == "q:view"] == [(1, False)]
 
@@ -121,7 +121,7 @@ def test_parameter_that_changes_content_is_never_a_rule(settings):
         rules.observe([page(f"{H}/list?page={i}", f"p{i}")], counters)
     rules.observe([page(f"{H}/list", "p-first")], counters)
     assert "dust/rules_learned" not in counters
-    assert rules.rewrite(f"{H}/list?page=3", "h.test", counters) == f"{H}/list?page=3"
+    assert rules.judge(f"{H}/list?page=3", "h.test", counters) == f"{H}/list?page=3"
 
 
 def test_thin_pages_are_no_evidence(settings):
@@ -133,7 +133,7 @@ def test_thin_pages_are_no_evidence(settings):
         rules.observe([page(f"{H}/list?page={i}", "chrome", simhash=None)], counters)
     rules.observe([page(f"{H}/list", "chrome", simhash=None)], counters)
     assert "dust/rules_learned" not in counters
-    assert rules.rewrite(f"{H}/list?page=3", "h.test", counters) == f"{H}/list?page=3"
+    assert rules.judge(f"{H}/list?page=3", "h.test", counters) == f"{H}/list?page=3"
 
 
 def test_near_duplicates_need_twice_the_pairs(settings):
@@ -163,18 +163,18 @@ def test_trap_shapes_need_content_evidence(settings):
     for c in range(4):      # facets: each combination lists what its siblings list
         url = f"{H}/shop?color={c}&size=1"
         rules.observe([page(url, f"s{c}")], counters, {url: f"{TEMPLATE} items {text(c, 4)} {text('shop', 40)}"})
-    assert rules.rewrite(f"{H}/shop?size=9&sort=a", "h.test", counters) is None
-    assert rules.rewrite(f"{H}/shop?color=1", "h.test", counters) == f"{H}/shop?color=1"
+    assert rules.judge(f"{H}/shop?size=9&sort=a", "h.test", counters) is None
+    assert rules.judge(f"{H}/shop?color=1", "h.test", counters) == f"{H}/shop?color=1"
     for i in range(3):      # duplicates need no text
         rules.observe([page(f"{H}/tag/{i}", f"t{i}", duplicate_of=f"{H}/x")], counters)
-    assert rules.rewrite(f"{H}/tag/77", "h.test", counters) is None
+    assert rules.judge(f"{H}/tag/77", "h.test", counters) is None
     assert counters["filter/trap_shape"] == 3 and counters["dust/trap_shapes"] == 4
     traps = rules.host_rules("h.test")[1]
     assert set(traps) == {"/cal/#/#", "/shop?&", "/shop?color&size", "/tag/#"}
     assert traps["/tag/#"] == "3 of the 3 pages of this shape added nothing new: 3 duplicate"
     assert "known text" in traps["/shop?&"]
-    assert rules.rewrite(f"{H}/article/5", "h.test", counters) == f"{H}/article/5"
-    assert rules.rewrite(f"{H}/cal/2030/7", "other.test", counters) == f"{H}/cal/2030/7"   # never spreads
+    assert rules.judge(f"{H}/article/5", "h.test", counters) == f"{H}/article/5"
+    assert rules.judge(f"{H}/cal/2030/7", "other.test", counters) == f"{H}/cal/2030/7"   # never spreads
 
 
 def test_calendar_linking_new_pages_that_add_nothing_is_cut(settings):
@@ -183,13 +183,13 @@ def test_calendar_linking_new_pages_that_add_nothing_is_cut(settings):
     rules, counters, months, adds = UrlRules(settings), {}, 0, 0
     for m in range(1, 200):
         url, add = f"{H}/cal/{2026 + m // 12}/{m % 12 + 1}", f"{H}/event/add?date={m}"
-        if rules.rewrite(url, "h.test", counters) is None:
+        if rules.judge(url, "h.test", counters) is None:
             break
         nxt = f"{H}/cal/{2026 + (m + 1) // 12}/{(m + 1) % 12 + 1}"
         rules.observe([page(url, f"c{m}", links=[nxt, add, f"{H}/about"])], counters,
                       {url: f"{TEMPLATE} month {m}: no events"})
         months += 1
-        if rules.rewrite(add, "h.test", counters) is not None:
+        if rules.judge(add, "h.test", counters) is not None:
             rules.observe([page(add, f"a{m}", links=[f"{H}/about"])], counters, {add: f"Add an event: day {m}. {TEMPLATE}"})
             adds += 1
     traps = rules.host_rules("h.test")[1]
@@ -207,7 +207,7 @@ def test_numbered_series_of_distinct_pages_is_never_a_trap(settings):
         rules.observe(batch, counters, {r.url: f"Django 3.1.{j} release notes. Fixed {text(j, 3 + j % 40)}."
                                         for j, r in enumerate(batch, k)})
     assert "dust/trap_shapes" not in counters
-    assert rules.rewrite(f"{H}/releases/3.1.400.html", "h.test", counters) == f"{H}/releases/3.1.400.html"
+    assert rules.judge(f"{H}/releases/3.1.400.html", "h.test", counters) == f"{H}/releases/3.1.400.html"
 
 
 def test_recorded_once_per_url_unless_it_entered_the_frontier(settings):

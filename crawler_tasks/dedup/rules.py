@@ -178,11 +178,6 @@ class UrlRules:
             {r: (int(evidence[2 * i] or 0), int(evidence[2 * i + 1] or 0)) for i, r in enumerate(rules)})
         return entry
 
-    def rewrite(self, url: str, host: str, counters: Counters) -> str | None:
-        """``url`` under the host's rules (the spelling to test against URL-seen), or None
-        when its shape is a trap (counted ``filter/trap_shape``)."""
-        return self.judge(url, host, counters)
-
     def judge(self, url: str, host: str, counters: Counters, depth: int = 0,
               drops: list[RuleDrop] | None = None) -> str | None:
         """``url`` under the host's rules, or None when its shape is a trap on this host.

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from crawler_tasks.counters import Counters
+from crawler_tasks.dedup.rules import RuleDrop
 from crawler_tasks.fetch.http import Cancel
 from crawler_tasks.fetch.netsafety import AddressRefused, ResolveError
 from crawler_tasks.fetch.politeness import HostState, request_gap
@@ -83,10 +84,11 @@ def _learned_rules_step(ctx: TurnContext, lease: Lease, state: HostState, entry:
     if rules is None or entry.kind != EntryKind.PAGE or entry.hops or entry.depth == 0:
         return None
     counters: Counters = {}
-    spelled = rules.rewrite(entry.url, lease.host, counters)
+    drops: list[RuleDrop] = []   # the rule and its evidence, for the record
+    spelled = rules.judge(entry.url, lease.host, counters, entry.depth, drops)
     if spelled is None:
         ctx.bump("filter/trap_shape/queued", 1)
-        why = "its URL shape is a trap on this host (learned after it was queued)"
+        why = (drops[-1].reason if drops else "its URL shape is a trap on this host") + " (learned after it was queued)"
     elif spelled == entry.url:
         return None
     else:   # the rule is confirmed: fetch the host's own spelling instead (if not seen yet)
