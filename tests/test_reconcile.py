@@ -20,6 +20,10 @@ def _line(url: str) -> bytes:
     return json.dumps({"url": url, "status": 200}).encode() + b"\n"
 
 
+def _record_line(record) -> bytes:
+    return orjson.dumps(record.output()) + b"\n"
+
+
 def test_cut_torn_line(tmp_path):
     path = tmp_path / "pages.jsonl"
     assert cut_torn_line(path) == 0   # no file
@@ -173,7 +177,7 @@ def test_a_stage_task_killed_after_it_wrote_writes_nothing_twice_when_run_again(
                 for i in range(n)]
 
     torn, written, handed = recs("a", 3), recs("d", 1), recs("b", 2)
-    lines = [orjson_line(r) for r in torn + written]
+    lines = [_record_line(r) for r in torn + written]
     # the torn group's last record was half written: step 1 cuts it
     (tmp_path / "pages.jsonl").write_bytes(lines[0] + lines[1] + lines[3] + lines[2][:20])
     feed = _line("http://b.test/0") + _line("http://b.test/1")   # the handed-on parse task's feed lines
@@ -226,7 +230,3 @@ def test_a_stage_task_killed_after_it_wrote_writes_nothing_twice_when_run_again(
             Control(s).keys.inflight, 0, -1)) == {groups["fresh"]}
     finally:
         redis.Redis.from_url(broker).flushdb()
-
-
-def orjson_line(record) -> bytes:
-    return orjson.dumps(record.output()) + b"\n"
