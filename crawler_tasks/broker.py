@@ -55,10 +55,11 @@ class Leftovers:
 def settle_leftovers(url: str, stage_queues: Collection[str], fetch_queues: Collection[str],
                      written: Written | None = None) -> Leftovers:
     """At resume, with no worker running: parse and dedup messages taken by the dead
-    workers go back to the head of their queues (their pages are fetched and become
-    records when they run), fetch session messages are dropped (frontier/reclaim.py gave
-    their hosts back), and the URLs of the pages the stage messages carry are returned,
-    so the frontier does not fetch those pages again.
+    workers go back to their queues (kombu's ``leftmost`` restore: behind the messages
+    already queued; their pages are fetched and become records when they run), fetch
+    session messages are dropped (frontier/reclaim.py gave their hosts back), and the
+    URLs of the pages the stage messages carry are returned, so the frontier does not
+    fetch those pages again.
 
     A worker can die after its task wrote its output and before it acknowledged the
     message: the items ``written`` names leave a taken message before it is queued
