@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,56 +35,123 @@ class Transport(kombu_redis.Transport):
     Channel = Channel
 
 
+# Given the page URLs of the stage messages taken by the dead workers and of those
+# still queued (each by queue), which URLs each queue's taken messages already wrote.
+Written = Callable[[dict[str, set[str]], dict[str, set[str]]], dict[str, set[str]]]
+
+
 @dataclass(slots=True)
 class Leftovers:
     """What a dead crawl left in its broker, settled by ``settle_leftovers``."""
 
     requeued: int = 0      # stage messages its workers had taken and not finished: queued again
     dropped: int = 0       # fetch session messages: their leases were given back instead
+    trimmed: int = 0       # items of taken stage messages already written: left out when queued again
+    done: dict[str, list[str]] = field(default_factory=dict)   # queue -> batch ids of taken messages
+    #                        whose every item was written: dropped, not queued again
     urls: dict[str, set[str]] = field(default_factory=dict)   # queue -> pages its messages carry on
 
 
-def settle_leftovers(url: str, stage_queues: Collection[str], fetch_queues: Collection[str]) -> Leftovers:
+def settle_leftovers(url: str, stage_queues: Collection[str], fetch_queues: Collection[str],
+                     written: Written | None = None) -> Leftovers:
     """At resume, with no worker running: parse and dedup messages taken by the dead
-    workers go back to the head of their queues (their pages are fetched and become
-    records when they run), fetch session messages are dropped (frontier/reclaim.py gave
-    their hosts back), and the URLs of the pages the stage messages carry are returned,
-    so the frontier does not fetch those pages again."""
+    workers go back to their queues (kombu's ``leftmost`` restore: behind the messages
+    already queued; their pages are fetched and become records when they run), fetch
+    session messages are dropped (frontier/reclaim.py gave their hosts back), and the
+    URLs of the pages the stage messages carry are returned, so the frontier does not
+    fetch those pages again.
+
+    A worker can die after its task wrote its output and before it acknowledged the
+    message: the items ``written`` names leave a taken message before it is queued
+    again (a message left with none is dropped, its batch id in ``done``), so no task
+    run again writes a record or feed line twice."""
     out = Leftovers()
     with Connection(url) as conn:
         channel = conn.default_channel
         client, qos = channel.client, channel.qos
+        taken: list[tuple[Any, Any, Any]] = []   # (tag, queue, unacked payload)
         for tag in client.zrange(qos.unacked_index_key, 0, -1):
             raw = client.hget(qos.unacked_key, tag)
             try:
-                queue = json.loads(raw)[2] if raw else None
+                payload = json.loads(raw) if raw else None
+                queue = payload[2] if payload else None
             except (ValueError, TypeError, IndexError, KeyError):
                 continue
             if queue in stage_queues:
-                qos.restore_by_tag(tag, client, leftmost=True)
-                out.requeued += 1
+                taken.append((tag, queue, payload))
             elif queue in fetch_queues:
                 client.hdel(qos.unacked_key, tag)
                 client.zrem(qos.unacked_index_key, tag)
                 out.dropped += 1
         for queue in fetch_queues:
             out.dropped += channel.queue_purge(queue) or 0
-        for queue in stage_queues:
-            urls = out.urls.setdefault(queue, set())
-            for key in dict.fromkeys(channel._q_for_pri(queue, pri) for pri in channel.priority_steps):
-                for raw in client.lrange(key, 0, -1):
-                    urls.update(_page_urls(raw))
+        done: dict[str, set[str]] = {}
+        if written is not None and taken:
+            taken_urls: dict[str, set[str]] = {}
+            for _, queue, payload in taken:
+                taken_urls.setdefault(queue, set()).update(_items_urls(_args(payload[0])))
+            done = written(taken_urls, _queued_urls(channel, stage_queues))
+        for tag, queue, payload in taken:
+            args = _args(payload[0])
+            items = args[0] if args else []
+            keep = [item for item in items if _item_url(item) not in done.get(queue, ())]
+            if args and len(keep) < len(items):
+                out.trimmed += len(items) - len(keep)
+                if not keep:
+                    out.done.setdefault(queue, []).append(str(args[1]))
+                    client.hdel(qos.unacked_key, tag)
+                    client.zrem(qos.unacked_index_key, tag)
+                    continue
+                payload[0] = _with_args(payload[0], [keep, *args[1:]])
+                client.hset(qos.unacked_key, tag, json.dumps(payload))
+            qos.restore_by_tag(tag, client, leftmost=True)
+            out.requeued += 1
+        out.urls = _queued_urls(channel, stage_queues)
     return out
 
 
-def _page_urls(raw: bytes | str) -> list[str]:
-    """The ``url`` of each page or record a stage task message carries ([] if unreadable)."""
+def _queued_urls(channel: Any, queues: Collection[str]) -> dict[str, set[str]]:
+    """queue -> the page URLs its queued stage messages carry."""
+    out: dict[str, set[str]] = {}
+    for queue in queues:
+        urls = out.setdefault(queue, set())
+        for key in dict.fromkeys(channel._q_for_pri(queue, pri) for pri in channel.priority_steps):
+            for raw in channel.client.lrange(key, 0, -1):
+                try:
+                    urls.update(_items_urls(_args(json.loads(raw))))
+                except (ValueError, TypeError):
+                    continue
+    return out
+
+
+def _args(message: Any) -> list[Any]:
+    """A stage task message's positional arguments (``[items, batch_id]``; [] if unreadable)."""
     try:
-        message = json.loads(raw)
         body = message["body"]
         if message.get("properties", {}).get("body_encoding") == "base64":
             body = base64.b64decode(body)
         args = json.loads(body)[0]
-        return [item["url"] for item in args[0] if isinstance(item, dict) and isinstance(item.get("url"), str)]
-    except (ValueError, TypeError, KeyError, IndexError):
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
         return []
+    return args if isinstance(args, list) and len(args) >= 2 and isinstance(args[0], list) else []
+
+
+def _with_args(message: dict[str, Any], args: list[Any]) -> dict[str, Any]:
+    """``message`` with its positional arguments replaced (the body encoded as it was)."""
+    body = json.loads(base64.b64decode(message["body"]) if message.get("properties", {}).get(
+        "body_encoding") == "base64" else message["body"])
+    body[0] = args
+    encoded = json.dumps(body)
+    if message.get("properties", {}).get("body_encoding") == "base64":
+        encoded = base64.b64encode(encoded.encode()).decode()
+    return {**message, "body": encoded}
+
+
+def _item_url(item: Any) -> str | None:
+    url = item.get("url") if isinstance(item, dict) else None
+    return url if isinstance(url, str) else None
+
+
+def _items_urls(args: list[Any]) -> list[str]:
+    """The ``url`` of each page or record a stage task message carries."""
+    return [url for url in map(_item_url, args[0] if args else []) if url is not None]

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
+
+import orjson
 
 from crawler_tasks.frontier import Discovered, Frontier
 from crawler_tasks.frontier.reclaim import forget, give_back, queue_heads
@@ -15,6 +18,10 @@ from crawler_tasks.records import Action
 
 def _line(url: str) -> bytes:
     return json.dumps({"url": url, "status": 200}).encode() + b"\n"
+
+
+def _record_line(record) -> bytes:
+    return orjson.dumps(record.output()) + b"\n"
 
 
 def test_cut_torn_line(tmp_path):
@@ -138,3 +145,88 @@ def test_once_written_waits_for_redis_instead_of_retrying_the_task():
         once_written(lambda: (_ for _ in ()).throw(redis.ConnectionError("down")), wait_s=0.0)
     with pytest.raises(ValueError):   # not a Redis outage: raised at once
         once_written(lambda: int("x"))
+
+
+def test_a_stage_task_killed_after_it_wrote_writes_nothing_twice_when_run_again(settings, tmp_path):
+    """manage.py killed (issue 24's 9 duplicate records and 7 duplicate feed lines) after
+    a dedup task appended its group's records, or a parse task wrote its feed lines and
+    handed its pages on, and before either acknowledged its message: the resume leaves
+    out what they wrote (the torn record's half is kept), drops a message left empty,
+    ends a dropped dedup message's group, and each record is then written once."""
+    from collections import Counter
+
+    import redis
+    from kombu import Connection, Exchange, Queue
+
+    from crawler_tasks import tasks
+    from crawler_tasks.celery import app
+    from crawler_tasks.ops.control import Control
+    from crawler_tasks.output.spool import spool_path
+    from crawler_tasks.queues import DEDUP_QUEUE, parse_queue
+    from crawler_tasks.records import FetchedPage, PageRecord, record_from_message, to_message
+    from crawler_tasks.stages.enqueue import enqueue_stage
+    from crawler_tasks.stages.worker import Worker
+
+    broker = settings.REDIS_URL.rsplit("/", 1)[0] + "/3"
+    s = dataclasses.replace(settings, SHARDS=1, OUT_DIR=str(tmp_path), BROKER_URL=broker)
+    parse_q = parse_queue(s.node_name)
+    groups = {name: f"{i + 1:x}-1-0000abcd" for i, name in enumerate(["torn", "written", "handed", "fresh"])}
+
+    def recs(host: str, n: int) -> list[PageRecord]:
+        return [PageRecord(url=f"http://{host}.test/{i}", status=200, fetched_at="2026-12-03T09:00:00Z")
+                for i in range(n)]
+
+    torn, written, handed = recs("a", 3), recs("d", 1), recs("b", 2)
+    lines = [_record_line(r) for r in torn + written]
+    # the torn group's last record was half written: step 1 cuts it
+    (tmp_path / "pages.jsonl").write_bytes(lines[0] + lines[1] + lines[3] + lines[2][:20])
+    feed = _line("http://b.test/0") + _line("http://b.test/1")   # the handed-on parse task's feed lines
+    (tmp_path / "feed.jsonl").write_bytes(feed)
+    (tmp_path / "spool").mkdir()
+    open(spool_path(s, groups["handed"]), "wb").close()
+    Control(s).begin_batches(groups.values(), time.time() + 600)
+    try:
+        with Connection(broker) as conn:
+            producer = app.amqp.Producer(conn)
+
+            def send(task, items, group: str) -> None:
+                task.apply_async(([to_message(x) for x in items], group), producer=producer,
+                                 queue=DEDUP_QUEUE if task is tasks.dedup else parse_q)
+
+            def take(queue: str):
+                return Queue(queue, Exchange(queue), routing_key=queue)(conn.channel()).get(no_ack=False)
+
+            send(tasks.dedup, torn, groups["torn"])
+            send(tasks.dedup, written, groups["written"])
+            assert take(DEDUP_QUEUE) and take(DEDUP_QUEUE)   # both taken, never acknowledged
+            send(tasks.parse, [FetchedPage(url=r.url) for r in handed], groups["handed"])
+            send(tasks.parse, [FetchedPage(url="http://c.test/0")], groups["fresh"])
+            assert take(parse_q) and take(parse_q)
+            send(tasks.dedup, handed, groups["handed"])        # the handed-on parse task's hand-off
+
+            done = reconcile(s, tmp_path)
+            assert (done.requeued, done.written_tasks, done.written_items) == (2, 2, 2 + 1 + 2)
+            assert "2 interrupted task(s) already written dropped" in done.summary()
+            queued = {q: [] for q in (DEDUP_QUEUE, parse_q)}
+            for q in queued:
+                while (message := take(q)) is not None:
+                    message.ack()
+                    queued[q].append(message.payload[0])
+        assert [[m["url"] for m in items] for items, _ in queued[parse_q]] == [["http://c.test/0"]]
+        assert sorted((group, [m["url"] for m in items]) for items, group in queued[DEDUP_QUEUE]) == [
+            (groups["torn"], ["http://a.test/2"]), (groups["handed"], ["http://b.test/0", "http://b.test/1"])]
+        inflight = set(redis.Redis.from_url(s.REDIS_URL, decode_responses=True).zrange(
+            Control(s).keys.inflight, 0, -1))
+        assert inflight == {groups["torn"], groups["handed"], groups["fresh"]}   # "written" ended here
+        assert not os.path.exists(spool_path(s, groups["handed"]))
+        assert (tmp_path / "feed.jsonl").read_bytes() == feed   # committed: on its way to pages.jsonl
+
+        worker = Worker.create(s)
+        for items, group in queued[DEDUP_QUEUE]:   # the dedup tasks run again
+            enqueue_stage(worker, [record_from_message(m) for m in items], group)
+        urls = Counter(orjson.loads(line)["url"] for line in (tmp_path / "pages.jsonl").read_bytes().splitlines())
+        assert urls == Counter(r.url for r in torn + written + handed)   # each once
+        assert set(redis.Redis.from_url(s.REDIS_URL, decode_responses=True).zrange(
+            Control(s).keys.inflight, 0, -1)) == {groups["fresh"]}
+    finally:
+        redis.Redis.from_url(broker).flushdb()

@@ -14,7 +14,12 @@ it holds the folder's lock:
 1. a torn last line (a worker killed mid-write, a full disk) is cut from pages.jsonl and
    feed.jsonl, and a torn last record from each process's last WARC file;
 2. the dead workers' broker messages are settled (``broker.settle_leftovers``): stage
-   messages they had taken are queued again, fetch session messages dropped;
+   messages they had taken are queued again, fetch session messages dropped. A worker
+   can die after its task wrote and before it acknowledged: the records of a taken
+   dedup message already in pages.jsonl, and the pages of a taken parse message already
+   recorded or in a dedup message, leave it first (after the cut of step 1, so the
+   unwritten half of a torn group stays); a message left empty is dropped, and a dedup
+   message's page group ended, as the task would have;
 3. the frontier gives back the dead sessions' leases and hand-offs at once
    (``frontier.reclaim``), and the queued URLs whose record is in pages.jsonl or on its
    way in a pending message leave the queue, so they are not fetched again;
@@ -41,7 +46,9 @@ from crawler_tasks.broker import settle_leftovers
 from crawler_tasks.connection import broker_url
 from crawler_tasks.frontier import Discovered, Entry, Frontier
 from crawler_tasks.frontier.reclaim import forget, give_back, queue_heads, queued_among, remember_queued, unseen_among
+from crawler_tasks.ops.control import Control
 from crawler_tasks.output.jsonl import FEED_FILE, PAGES_FILE
+from crawler_tasks.output.spool import remove_spool
 from crawler_tasks.queues import DEDUP_QUEUE, fetch_queue, parse_queue
 from crawler_tasks.records import EntryKind
 from crawler_tasks.settings import Settings
@@ -59,6 +66,8 @@ ROLLED_BACK_SUFFIX = ".rolled-back"
 class Reconciled:
     torn_bytes: int = 0          # cut from the end of pages.jsonl and feed.jsonl
     requeued: int = 0            # stage messages of the dead workers queued again
+    written_tasks: int = 0       # ... whose output was all written already: dropped
+    written_items: int = 0       # pages or records of those messages already written: left out
     dropped_sessions: int = 0    # fetch session messages dropped
     leases: int = 0              # hosts given back at once
     handoffs: int = 0            # fetched, not handed on: back in their queues
@@ -70,6 +79,8 @@ class Reconciled:
         parts = [f"{n} {what}" for n, what in (
             (self.leases, "host lease(s) reclaimed"), (self.handoffs, "fetched URL(s) not handed on requeued"),
             (self.requeued, "interrupted task(s) queued again"),
+            (self.written_tasks, "interrupted task(s) already written dropped"),
+            (self.written_items, "already written page(s) or record(s) left out of interrupted tasks"),
             (self.forgotten, "queued URL(s) already recorded dropped"),
             (self.torn_bytes, "byte(s) of torn last lines or WARC records cut"),
             (self.feed_moved, "uncommitted feed line(s) moved aside")) if n]
@@ -271,9 +282,25 @@ def reconcile(settings: Settings, out_dir: Path, now: float | None = None) -> Re
     pages, feed = out_dir / PAGES_FILE, out_dir / FEED_FILE
     out = Reconciled(torn_bytes=cut_torn_line(pages) + cut_torn_line(feed) + cut_torn_warc(out_dir / "warc"))
     parse_q = parse_queue(settings.node_name)
+
+    def written(taken: dict[str, set[str]], queued: dict[str, set[str]]) -> dict[str, set[str]]:
+        """A taken dedup message wrote the records in pages.jsonl; a taken parse message
+        wrote its feed lines and handed its pages on once they are recorded or in a dedup
+        message."""
+        recorded = recorded_among(pages, set().union(*taken.values()))
+        return {DEDUP_QUEUE: recorded, parse_q: recorded | taken.get(DEDUP_QUEUE, set())
+                | queued.get(DEDUP_QUEUE, set())}
+
     leftovers = settle_leftovers(broker_url(settings), {parse_q, DEDUP_QUEUE},
-                                 {fetch_queue(i) for i in range(settings.SHARDS)})
-    out.requeued, out.dropped_sessions = leftovers.requeued, leftovers.dropped
+                                 {fetch_queue(i) for i in range(settings.SHARDS)},
+                                 None if settings.CONTINUOUS else written)
+    out.requeued, out.dropped_sessions, out.written_items = leftovers.requeued, leftovers.dropped, leftovers.trimmed
+    control = Control(settings)
+    for batch_id in leftovers.done.get(DEDUP_QUEUE, []):   # as the task would have, after its records
+        control.end_batch(batch_id)
+    for batch_id in leftovers.done.get(parse_q, []):       # its pages were handed on
+        remove_spool(settings, batch_id)
+    out.written_tasks = sum(map(len, leftovers.done.values()))
     pending = set().union(*leftovers.urls.values()) if leftovers.urls else set()
     frontier = Frontier(settings)
     heads: dict[int, dict[str, list[str]]] = {}
