@@ -51,6 +51,13 @@ def wait_for(check: Callable[[], bool], timeout: float) -> bool:
     return check()
 
 
+def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 class Crawl:
     """One crawl's processes as the README starts them, node by node."""
 
@@ -69,8 +76,9 @@ class Crawl:
 
     def start(self, name: str, node: str, args: list[str]) -> None:
         log = open(self.logs / f"{self.settings.KEY_PREFIX}-{name}.log", "wb")
+        # its own process group: stop() ends the worker with its pool and sandbox children
         self.procs[name] = subprocess.Popen(CELERY + args, env=self.env(node), cwd=ROOT, stdout=log,
-                                            stderr=subprocess.STDOUT)
+                                            stderr=subprocess.STDOUT, start_new_session=True)
 
     def node(self, node: str, control: bool = False) -> None:
         fetch = ",".join(f"crawl.fetch.{i}" for i in range(self.settings.SHARDS))
@@ -92,14 +100,14 @@ class Crawl:
 
     def stop(self) -> None:
         for p in self.procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
+            _signal_group(p, signal.SIGTERM)
         for p in self.procs.values():
             try:
                 p.wait(20)
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait(5)
+            _signal_group(p, signal.SIGKILL)   # whatever of its group is left (a killed worker's children)
 
     def records(self) -> list[dict]:
         out = []
@@ -123,6 +131,7 @@ def commands(client: redis.Redis) -> int:
 def test_two_nodes_on_a_cluster_kill_one_and_a_second_crawl_on_the_broker(tmp_path, settings):
     logs = tmp_path / "logs"
     logs.mkdir()
+    crawls: list[Crawl] = []   # stopped whatever happens: a failed assertion must leave no worker behind
     cluster = Cluster(tmp_path / "cluster").start()
     masters = [redis.Redis(port=p, socket_timeout=5) for p in cluster.ports]
     try:
@@ -135,6 +144,7 @@ def test_two_nodes_on_a_cluster_kill_one_and_a_second_crawl_on_the_broker(tmp_pa
                 MAX_FETCH_SESSIONS=4, SNAPSHOT_INTERVAL_S=5)
             calls0 = [commands(m) for m in masters]
             p1, p2 = Crawl(base, "p1", logs), Crawl(base, "p2", logs)
+            crawls += [p1, p2]
             reset_settings(p1.settings)
             # p1: both nodes' workers, control and beat first, then seed
             p1.node("na", control=True)
@@ -239,5 +249,7 @@ def test_two_nodes_on_a_cluster_kill_one_and_a_second_crawl_on_the_broker(tmp_pa
                   f"{json.loads(back.stdout)['keys']} keys")
             assert violations == 0
     finally:
+        for crawl in crawls:
+            crawl.stop()
         reset_settings(settings)
         cluster.stop()
