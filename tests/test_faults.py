@@ -269,11 +269,11 @@ def fill(disk: Path, leave_bytes: int) -> Path:
     """A file that leaves ``leave_bytes`` free on ``disk``."""
     filler = disk / "filler"
     free = os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize
-    with open(filler, "ab") as f:
-        try:
+    try:
+        with open(filler, "ab") as f:
             f.write(b"\0" * max(0, free - leave_bytes))
-        except OSError:   # the crawl wrote meanwhile: the disk is full, as asked
-            pass
+    except OSError:   # the crawl wrote meanwhile (the write or the close's flush): the disk is full, as asked
+        pass
     return filler
 
 
