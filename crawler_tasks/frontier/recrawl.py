@@ -221,7 +221,7 @@ class Recrawler:
         return out
 
     def replan(self, shard: int) -> float:
-        """Solve the shard's allocation for its budget; returns the expected freshness."""
+        """Solve the shard's allocation for its budget, and return that budget (revisits/s)."""
         budget = self.budget(shard)
         classes = self.classes(shard)
         urls = sum(c.count for c in classes)
@@ -230,7 +230,7 @@ class Recrawler:
         shard_client(self.settings, shard).hset(self.frontier.keys(shard).recrawl, mapping={
             "mu": repr(mu), "budget": repr(budget), "freshness": f"{fresh:.4f}", "urls": int(urls),
             "uniform_s": repr(urls / budget if budget else 0.0)})
-        return fresh
+        return budget
 
     def requeue_due(self, now: float | None = None, limit: int = 5000) -> int:
         """Solve each shard's plan again and move its due URLs back into the front queues,
@@ -238,8 +238,7 @@ class Recrawler:
         now = time.time() if now is None else now
         moved = 0
         for shard in range(self.settings.SHARDS):
-            self.replan(shard)
-            budget = self.budget(shard)
+            budget = self.replan(shard)
             k = self.frontier.keys(shard)
             moved += int(self.frontier.run_script(  # type: ignore[call-overload]
                 shard, "recrawl", [k.due, k.queued, k.recrawl] + k.fronts(self.frontier.levels),
