@@ -694,3 +694,35 @@ def test_held_hosts_wait_in_the_heap_not_in_threads(fast):
         together = sum(1 for reqs in spans.values()
                        if reqs and min(r.start for r in reqs) <= middle <= max(r.end for r in reqs))
         assert together > 2 * 4, together
+
+
+def test_a_host_leased_again_while_its_last_turn_ends_is_not_lost(fast, monkeypatch):
+    """A turn gives its host back (its queue ran dry) and then archives its exchange; a
+    slow disk makes that long. Links from an earlier group bring the host back meanwhile,
+    and the session leases it again: the new lease waits for the old turn's end. (It used
+    to take the new turn for the old one's: the session ended under it and the host stayed
+    leased, its parked URL unacked, until the lease ran out.)"""
+    from crawler_tasks.stages.fetch import session as session_module
+
+    archive = session_module.archive_turn
+
+    def slow_disk(w, turn, end):
+        time.sleep(0.3)
+        return archive(w, turn, end)
+
+    monkeypatch.setattr(session_module, "archive_turn", slow_disk)
+    chain = 5
+    page = "<html><body><p>{c} chain page {i}</p><a href='/{c}/{n}.html'>next</a></body></html>"
+    routes = {"/": (200, HTML, b"<html><body><a href='/a/1.html'>a</a><a href='/b/1.html'>b</a></body></html>")}
+    routes.update({f"/{c}/{i}.html": (200, HTML, page.format(c=c, i=i, n=i + 1).encode())
+                   for c in "ab" for i in range(1, chain + 1)})
+    specs = {0: HostSpec(pages=1, extra_routes=routes, link_extra_routes=False)}
+    s = dataclasses.replace(fast, SHARDS=1, PARSE_GROUP_S=0.05, LEASE_S=120.0, SOFT404_PROBE=False,
+                            PROBE_SITEMAP_XML=False)
+    with TestWeb(n_hosts=1, pages_per_host=1, host_specs=specs) as web:
+        t0 = time.monotonic()
+        crawl_inline(s, web.seeds(), seconds=30.0)
+        took = time.monotonic() - t0
+        wanted = {f"/{c}/{i}.html" for c in "ab" for i in range(1, chain + 1)}
+        assert wanted <= set(paths(web, 0)), (sorted(set(paths(web, 0))), took)
+        assert took < 25.0   # the crawl ended by itself: no host waited out its lease

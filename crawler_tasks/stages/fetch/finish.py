@@ -58,3 +58,15 @@ def finish_turn(w: Worker, lease: Lease, turn: Turn, hold_until: float, leased: 
         done = w.frontier.finish(lease, turn.te, turn.action, fields, hold_until, park_until)
     return End(done, lease.raw if park and done.ok else None, spent, earlier,
                dry=bool(hold_until) and done.ok and done.held is None)
+
+
+def archive_turn(w: Worker, turn: Turn, end: End) -> str | None:
+    """The turn's exchange (and the DOM its page rendered to) in WARC, once the turn is
+    finished; the response's record id."""
+    res = turn.exchange
+    if res is None:
+        return None
+    record_id = w.warc.write_exchange(res, end.earlier, turn.digest)
+    if turn.conversion is not None:
+        w.warc.write_conversion(res.url, record_id, *turn.conversion)
+    return record_id

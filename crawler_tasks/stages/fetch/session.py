@@ -33,7 +33,7 @@ from crawler_tasks.fetch.politeness import HostState, request_gap
 from crawler_tasks.frontier import Lease
 from crawler_tasks.ops.control import CrawlState
 from crawler_tasks.records import Action, FetchedPage
-from crawler_tasks.stages.fetch.finish import End, finish_turn
+from crawler_tasks.stages.fetch.finish import End, archive_turn, finish_turn
 from crawler_tasks.stages.fetch.groups import Group, flush_group
 from crawler_tasks.stages.fetch.outcome import Turn
 from crawler_tasks.stages.fetch.turn import TurnContext, take_turn
@@ -49,8 +49,7 @@ _SLACK_S = 0.001          # and goes this much after te: a busy server may stamp
                           # little after our read of its last byte (a threaded Python server: 3 ms)
 _CONTROL_EVERY_S = 0.25   # crawl state, page budget, room for more hosts
 _DRY_POLL_S = 0.5         # after a host ran dry, ready hosts are looked for every tick this long,
-_DRY_TICK_S = 0.02        # on a shorter tick: the host's links come back from parse in ~20 ms,
-                          # and the end of a crawl is seen as soon
+_DRY_TICK_S = 0.02        # on a shorter tick: its links come back from parse in ~20 ms (so does the end)
 _IDLE_END_S = 0.5         # a session with no host and nothing ready this long ends (at once if none is soon)
 _CANCELLING = frozenset({CrawlState.STOPPING, CrawlState.FINISHED})   # cut the exchanges in flight
 
@@ -98,6 +97,7 @@ class FetchSession:
         self.heap: list[tuple[float, int, str]] = []   # (te, seq, host) of hosts waiting their turn
         self.waiting: dict[str, Held] = {}  # hosts in the heap (the loop's own)
         self.flying: dict[str, Held] = {}   # hosts in a turn
+        self.again: dict[str, Held] = {}    # hosts leased anew while their last turn ends: they wait for it
         self.seq = itertools.count()
         self.done: queue.SimpleQueue[_Done] = queue.SimpleQueue()
         self.wake = threading.Event()       # a turn finished
@@ -111,7 +111,7 @@ class FetchSession:
 
     @property
     def held(self) -> int:
-        return len(self.waiting) + len(self.flying)
+        return len(self.waiting) + len(self.flying) + len(self.again)
 
     # -- the loop ---------------------------------------------------------------------
     def run(self, leases: list[Lease]) -> int:
@@ -197,15 +197,20 @@ class FetchSession:
         if item.page is not None:
             group.add(item.page, item.body, item.parked)
             self.pool.keep_bytes(len(item.body))
-        if item.held is None:
+        again = self.again.pop(item.host, None)
+        held = item.held or again
+        if held is None:
             self.pool.hold(-1)
             self.w.fetcher.release(item.host)   # whoever takes the host next opens its own connection
-        elif self.stop.is_set():
+            return
+        if item.held is None:   # the turn let the host go and the session has leased it again
             self.pool.hold(-1)
-            self.w.frontier.give_back([(item.held.lease, item.held.not_before)])
+        if self.stop.is_set():
+            self.pool.hold(-1)
+            self.w.frontier.give_back([(held.lease, held.not_before)])
             self.w.fetcher.release(item.host)
         else:
-            self._wait(item.host, item.held)
+            self._wait(item.host, held)
 
     def _wait(self, host: str, held: Held) -> None:
         self.waiting[host] = held
@@ -270,8 +275,14 @@ class FetchSession:
             self._bump("frontier/lease_lost", len(leases) - len(renewed))
         states = self.w.frontier.host_states(renewed)
         self.pool.hold(len(renewed))
+        with self.lock:
+            flying = set(self.flying)
         for lease in renewed:
-            self._wait(lease.host, Held(lease, _host_state(states.get(lease.host, {}))))
+            held = Held(lease, _host_state(states.get(lease.host, {})))
+            if lease.host in flying:
+                self.again[lease.host] = held
+            else:
+                self._wait(lease.host, held)
 
     def _renew(self) -> None:
         """Extend the lease of every waiting host in one round trip per shard (a host in
@@ -338,7 +349,7 @@ class FetchSession:
             if turn.state is not None:
                 held.state = turn.state
             end = self._finish(held, turn)
-            record_id = self._archive(turn, end)
+            record_id = archive_turn(w, turn, end)
             if not end.done.ok:
                 self._bump("frontier/lease_lost")
             if turn.page is not None:
@@ -366,17 +377,6 @@ class FetchSession:
     def _finish(self, held: Held, turn: Turn) -> End:
         hold_until = 0.0 if turn.last else self._hold_until(turn.te)
         return finish_turn(self.w, held.lease, turn, hold_until, self.leased)
-
-    def _archive(self, turn: Turn, end: End) -> str | None:
-        """The turn's exchange (and the DOM its page rendered to) in WARC, once the turn
-        is finished; the response's record id."""
-        res = turn.exchange
-        if res is None:
-            return None
-        record_id = self.w.warc.write_exchange(res, end.earlier, turn.digest)
-        if turn.conversion is not None:
-            self.w.warc.write_conversion(res.url, record_id, *turn.conversion)
-        return record_id
 
     def _hold_until(self, te: float) -> float:
         s = self.w.settings
