@@ -123,8 +123,10 @@ class Settings:
     # one (0 = 10 x MAX_PAGES_PER_HOST).
     MAX_PAGES_PER_HOST: int = 10_000
     MAX_PAGES_PER_SEED_HOST: int = 0
-    # Distinct query strings enqueued for one path before the rest count as a facet trap.
-    MAX_QUERY_VARIANTS: int = 100
+    # Distinct query strings enqueued for one path before the rest count as a facet trap: a
+    # bound on the queue, not a trap rule (those act on content evidence, dedup/evidence.py).
+    # 100 cut real pagers and ``item?id=N`` paths of a few hundred pages.
+    MAX_QUERY_VARIANTS: int = 1000
     # Read Sitemap: lines of robots.txt; guess /sitemap.xml of a host whose robots.txt
     # names none once it has SITEMAP_GUESS_MIN_URLS URLs queued when robots.txt is read.
     USE_SITEMAPS: bool = True

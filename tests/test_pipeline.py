@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 import time
 from collections import Counter
 from pathlib import Path
@@ -280,6 +281,24 @@ def test_host_budget_and_query_variant_trap(fast):
         stats = rp(s).stats
         assert stats["frontier/dropped/query_variants"] == 25
         assert stats["frontier/dropped/host_budget"] > 0
+
+
+def test_an_item_path_with_hundreds_of_real_pages_is_crawled_whole(fast):
+    """``/item?id=N`` (a forum, a news site, Hacker News): one path, hundreds of distinct
+    pages. The query-variant bound of the defaults does not cut them (it cut at 100)."""
+    n = 150
+    links = "".join(f'<a href="/item?id={i}">{i}</a>' for i in range(n))
+    routes = {"/": (200, HTML, f"<html><body>{links}</body></html>".encode())}
+    rnd = random.Random(7)
+    story = [" ".join("".join(rnd.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(6)) for _ in range(40))
+             for _ in range(n)]   # real stories differ in words, not only in numbers
+    routes.update({f"/item?id={i}": (200, HTML, f"<html><body><h1>Story {i}</h1><p>{story[i]}</p></body></html>".encode())
+                   for i in range(n)})
+    spec = HostSpec(pages=0, extra_routes=routes, link_extra_routes=False)
+    with TestWeb(n_hosts=1, pages_per_host=1, host_specs={0: spec}) as web:
+        recs = crawl_inline(fast, web.seeds(), seconds=60)
+        got = {r["url"] for r in recs if "/item?" in r["url"] and r["status"] == 200}
+        assert len(got) == n, Counter(str(r.get("error")) for r in recs)
 
 
 def test_crawl_delay_is_honoured(fast):
