@@ -53,7 +53,7 @@ class Leftovers:
 
 
 def settle_leftovers(url: str, stage_queues: Collection[str], fetch_queues: Collection[str],
-                     written: Written | None = None) -> Leftovers:
+                     written: Written | None = None, transport_options: dict[str, Any] | None = None) -> Leftovers:
     """At resume, with no worker running: parse and dedup messages taken by the dead
     workers go back to their queues (kombu's ``leftmost`` restore: behind the messages
     already queued; their pages are fetched and become records when they run), fetch
@@ -64,9 +64,10 @@ def settle_leftovers(url: str, stage_queues: Collection[str], fetch_queues: Coll
     A worker can die after its task wrote its output and before it acknowledged the
     message: the items ``written`` names leave a taken message before it is queued
     again (a message left with none is dropped, its batch id in ``done``), so no task
-    run again writes a record or feed line twice."""
+    run again writes a record or feed line twice. ``transport_options``: the workers'
+    (``celery.broker_options``), whose key prefix names the queues and unacked table."""
     out = Leftovers()
-    with Connection(url) as conn:
+    with Connection(url, transport_options=transport_options or {}) as conn:
         channel = conn.default_channel
         client, qos = channel.client, channel.qos
         taken: list[tuple[Any, Any, Any]] = []   # (tag, queue, unacked payload)
@@ -116,7 +117,8 @@ def _queued_urls(channel: Any, queues: Collection[str]) -> dict[str, set[str]]:
     for queue in queues:
         urls = out.setdefault(queue, set())
         for key in dict.fromkeys(channel._q_for_pri(queue, pri) for pri in channel.priority_steps):
-            for raw in channel.client.lrange(key, 0, -1):
+            # kombu's client prefixes the commands kombu sends; LRANGE is not one of them
+            for raw in channel.client.lrange(channel.global_keyprefix + key, 0, -1):
                 try:
                     urls.update(_items_urls(_args(json.loads(raw))))
                 except (ValueError, TypeError):

@@ -12,9 +12,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import redis
+from celery.exceptions import WorkerShutdown
 from celery.signals import worker_process_init
 
 from crawler_tasks.celery import app
@@ -23,6 +26,7 @@ from crawler_tasks.frontier import Lease
 from crawler_tasks.ops.control import CrawlState
 from crawler_tasks.ops.maintenance import run_maintenance
 from crawler_tasks.ops.snapshot import maybe_checkpoint
+from crawler_tasks.output.jsonl import WorkerStopping, once_written
 from crawler_tasks.output.spool import check_batch_id
 from crawler_tasks.queues import DEDUP_QUEUE, fetch_queue, parse_queue
 from crawler_tasks.records import FetchedPage, page_from_message, record_from_message, to_message
@@ -146,8 +150,20 @@ def fetch(shard: Any, batch_id: Any, leases: Any) -> int:
     return handed
 
 
-@app.task(name="crawler.parse", acks_late=True, autoretry_for=_REDIS_DOWN,
-          retry_backoff=True, retry_backoff_max=30, max_retries=10)
+@contextmanager
+def _unacked_if_stopped() -> Iterator[None]:
+    """A stage task that waits for its storage never fails on it (failed, it would be
+    acknowledged and its batch lost): it waits (``once_written``) and, if the worker is
+    asked to stop meanwhile, ends as a worker shutdown, which leaves its message
+    unacknowledged to be delivered again (at resume, or after the visibility timeout)."""
+    try:
+        yield
+    except WorkerStopping as exc:
+        log.warning("%s; the task's message is left to be delivered again", exc)
+        raise WorkerShutdown(0) from exc
+
+
+@app.task(name="crawler.parse", acks_late=True)
 def parse(pages: Any, batch_id: Any) -> int:
     w = get_worker()
     t0 = time.process_time()
@@ -156,16 +172,19 @@ def parse(pages: Any, batch_id: Any) -> int:
         checked = [page_from_message(p) for p in _list(pages, "pages")]
     except MessageError as exc:
         return _refuse("parse", exc)
-    records = parse_stage(w, checked, batch_id)
-    dedup.apply_async(([to_message(r) for r in records], batch_id), queue=DEDUP_QUEUE,
-                      **_summary(f"<{len(records)} records>, {batch_id!r}"))
-    w.control.release_group(batch_id)
-    w.count({"cpu_ms/parse": round((time.process_time() - t0) * 1000)})
+    with _unacked_if_stopped():
+        # made again whole while the storage refuses, up to its first output (the feed);
+        # from there on each write is made again in place, never the stage
+        records = once_written(lambda: parse_stage(w, checked, batch_id))
+        message = [to_message(r) for r in records]
+        once_written(lambda: dedup.apply_async((message, batch_id), queue=DEDUP_QUEUE,
+                                               **_summary(f"<{len(records)} records>, {batch_id!r}")))
+        once_written(lambda: w.control.release_group(batch_id))
+        w.count({"cpu_ms/parse": round((time.process_time() - t0) * 1000)})
     return len(records)
 
 
-@app.task(name="crawler.dedup", acks_late=True, autoretry_for=_REDIS_DOWN,
-          retry_backoff=True, retry_backoff_max=30, max_retries=10)
+@app.task(name="crawler.dedup", acks_late=True)
 def dedup(records: Any, batch_id: Any) -> int:
     w = get_worker()
     t0 = time.process_time()
@@ -174,8 +193,9 @@ def dedup(records: Any, batch_id: Any) -> int:
         checked = [record_from_message(r) for r in _list(records, "records")]
     except MessageError as exc:
         return _refuse("dedup", exc)
-    enqueued = enqueue_stage(w, checked, batch_id)
-    w.count({"cpu_ms/dedup": round((time.process_time() - t0) * 1000)})
+    with _unacked_if_stopped():   # as parse: made again whole up to the append of its records
+        enqueued = once_written(lambda: enqueue_stage(w, checked, batch_id))
+        w.count({"cpu_ms/dedup": round((time.process_time() - t0) * 1000)})
     return enqueued
 
 

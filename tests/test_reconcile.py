@@ -159,7 +159,7 @@ def test_a_stage_task_killed_after_it_wrote_writes_nothing_twice_when_run_again(
     from kombu import Connection, Exchange, Queue
 
     from crawler_tasks import tasks
-    from crawler_tasks.celery import app
+    from crawler_tasks.celery import app, broker_options
     from crawler_tasks.ops.control import Control
     from crawler_tasks.output.spool import spool_path
     from crawler_tasks.queues import DEDUP_QUEUE, parse_queue
@@ -186,7 +186,7 @@ def test_a_stage_task_killed_after_it_wrote_writes_nothing_twice_when_run_again(
     open(spool_path(s, groups["handed"]), "wb").close()
     Control(s).begin_batches(groups.values(), time.time() + 600)
     try:
-        with Connection(broker) as conn:
+        with Connection(broker, transport_options=broker_options(s)) as conn:   # the workers' key prefix
             producer = app.amqp.Producer(conn)
 
             def send(task, items, group: str) -> None:

@@ -291,9 +291,12 @@ def reconcile(settings: Settings, out_dir: Path, now: float | None = None) -> Re
         return {DEDUP_QUEUE: recorded, parse_q: recorded | taken.get(DEDUP_QUEUE, set())
                 | queued.get(DEDUP_QUEUE, set())}
 
+    # imported here: Celery costs a crawl's start a tenth of a second
+    from crawler_tasks.celery import broker_options
+
     leftovers = settle_leftovers(broker_url(settings), {parse_q, DEDUP_QUEUE},
                                  {fetch_queue(i) for i in range(settings.SHARDS)},
-                                 None if settings.CONTINUOUS else written)
+                                 None if settings.CONTINUOUS else written, broker_options(settings))
     out.requeued, out.dropped_sessions, out.written_items = leftovers.requeued, leftovers.dropped, leftovers.trimmed
     control = Control(settings)
     for batch_id in leftovers.done.get(DEDUP_QUEUE, []):   # as the task would have, after its records

@@ -214,11 +214,11 @@ class CrawlRunner:
             try:
                 progress: Progress | None = self._watch()
             except redis.ResponseError as exc:   # MISCONF: Redis refuses writes it cannot save
-                if not str(exc).startswith("MISCONF"):
+                if "MISCONF" not in str(exc):   # alone, or as a script's error
                     raise
                 self._disk_low, progress = True, None
                 self._say(f"stopping: Redis cannot save the crawl state under {self.out_dir} "
-                          f"({str(exc).split(' ', 1)[1]}); every change it accepted is kept")
+                          f"({str(exc).split('MISCONF', 1)[1].strip()}); every change it accepted is kept")
             self.status.close()
             for child in self.children:  # they wind down while the summary is read
                 child.terminate()

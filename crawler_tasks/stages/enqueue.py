@@ -64,7 +64,8 @@ def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
                    for d in w.rules.first_drops(drops, w.frontier.bloom)]
         bump(counters, "records/error/filtered", len(dropped))
         records = [*records, *dropped]
-    append_jsonl(pages_path(s), [rec.output() for rec in records])
+    lines = [rec.output() for rec in records]
+    once_written(lambda: append_jsonl(pages_path(s), lines))   # all or none, made again while the disk refuses
     bump(counters, "records/written", len(records))
     bump(counters, "records/indexable", sum(1 for r in records if r.indexable))
 

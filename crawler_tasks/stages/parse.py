@@ -87,7 +87,7 @@ def parse_stage(w: Worker, pages: list[FetchedPage], batch_id: str) -> list[Page
             feed.append(feed_record(text, url=rec.url, fetched_at=rec.fetched_at, fingerprint=rec.fingerprint,
                                     simhash=rec.simhash, canonical=rec.canonical, content_type=rec.content_type,
                                     outlinks=anchors) | {"node": w.settings.node_name})
-    w.warc.flush()
+    once_written(w.warc.flush)   # made again while the disk refuses: the records stay pending meanwhile
     if feed:
         w.feed.emit(feed)
         bump(counters, "feed/records", len(feed))
