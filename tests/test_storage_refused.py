@@ -105,3 +105,18 @@ def test_a_refused_write_is_made_again_until_taken_and_a_stopping_worker_leaves_
     monkeypatch.setattr(state, "should_stop", 0)   # a warm shutdown while the disk is full
     with pytest.raises(WorkerStopping):
         once_written(lambda: (_ for _ in ()).throw(OSError(28, "No space left on device")))
+
+
+def test_a_batch_run_again_appends_its_lines_once(settings, tmp_path: Path) -> None:
+    """A stage message delivered again (a Redis restart that forgot its acknowledgement,
+    a copy requeued while its first run went on) finds its batch's marker."""
+    from crawler_tasks.output.spool import new_batch_id, prune_markers, written_marker
+
+    path = tmp_path / "pages.jsonl"
+    batch = new_batch_id()
+    marker = written_marker(settings, batch, "pages")
+    assert append_jsonl(path, [{"url": "http://a.test/1"}], marker) > 0
+    assert append_jsonl(path, [{"url": "http://a.test/1"}], marker) == 0
+    assert path.read_bytes().count(b"a.test/1") == 1
+    assert prune_markers(settings) == 0   # a fresh batch's marker stays
+    assert prune_markers(settings, older_than_s=-60) == 1

@@ -48,7 +48,7 @@ from crawler_tasks.frontier import Discovered, Entry, Frontier
 from crawler_tasks.frontier.reclaim import forget, give_back, queue_heads, queued_among, remember_queued, unseen_among
 from crawler_tasks.ops.control import Control
 from crawler_tasks.output.jsonl import FEED_FILE, PAGES_FILE
-from crawler_tasks.output.spool import remove_spool
+from crawler_tasks.output.spool import prune_markers, remove_spool
 from crawler_tasks.queues import DEDUP_QUEUE, fetch_queue, parse_queue
 from crawler_tasks.records import EntryKind
 from crawler_tasks.settings import Settings
@@ -304,6 +304,7 @@ def reconcile(settings: Settings, out_dir: Path, now: float | None = None) -> Re
     for batch_id in leftovers.done.get(parse_q, []):       # its pages were handed on
         remove_spool(settings, batch_id)
     out.written_tasks = sum(map(len, leftovers.done.values()))
+    prune_markers(settings)
     pending = set().union(*leftovers.urls.values()) if leftovers.urls else set()
     frontier = Frontier(settings)
     heads: dict[int, dict[str, list[str]]] = {}
@@ -323,6 +324,32 @@ def reconcile(settings: Settings, out_dir: Path, now: float | None = None) -> Re
                                     now)
     out.feed_moved = _move_uncommitted_feed(feed, pages, leftovers.urls.get(DEDUP_QUEUE, set()))
     return out
+
+
+def forget_recorded(settings: Settings, out_dir: Path, now: float | None = None) -> int:
+    """After a restart of Redis from its append-only file, which loses up to a second of
+    writes (appendfsync everysec): fetched URLs whose record is in pages.jsonl may be back
+    at the head of their queue or in the hand-off zset; they leave both, so they are not
+    fetched (and recorded) again. Workers may run meanwhile: no lease is touched. (A
+    stage message run again writes nothing twice: its batch's markers, jsonl.append_lines.)
+    Returns how many entries left."""
+    if settings.CONTINUOUS:   # a URL is recorded once per visit there
+        return 0
+    frontier = Frontier(settings)
+    heads = {shard: queue_heads(frontier, shard) for shard in range(settings.SHARDS)}
+    parked: dict[int, list[str]] = {shard: frontier.client(shard).zrange(frontier.keys(shard).handoff, 0, -1)  # type: ignore[misc]
+                                    for shard in range(settings.SHARDS)}
+    candidates = {Entry.decode(raw).url for shard in heads for entries in heads[shard].values() for raw in entries}
+    candidates |= {Entry.decode(raw).url for entries in parked.values() for raw in entries}
+    done = recorded_among(out_dir / PAGES_FILE, candidates)
+    if not done:
+        return 0
+    n = 0
+    for shard in heads:
+        for host, entries in heads[shard].items():
+            n += forget(frontier, shard, host, [raw for raw in entries if Entry.decode(raw).url in done], now)
+        n += frontier.ack(shard, [raw for raw in parked[shard] if Entry.decode(raw).url in done])
+    return n
 
 
 def _move_uncommitted_feed(feed: Path, pages: Path, handed_on: set[str]) -> int:

@@ -47,7 +47,7 @@ from crawler_tasks.ops.metrics import serve_metrics
 from crawler_tasks.ops.metrics import stop as stop_metrics
 from crawler_tasks.ops.outdir import OutputLock, previous_outputs
 from crawler_tasks.ops.progress import StatusLine, eta_s, progress_line
-from crawler_tasks.ops.reconcile import reconcile, roll_back
+from crawler_tasks.ops.reconcile import forget_recorded, reconcile, roll_back
 from crawler_tasks.ops.restore import restore
 from crawler_tasks.ops.snapshot import latest_snapshot
 from crawler_tasks.ops.waiting import WaitingHost, WaitReason, describe, waiting_hosts
@@ -508,6 +508,10 @@ class CrawlRunner:
         s = self.settings
         if Control(s).exists():
             from crawler_tasks.celery import requeue_unacked
+
+            forgotten = forget_recorded(s, self.out_dir)
+            if forgotten:
+                self._say(f"{forgotten} fetched URL(s) already recorded, which the restart had put back, dropped")
 
             try:
                 requeued = requeue_unacked(broker_url(s), {parse_queue(s.node_name), DEDUP_QUEUE}, restarted_at)

@@ -57,15 +57,17 @@ def json_line(record: dict[str, Any]) -> bytes:
         return json.dumps(record, separators=(",", ":")).encode("ascii")
 
 
-def append_jsonl(path: str | os.PathLike, records: Iterable[dict[str, Any]]) -> int:
+def append_jsonl(path: str | os.PathLike, records: Iterable[dict[str, Any]], marker: str | None = None) -> int:
     """Append records as JSON lines atomically with respect to other writers."""
-    return append_lines(path, [json_line(r) for r in records])
+    return append_lines(path, [json_line(r) for r in records], marker)
 
 
-def append_lines(path: str | os.PathLike, lines: list[bytes]) -> int:
+def append_lines(path: str | os.PathLike, lines: list[bytes], marker: str | None = None) -> int:
     """Append whole lines with one write under an exclusive lock (no interleaving); on a
     failed write the file is cut back to its length before it, so it holds all of the
-    lines or none."""
+    lines or none. With ``marker`` (a batch's file, ``spool.written_marker``) the lines
+    are appended once: a batch run again (a redelivered message, a Redis restart that
+    forgot its end) finds the marker, made under the same lock, and writes nothing."""
     if not lines:
         return 0
     raw = b"\n".join(lines) + b"\n"
@@ -73,12 +75,18 @@ def append_lines(path: str | os.PathLike, lines: list[bytes]) -> int:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        if marker is not None and os.path.exists(marker):
+            return 0
+        if marker is not None:
+            Path(marker).parent.mkdir(parents=True, exist_ok=True)
         start = os.fstat(fd).st_size
         view = memoryview(raw)
         try:
             while view:
                 n = os.write(fd, view)
                 view = view[n:]
+            if marker is not None:
+                os.close(os.open(marker, os.O_WRONLY | os.O_CREAT, 0o644))
         except BaseException:
             os.ftruncate(fd, start)   # a shorter file needs no new block: this works on a full disk
             raise
@@ -93,6 +101,8 @@ STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
 REDIS_REFUSALS = ("MISCONF", "READONLY")
 # Back-off between attempts while the storage refuses (doubling from the first to the cap).
 RETRY_FIRST_S, RETRY_MAX_S = 0.2, 5.0
+# While waiting, a worker's shutdown is looked for this often.
+STOP_CHECK_S = 0.1
 # While refused, the wait is said again in the log this often.
 RETRY_LOG_EVERY_S = 60.0
 
@@ -145,13 +155,18 @@ def once_written(write: Callable[[], T], wait_s: float | None = None) -> T:
             now = time.monotonic()
             if not storage_refused(exc) or (wait_s is not None and now - first >= wait_s):
                 raise
-            if _worker_stopping():
-                raise WorkerStopping(f"stopped while the storage refused writes: {exc}") from exc
             if not said or now - said >= RETRY_LOG_EVERY_S:
                 said = now
                 log.warning("storage refuses a write (%s: %s); trying again every %.0f s at most",
                             type(exc).__name__, exc, RETRY_MAX_S)
-            time.sleep(delay)
+            until = now + delay
+            while True:   # a stop is seen within STOP_CHECK_S, not after the back-off
+                if _worker_stopping():
+                    raise WorkerStopping(f"stopped while the storage refused writes: {exc}") from exc
+                left = until - time.monotonic()
+                if left <= 0:
+                    break
+                time.sleep(min(left, STOP_CHECK_S))
             delay = min(RETRY_MAX_S, delay * 2)
 
 
@@ -163,12 +178,13 @@ class FeedWriter:
         self.path = os.path.join(settings.OUT_DIR, FEED_FILE)
         self.stream = GlobalKeys(settings.KEY_PREFIX).feed
 
-    def emit(self, records: list[dict[str, Any]]) -> None:
-        """Each record is JSON-encoded once, for the file and the stream alike."""
+    def emit(self, records: list[dict[str, Any]], marker: str | None = None) -> None:
+        """Each record is JSON-encoded once, for the file and the stream alike; with
+        ``marker``, a batch's records once (``append_lines``)."""
         s = self.settings
         lines = [json_line(r) for r in records]
-        if s.FEED_JSONL:
-            once_written(partial(append_lines, self.path, lines))
+        if s.FEED_JSONL and not once_written(partial(append_lines, self.path, lines, marker)):
+            return   # written by an earlier run of the batch, stream entries with them
         if s.FEED_STREAM_MAXLEN > 0:
             def add() -> None:
                 pipe = global_client(s).pipeline(transaction=False)

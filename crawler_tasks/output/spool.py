@@ -58,6 +58,36 @@ def read_spool(settings: Settings, batch_id: str) -> bytes:
         return fh.read()
 
 
+# Markers of a batch's outputs written (``written_marker``) older than this are removed.
+MARKER_TTL_S = 3600.0
+
+
+def written_marker(settings: Settings, batch_id: str, output: str) -> str:
+    """The file that says a batch's lines of ``output`` (``pages``, ``feed``) are written:
+    an empty file beside its spool file, made under the output's lock (jsonl.append_lines)."""
+    return os.path.join(spool_dir(settings), f"{check_batch_id(batch_id)}.{output}")
+
+
+def prune_markers(settings: Settings, older_than_s: float = MARKER_TTL_S, now: float | None = None) -> int:
+    """Remove the markers of batches older than ``older_than_s`` (by their id's time: no
+    message of theirs is redelivered so late); how many were removed."""
+    cutoff_ms = ((time.time() if now is None else now) - older_than_s) * 1000
+    removed = 0
+    try:
+        names = os.listdir(spool_dir(settings))
+    except OSError:
+        return 0
+    for name in names:
+        stem, _, output = name.partition(".")
+        if output in ("pages", "feed") and _BATCH_ID_RE.fullmatch(stem) and int(stem.split("-", 1)[0], 16) < cutoff_ms:
+            try:
+                os.unlink(os.path.join(spool_dir(settings), name))
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
 def remove_spool(settings: Settings, batch_id: str) -> None:
     try:
         os.unlink(spool_path(settings, batch_id))

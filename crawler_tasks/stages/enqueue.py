@@ -14,6 +14,7 @@ from crawler_tasks.frontier import ENQUEUED, SEEN, VERDICT_NAMES, Discovered, Fr
 from crawler_tasks.ops.control import Control
 from crawler_tasks.ops.messages import quote
 from crawler_tasks.output.jsonl import append_jsonl, once_written, pages_path
+from crawler_tasks.output.spool import written_marker
 from crawler_tasks.records import EntryKind, ErrorKind, PageRecord
 from crawler_tasks.settings import Settings
 from crawler_tasks.stages.gate import UrlGate
@@ -65,7 +66,8 @@ def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
         bump(counters, "records/error/filtered", len(dropped))
         records = [*records, *dropped]
     lines = [rec.output() for rec in records]
-    once_written(lambda: append_jsonl(pages_path(s), lines))   # all or none, made again while the disk refuses
+    marker = written_marker(s, batch_id, "pages")   # all or none, once per batch, made again while the disk refuses
+    once_written(lambda: append_jsonl(pages_path(s), lines, marker))
     bump(counters, "records/written", len(records))
     bump(counters, "records/indexable", sum(1 for r in records if r.indexable))
 
