@@ -50,6 +50,7 @@ class Leftovers:
     done: dict[str, list[str]] = field(default_factory=dict)   # queue -> batch ids of taken messages
     #                        whose every item was written: dropped, not queued again
     urls: dict[str, set[str]] = field(default_factory=dict)   # queue -> pages its messages carry on
+    batches: set[str] = field(default_factory=set)   # batch ids of the stage messages queued now
 
 
 def settle_leftovers(url: str, stage_queues: Collection[str], fetch_queues: Collection[str],
@@ -108,6 +109,32 @@ def settle_leftovers(url: str, stage_queues: Collection[str], fetch_queues: Coll
             qos.restore_by_tag(tag, client, leftmost=True)
             out.requeued += 1
         out.urls = _queued_urls(channel, stage_queues)
+        out.batches = _queued_batches(channel, stage_queues)
+    return out
+
+
+def send_stage_message(url: str, task: str, items: list[Any], batch_id: str, queue: str,
+                       transport_options: dict[str, Any] | None = None) -> None:
+    """Queue a stage message (``crawler.parse`` or ``crawler.dedup``) as a worker sends it."""
+    from crawler_tasks.celery import app
+
+    with Connection(url, transport_options=transport_options or {}) as conn:
+        app.send_task(f"crawler.{task}", args=(items, batch_id), queue=queue, connection=conn,
+                      argsrepr=f"(<{len(items)} items>, {batch_id!r})", kwargsrepr="{}")
+
+
+def _queued_batches(channel: Any, queues: Collection[str]) -> set[str]:
+    """The batch ids of the stage messages in ``queues``."""
+    out: set[str] = set()
+    for queue in queues:
+        for key in dict.fromkeys(channel._q_for_pri(queue, pri) for pri in channel.priority_steps):
+            for raw in channel.client.lrange(channel.global_keyprefix + key, 0, -1):
+                try:
+                    args = _args(json.loads(raw))
+                except (ValueError, TypeError):
+                    continue
+                if args:
+                    out.add(str(args[1]))
     return out
 
 

@@ -27,7 +27,7 @@ from crawler_tasks.ops.control import CrawlState
 from crawler_tasks.ops.maintenance import run_maintenance
 from crawler_tasks.ops.snapshot import maybe_checkpoint
 from crawler_tasks.output.jsonl import WorkerStopping, once_written
-from crawler_tasks.output.spool import check_batch_id
+from crawler_tasks.output.spool import check_batch_id, drop_message, keep_message
 from crawler_tasks.queues import DEDUP_QUEUE, fetch_queue, parse_queue
 from crawler_tasks.records import FetchedPage, page_from_message, record_from_message, to_message
 from crawler_tasks.settings import get_settings
@@ -142,7 +142,9 @@ def fetch(shard: Any, batch_id: Any, leases: Any) -> int:
         w.control.own_group(group_id, w.settings.node_name)
         for page in pages:
             page.node = w.settings.node_name
-        parse.apply_async(([to_message(p) for p in pages], group_id), queue=parse_queue(w.settings.node_name),
+        message = [to_message(p) for p in pages]
+        keep_message(w.settings, group_id, "parse", message)   # until its records are written
+        parse.apply_async((message, group_id), queue=parse_queue(w.settings.node_name),
                           **_summary(f"<{len(pages)} pages>, {group_id!r}"))
 
     handed = fetch_stage(w, checked[0].shard if checked else shard, checked, batch_id, emit)
@@ -177,6 +179,7 @@ def parse(pages: Any, batch_id: Any) -> int:
         # from there on each write is made again in place, never the stage
         records = once_written(lambda: parse_stage(w, checked, batch_id))
         message = [to_message(r) for r in records]
+        once_written(lambda: keep_message(w.settings, batch_id, "dedup", message))   # in the parse message's place
         once_written(lambda: dedup.apply_async((message, batch_id), queue=DEDUP_QUEUE,
                                                **_summary(f"<{len(records)} records>, {batch_id!r}")))
         once_written(lambda: w.control.release_group(batch_id))
@@ -195,6 +198,7 @@ def dedup(records: Any, batch_id: Any) -> int:
         return _refuse("dedup", exc)
     with _unacked_if_stopped():   # as parse: made again whole up to the append of its records
         enqueued = once_written(lambda: enqueue_stage(w, checked, batch_id))
+        drop_message(w.settings, batch_id)   # its records are written
         w.count({"cpu_ms/dedup": round((time.process_time() - t0) * 1000)})
     return enqueued
 

@@ -230,3 +230,43 @@ def test_a_stage_task_killed_after_it_wrote_writes_nothing_twice_when_run_again(
             Control(s).keys.inflight, 0, -1)) == {groups["fresh"]}
     finally:
         redis.Redis.from_url(broker).flushdb()
+
+
+def test_a_stage_message_the_broker_lost_is_sent_again_from_its_kept_copy(settings, tmp_path):
+    """kombu's Redis transport pops a message, then records it as taken in a second
+    write; a Redis that begins refusing writes (disk full) between the two loses it
+    (CI: 6 URLs never recorded). Each stage message is kept on the node's disk until its
+    batch's records are written: the resume sends again those no queue holds, without
+    the items already recorded, and drops a kept copy left with none."""
+    import redis
+    from kombu import Connection, Exchange, Queue
+
+    from crawler_tasks.celery import broker_options
+    from crawler_tasks.output.spool import keep_message, kept_messages
+    from crawler_tasks.queues import DEDUP_QUEUE, parse_queue
+    from crawler_tasks.records import FetchedPage, PageRecord, to_message
+
+    broker = settings.REDIS_URL.rsplit("/", 1)[0] + "/3"
+    s = dataclasses.replace(settings, SHARDS=1, OUT_DIR=str(tmp_path), BROKER_URL=broker)
+    recs = [PageRecord(url=f"http://a.test/{i}", status=200, fetched_at="2026-12-03T09:00:00Z") for i in range(3)]
+    (tmp_path / "pages.jsonl").write_bytes(_record_line(recs[0]))   # a record another run wrote
+    keep_message(s, "1-1-0000abcd", "dedup", [to_message(r) for r in recs])
+    keep_message(s, "2-1-0000abcd", "parse", [to_message(FetchedPage(url="http://b.test/0"))])
+    keep_message(s, "3-1-0000abcd", "dedup", [to_message(recs[0])])   # all recorded: done
+    try:
+        done = reconcile(s, tmp_path)
+        assert done.resent == 2 and "2 task(s) the broker lost sent again" in done.summary()
+        with Connection(broker, transport_options=broker_options(s)) as conn:
+            def drain(queue: str) -> list:
+                got, q = [], Queue(queue, Exchange(queue), routing_key=queue)(conn.channel())
+                while (message := q.get(no_ack=True)) is not None:
+                    got.append(message.payload[0])
+                return got
+
+            assert [(batch, [m["url"] for m in items]) for items, batch in drain(DEDUP_QUEUE)] == [
+                ("1-1-0000abcd", ["http://a.test/1", "http://a.test/2"])]
+            assert [(batch, [m["url"] for m in items]) for items, batch in drain(parse_queue(s.node_name))] == [
+                ("2-1-0000abcd", ["http://b.test/0"])]
+        assert set(kept_messages(s)) == {"1-1-0000abcd", "2-1-0000abcd"}   # until their records are written
+    finally:
+        redis.Redis.from_url(broker).flushdb()
