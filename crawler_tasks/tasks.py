@@ -10,6 +10,7 @@ logged, counted as ``error/message``, and nothing is read, written or deleted fo
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ from crawler_tasks.ops.control import CrawlState
 from crawler_tasks.ops.maintenance import run_maintenance
 from crawler_tasks.ops.snapshot import maybe_checkpoint
 from crawler_tasks.output.jsonl import WorkerStopping, once_written
-from crawler_tasks.output.spool import check_batch_id, drop_message, keep_message
+from crawler_tasks.output.spool import check_batch_id, drop_message, keep_message, prune_markers
 from crawler_tasks.queues import DEDUP_QUEUE, fetch_queue, parse_queue
 from crawler_tasks.records import FetchedPage, page_from_message, record_from_message, to_message
 from crawler_tasks.settings import get_settings
@@ -42,6 +43,8 @@ log = logging.getLogger(__name__)
 _worker: Worker | None = None
 _worker_lock = threading.Lock()
 MAX_LEASES_PER_MESSAGE = 1024
+# About one dedup task in this many removes the old batches' markers of its node.
+PRUNE_MARKERS_EVERY = 500
 
 
 def get_worker() -> Worker:
@@ -199,6 +202,8 @@ def dedup(records: Any, batch_id: Any) -> int:
     with _unacked_if_stopped():   # as parse: made again whole up to the append of its records
         enqueued = once_written(lambda: enqueue_stage(w, checked, batch_id))
         drop_message(w.settings, batch_id)   # its records are written
+        if random.random() < 1 / PRUNE_MARKERS_EVERY:   # a long crawl's markers do not pile up
+            prune_markers(w.settings)
         w.count({"cpu_ms/dedup": round((time.process_time() - t0) * 1000)})
     return enqueued
 

@@ -270,3 +270,22 @@ def test_a_stage_message_the_broker_lost_is_sent_again_from_its_kept_copy(settin
         assert set(kept_messages(s)) == {"1-1-0000abcd", "2-1-0000abcd"}   # until their records are written
     finally:
         redis.Redis.from_url(broker).flushdb()
+
+
+def test_after_a_redis_restart_urls_recorded_or_handed_on_leave_the_queues(settings, tmp_path):
+    """A redis-server killed while a busy disk held its fsync lost the last turns of a
+    session: their URLs are back at the head of their host's queue while their pages are
+    recorded, or on their way (a kept stage message). They leave; the others stay."""
+    from crawler_tasks.ops.reconcile import forget_recorded
+    from crawler_tasks.output.spool import keep_message
+    from crawler_tasks.records import FetchedPage, to_message
+
+    s = dataclasses.replace(settings, SHARDS=1, OUT_DIR=str(tmp_path))
+    f = Frontier(s)
+    f.put_discovered([Discovered(url=f"http://a.test/{i}", host="a.test") for i in range(4)])
+    f.get_urls(0, 0, now=time.time())   # into the back queue, nothing leased
+    (tmp_path / "pages.jsonl").write_bytes(_line("http://a.test/0"))
+    keep_message(s, "1-1-0000abcd", "parse", [to_message(FetchedPage(url="http://a.test/1"))])
+    assert forget_recorded(s, tmp_path) == 2
+    assert [e.url for e in f.host_queue(0, "a.test")] == ["http://a.test/2", "http://a.test/3"]
+    assert forget_recorded(s, tmp_path) == 0

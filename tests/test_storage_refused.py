@@ -120,3 +120,18 @@ def test_a_batch_run_again_appends_its_lines_once(settings, tmp_path: Path) -> N
     assert path.read_bytes().count(b"a.test/1") == 1
     assert prune_markers(settings) == 0   # a fresh batch's marker stays
     assert prune_markers(settings, older_than_s=-60) == 1
+
+
+def test_a_forced_seed_of_a_queued_url_leaves_it_where_it_waits(settings) -> None:
+    """`manage.py seed` forces a URL seen before (the operator asked for it); one that is
+    still queued would be queued, and fetched, a second time: it is skipped, named."""
+    from crawler_tasks.frontier import Discovered, Frontier
+    from crawler_tasks.stages.enqueue import seed_urls
+
+    frontier = Frontier(settings)
+    frontier.put_discovered([Discovered(url="http://a.test/queued", host="a.test")])
+    assert seed_urls(settings, ["http://a.test/queued", "http://a.test/new"], frontier) == (
+        1, [], ["http://a.test/queued"])
+    shard = frontier.shard_of("a.test")
+    queued = [frontier.client(shard).lrange(key, 0, -1) for key in frontier.keys(shard).fronts(frontier.levels)]
+    assert sum(raw.endswith("http://a.test/queued") for level in queued for raw in level) == 1

@@ -355,9 +355,12 @@ def _resend_lost(settings: Settings, pages: Path, leftovers: Leftovers, options:
 
 
 def forget_recorded(settings: Settings, out_dir: Path, now: float | None = None) -> int:
-    """After a restart of Redis from its append-only file, which loses up to a second of
-    writes (appendfsync everysec): fetched URLs whose record is in pages.jsonl may be back
-    at the head of their queue or in the hand-off zset; they leave both, so they are not
+    """After a restart of Redis from its append-only file, which can lose acknowledged
+    writes (appendfsync everysec: about a second, and up to two more while a slow disk
+    holds an fsync, when redis-server postpones its writes; measured: the last 0.8 s of a
+    session's turns): fetched URLs whose record is in pages.jsonl, or whose page is on
+    its way to it (a stage message kept on this node, spool.keep_message), may be back at
+    the head of their queue or in the hand-off zset; they leave both, so they are not
     fetched (and recorded) again. Workers may run meanwhile: no lease is touched. (A
     stage message run again writes nothing twice: its batch's markers, jsonl.append_lines.)
     Returns how many entries left."""
@@ -369,7 +372,9 @@ def forget_recorded(settings: Settings, out_dir: Path, now: float | None = None)
                                     for shard in range(settings.SHARDS)}
     candidates = {Entry.decode(raw).url for shard in heads for entries in heads[shard].values() for raw in entries}
     candidates |= {Entry.decode(raw).url for entries in parked.values() for raw in entries}
-    done = recorded_among(out_dir / PAGES_FILE, candidates)
+    handed = {item["url"] for _, items in kept_messages(settings).values() for item in items
+              if isinstance(item, dict) and isinstance(item.get("url"), str)}
+    done = (candidates & handed) | recorded_among(out_dir / PAGES_FILE, candidates - handed)
     if not done:
         return 0
     n = 0

@@ -313,10 +313,10 @@ class CrawlRunner:
             self._pages_before = control.stats().get("fetch/pages", 0)
         Frontier(s).allocate_bloom()
         if self.seeds:
-            added, rejected = seed_urls(s, self.seeds)
+            added, rejected, waiting = seed_urls(s, self.seeds)
             for message in listed(rejected):
                 self._say(f"seed skipped: {message}")
-            self._say(f"{added} seed URL(s) queued")
+            self._say(f"{added} seed URL(s) queued" + (f", {len(waiting)} already queued" if waiting else ""))
             if not added and not self.resume:
                 raise ConfigError("no usable seed URL")
         elif not self.resume:
