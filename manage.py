@@ -168,7 +168,7 @@ def cmd_seed(args: argparse.Namespace) -> int:
     with _attached(args) as (settings, live):
         control = Control(settings)
         before = control.read()
-        added, rejected = seed_urls(settings, urls)
+        added, rejected, waiting = seed_urls(settings, urls)
         after = control.read()
         note = ""
         if added and not live:
@@ -190,10 +190,13 @@ def cmd_seed(args: argparse.Namespace) -> int:
             note += ("; " if note else "") + _unattended(unattended)
     for message in listed(rejected):
         print(f"skipped: {message}", file=sys.stderr)
-    print(f"{added} URL(s) added" + (f", {len(rejected):,} skipped" if rejected else ""))
+    for line in listed([repr(url[:200]) for url in waiting]):
+        print(f"already queued: {line}", file=sys.stderr)
+    print(f"{added} URL(s) added" + (f", {len(rejected):,} skipped" if rejected else "")
+          + (f", {len(waiting):,} already queued (each fetched once, when its turn comes)" if waiting else ""))
     if note:
         print(f"note: {note}", file=sys.stderr)
-    return 0 if added or not rejected else 2
+    return 0 if added or waiting or not rejected else 2
 
 
 def cmd_pause(args: argparse.Namespace) -> int:

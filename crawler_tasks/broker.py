@@ -50,10 +50,11 @@ class Leftovers:
     done: dict[str, list[str]] = field(default_factory=dict)   # queue -> batch ids of taken messages
     #                        whose every item was written: dropped, not queued again
     urls: dict[str, set[str]] = field(default_factory=dict)   # queue -> pages its messages carry on
+    batches: set[str] = field(default_factory=set)   # batch ids of the stage messages queued now
 
 
 def settle_leftovers(url: str, stage_queues: Collection[str], fetch_queues: Collection[str],
-                     written: Written | None = None) -> Leftovers:
+                     written: Written | None = None, transport_options: dict[str, Any] | None = None) -> Leftovers:
     """At resume, with no worker running: parse and dedup messages taken by the dead
     workers go back to their queues (kombu's ``leftmost`` restore: behind the messages
     already queued; their pages are fetched and become records when they run), fetch
@@ -64,9 +65,10 @@ def settle_leftovers(url: str, stage_queues: Collection[str], fetch_queues: Coll
     A worker can die after its task wrote its output and before it acknowledged the
     message: the items ``written`` names leave a taken message before it is queued
     again (a message left with none is dropped, its batch id in ``done``), so no task
-    run again writes a record or feed line twice."""
+    run again writes a record or feed line twice. ``transport_options``: the workers'
+    (``celery.broker_options``), whose key prefix names the queues and unacked table."""
     out = Leftovers()
-    with Connection(url) as conn:
+    with Connection(url, transport_options=transport_options or {}) as conn:
         channel = conn.default_channel
         client, qos = channel.client, channel.qos
         taken: list[tuple[Any, Any, Any]] = []   # (tag, queue, unacked payload)
@@ -107,6 +109,32 @@ def settle_leftovers(url: str, stage_queues: Collection[str], fetch_queues: Coll
             qos.restore_by_tag(tag, client, leftmost=True)
             out.requeued += 1
         out.urls = _queued_urls(channel, stage_queues)
+        out.batches = _queued_batches(channel, stage_queues)
+    return out
+
+
+def send_stage_message(url: str, task: str, items: list[Any], batch_id: str, queue: str,
+                       transport_options: dict[str, Any] | None = None) -> None:
+    """Queue a stage message (``crawler.parse`` or ``crawler.dedup``) as a worker sends it."""
+    from crawler_tasks.celery import app
+
+    with Connection(url, transport_options=transport_options or {}) as conn:
+        app.send_task(f"crawler.{task}", args=(items, batch_id), queue=queue, connection=conn,
+                      argsrepr=f"(<{len(items)} items>, {batch_id!r})", kwargsrepr="{}")
+
+
+def _queued_batches(channel: Any, queues: Collection[str]) -> set[str]:
+    """The batch ids of the stage messages in ``queues``."""
+    out: set[str] = set()
+    for queue in queues:
+        for key in dict.fromkeys(channel._q_for_pri(queue, pri) for pri in channel.priority_steps):
+            for raw in channel.client.lrange(channel.global_keyprefix + key, 0, -1):
+                try:
+                    args = _args(json.loads(raw))
+                except (ValueError, TypeError):
+                    continue
+                if args:
+                    out.add(str(args[1]))
     return out
 
 
@@ -116,7 +144,8 @@ def _queued_urls(channel: Any, queues: Collection[str]) -> dict[str, set[str]]:
     for queue in queues:
         urls = out.setdefault(queue, set())
         for key in dict.fromkeys(channel._q_for_pri(queue, pri) for pri in channel.priority_steps):
-            for raw in channel.client.lrange(key, 0, -1):
+            # kombu's client prefixes the commands kombu sends; LRANGE is not one of them
+            for raw in channel.client.lrange(channel.global_keyprefix + key, 0, -1):
                 try:
                     urls.update(_items_urls(_args(json.loads(raw))))
                 except (ValueError, TypeError):

@@ -10,11 +10,15 @@ logged, counted as ``error/message``, and nothing is read, written or deleted fo
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import redis
+from celery.exceptions import WorkerShutdown
 from celery.signals import worker_process_init
 
 from crawler_tasks.celery import app
@@ -23,7 +27,8 @@ from crawler_tasks.frontier import Lease
 from crawler_tasks.ops.control import CrawlState
 from crawler_tasks.ops.maintenance import run_maintenance
 from crawler_tasks.ops.snapshot import maybe_checkpoint
-from crawler_tasks.output.spool import check_batch_id
+from crawler_tasks.output.jsonl import WorkerStopping, once_written
+from crawler_tasks.output.spool import check_batch_id, drop_message, keep_message, prune_markers
 from crawler_tasks.queues import DEDUP_QUEUE, fetch_queue, parse_queue
 from crawler_tasks.records import FetchedPage, page_from_message, record_from_message, to_message
 from crawler_tasks.settings import get_settings
@@ -38,6 +43,8 @@ log = logging.getLogger(__name__)
 _worker: Worker | None = None
 _worker_lock = threading.Lock()
 MAX_LEASES_PER_MESSAGE = 1024
+# About one dedup task in this many removes the old batches' markers of its node.
+PRUNE_MARKERS_EVERY = 500
 
 
 def get_worker() -> Worker:
@@ -138,7 +145,9 @@ def fetch(shard: Any, batch_id: Any, leases: Any) -> int:
         w.control.own_group(group_id, w.settings.node_name)
         for page in pages:
             page.node = w.settings.node_name
-        parse.apply_async(([to_message(p) for p in pages], group_id), queue=parse_queue(w.settings.node_name),
+        message = [to_message(p) for p in pages]
+        keep_message(w.settings, group_id, "parse", message)   # until its records are written
+        parse.apply_async((message, group_id), queue=parse_queue(w.settings.node_name),
                           **_summary(f"<{len(pages)} pages>, {group_id!r}"))
 
     handed = fetch_stage(w, checked[0].shard if checked else shard, checked, batch_id, emit)
@@ -146,8 +155,20 @@ def fetch(shard: Any, batch_id: Any, leases: Any) -> int:
     return handed
 
 
-@app.task(name="crawler.parse", acks_late=True, autoretry_for=_REDIS_DOWN,
-          retry_backoff=True, retry_backoff_max=30, max_retries=10)
+@contextmanager
+def _unacked_if_stopped() -> Iterator[None]:
+    """A stage task that waits for its storage never fails on it (failed, it would be
+    acknowledged and its batch lost): it waits (``once_written``) and, if the worker is
+    asked to stop meanwhile, ends as a worker shutdown, which leaves its message
+    unacknowledged to be delivered again (at resume, or after the visibility timeout)."""
+    try:
+        yield
+    except WorkerStopping as exc:
+        log.warning("%s; the task's message is left to be delivered again", exc)
+        raise WorkerShutdown(0) from exc
+
+
+@app.task(name="crawler.parse", acks_late=True)
 def parse(pages: Any, batch_id: Any) -> int:
     w = get_worker()
     t0 = time.process_time()
@@ -156,16 +177,20 @@ def parse(pages: Any, batch_id: Any) -> int:
         checked = [page_from_message(p) for p in _list(pages, "pages")]
     except MessageError as exc:
         return _refuse("parse", exc)
-    records = parse_stage(w, checked, batch_id)
-    dedup.apply_async(([to_message(r) for r in records], batch_id), queue=DEDUP_QUEUE,
-                      **_summary(f"<{len(records)} records>, {batch_id!r}"))
-    w.control.release_group(batch_id)
-    w.count({"cpu_ms/parse": round((time.process_time() - t0) * 1000)})
+    with _unacked_if_stopped():
+        # made again whole while the storage refuses, up to its first output (the feed);
+        # from there on each write is made again in place, never the stage
+        records = once_written(lambda: parse_stage(w, checked, batch_id))
+        message = [to_message(r) for r in records]
+        once_written(lambda: keep_message(w.settings, batch_id, "dedup", message))   # in the parse message's place
+        once_written(lambda: dedup.apply_async((message, batch_id), queue=DEDUP_QUEUE,
+                                               **_summary(f"<{len(records)} records>, {batch_id!r}")))
+        once_written(lambda: w.control.release_group(batch_id))
+        w.count({"cpu_ms/parse": round((time.process_time() - t0) * 1000)})
     return len(records)
 
 
-@app.task(name="crawler.dedup", acks_late=True, autoretry_for=_REDIS_DOWN,
-          retry_backoff=True, retry_backoff_max=30, max_retries=10)
+@app.task(name="crawler.dedup", acks_late=True)
 def dedup(records: Any, batch_id: Any) -> int:
     w = get_worker()
     t0 = time.process_time()
@@ -174,8 +199,12 @@ def dedup(records: Any, batch_id: Any) -> int:
         checked = [record_from_message(r) for r in _list(records, "records")]
     except MessageError as exc:
         return _refuse("dedup", exc)
-    enqueued = enqueue_stage(w, checked, batch_id)
-    w.count({"cpu_ms/dedup": round((time.process_time() - t0) * 1000)})
+    with _unacked_if_stopped():   # as parse: made again whole up to the append of its records
+        enqueued = once_written(lambda: enqueue_stage(w, checked, batch_id))
+        drop_message(w.settings, batch_id)   # its records are written
+        if random.random() < 1 / PRUNE_MARKERS_EVERY:   # a long crawl's markers do not pile up
+            prune_markers(w.settings)
+        w.count({"cpu_ms/dedup": round((time.process_time() - t0) * 1000)})
     return enqueued
 
 

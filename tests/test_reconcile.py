@@ -159,7 +159,7 @@ def test_a_stage_task_killed_after_it_wrote_writes_nothing_twice_when_run_again(
     from kombu import Connection, Exchange, Queue
 
     from crawler_tasks import tasks
-    from crawler_tasks.celery import app
+    from crawler_tasks.celery import app, broker_options
     from crawler_tasks.ops.control import Control
     from crawler_tasks.output.spool import spool_path
     from crawler_tasks.queues import DEDUP_QUEUE, parse_queue
@@ -186,7 +186,7 @@ def test_a_stage_task_killed_after_it_wrote_writes_nothing_twice_when_run_again(
     open(spool_path(s, groups["handed"]), "wb").close()
     Control(s).begin_batches(groups.values(), time.time() + 600)
     try:
-        with Connection(broker) as conn:
+        with Connection(broker, transport_options=broker_options(s)) as conn:   # the workers' key prefix
             producer = app.amqp.Producer(conn)
 
             def send(task, items, group: str) -> None:
@@ -230,3 +230,62 @@ def test_a_stage_task_killed_after_it_wrote_writes_nothing_twice_when_run_again(
             Control(s).keys.inflight, 0, -1)) == {groups["fresh"]}
     finally:
         redis.Redis.from_url(broker).flushdb()
+
+
+def test_a_stage_message_the_broker_lost_is_sent_again_from_its_kept_copy(settings, tmp_path):
+    """kombu's Redis transport pops a message, then records it as taken in a second
+    write; a Redis that begins refusing writes (disk full) between the two loses it
+    (CI: 6 URLs never recorded). Each stage message is kept on the node's disk until its
+    batch's records are written: the resume sends again those no queue holds, without
+    the items already recorded, and drops a kept copy left with none."""
+    import redis
+    from kombu import Connection, Exchange, Queue
+
+    from crawler_tasks.celery import broker_options
+    from crawler_tasks.output.spool import keep_message, kept_messages
+    from crawler_tasks.queues import DEDUP_QUEUE, parse_queue
+    from crawler_tasks.records import FetchedPage, PageRecord, to_message
+
+    broker = settings.REDIS_URL.rsplit("/", 1)[0] + "/3"
+    s = dataclasses.replace(settings, SHARDS=1, OUT_DIR=str(tmp_path), BROKER_URL=broker)
+    recs = [PageRecord(url=f"http://a.test/{i}", status=200, fetched_at="2026-12-03T09:00:00Z") for i in range(3)]
+    (tmp_path / "pages.jsonl").write_bytes(_record_line(recs[0]))   # a record another run wrote
+    keep_message(s, "1-1-0000abcd", "dedup", [to_message(r) for r in recs])
+    keep_message(s, "2-1-0000abcd", "parse", [to_message(FetchedPage(url="http://b.test/0"))])
+    keep_message(s, "3-1-0000abcd", "dedup", [to_message(recs[0])])   # all recorded: done
+    try:
+        done = reconcile(s, tmp_path)
+        assert done.resent == 2 and "2 task(s) the broker lost sent again" in done.summary()
+        with Connection(broker, transport_options=broker_options(s)) as conn:
+            def drain(queue: str) -> list:
+                got, q = [], Queue(queue, Exchange(queue), routing_key=queue)(conn.channel())
+                while (message := q.get(no_ack=True)) is not None:
+                    got.append(message.payload[0])
+                return got
+
+            assert [(batch, [m["url"] for m in items]) for items, batch in drain(DEDUP_QUEUE)] == [
+                ("1-1-0000abcd", ["http://a.test/1", "http://a.test/2"])]
+            assert [(batch, [m["url"] for m in items]) for items, batch in drain(parse_queue(s.node_name))] == [
+                ("2-1-0000abcd", ["http://b.test/0"])]
+        assert set(kept_messages(s)) == {"1-1-0000abcd", "2-1-0000abcd"}   # until their records are written
+    finally:
+        redis.Redis.from_url(broker).flushdb()
+
+
+def test_after_a_redis_restart_urls_recorded_or_handed_on_leave_the_queues(settings, tmp_path):
+    """A redis-server killed while a busy disk held its fsync lost the last turns of a
+    session: their URLs are back at the head of their host's queue while their pages are
+    recorded, or on their way (a kept stage message). They leave; the others stay."""
+    from crawler_tasks.ops.reconcile import forget_recorded
+    from crawler_tasks.output.spool import keep_message
+    from crawler_tasks.records import FetchedPage, to_message
+
+    s = dataclasses.replace(settings, SHARDS=1, OUT_DIR=str(tmp_path))
+    f = Frontier(s)
+    f.put_discovered([Discovered(url=f"http://a.test/{i}", host="a.test") for i in range(4)])
+    f.get_urls(0, 0, now=time.time())   # into the back queue, nothing leased
+    (tmp_path / "pages.jsonl").write_bytes(_line("http://a.test/0"))
+    keep_message(s, "1-1-0000abcd", "parse", [to_message(FetchedPage(url="http://a.test/1"))])
+    assert forget_recorded(s, tmp_path) == 2
+    assert [e.url for e in f.host_queue(0, "a.test")] == ["http://a.test/2", "http://a.test/3"]
+    assert forget_recorded(s, tmp_path) == 0

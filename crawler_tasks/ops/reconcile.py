@@ -19,7 +19,9 @@ it holds the folder's lock:
    dedup message already in pages.jsonl, and the pages of a taken parse message already
    recorded or in a dedup message, leave it first (after the cut of step 1, so the
    unwritten half of a torn group stays); a message left empty is dropped, and a dedup
-   message's page group ended, as the task would have;
+   message's page group ended, as the task would have; a stage message kept on this
+   node's disk (``spool.keep_message``) whose batch no queue holds was lost by the
+   broker: it is sent again, without the items already recorded;
 3. the frontier gives back the dead sessions' leases and hand-offs at once
    (``frontier.reclaim``), and the queued URLs whose record is in pages.jsonl or on its
    way in a pending message leave the queue, so they are not fetched again;
@@ -42,13 +44,13 @@ from pathlib import Path
 
 import orjson
 
-from crawler_tasks.broker import settle_leftovers
+from crawler_tasks.broker import Leftovers, send_stage_message, settle_leftovers
 from crawler_tasks.connection import broker_url
 from crawler_tasks.frontier import Discovered, Entry, Frontier
 from crawler_tasks.frontier.reclaim import forget, give_back, queue_heads, queued_among, remember_queued, unseen_among
 from crawler_tasks.ops.control import Control
 from crawler_tasks.output.jsonl import FEED_FILE, PAGES_FILE
-from crawler_tasks.output.spool import remove_spool
+from crawler_tasks.output.spool import drop_message, kept_messages, prune_markers, remove_spool
 from crawler_tasks.queues import DEDUP_QUEUE, fetch_queue, parse_queue
 from crawler_tasks.records import EntryKind
 from crawler_tasks.settings import Settings
@@ -73,12 +75,14 @@ class Reconciled:
     handoffs: int = 0            # fetched, not handed on: back in their queues
     forgotten: int = 0           # queued URLs already recorded: not fetched again
     feed_moved: int = 0          # uncommitted feed lines moved aside
+    resent: int = 0              # stage messages the broker lost, sent again from their kept copy
     notes: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         parts = [f"{n} {what}" for n, what in (
             (self.leases, "host lease(s) reclaimed"), (self.handoffs, "fetched URL(s) not handed on requeued"),
             (self.requeued, "interrupted task(s) queued again"),
+            (self.resent, "task(s) the broker lost sent again"),
             (self.written_tasks, "interrupted task(s) already written dropped"),
             (self.written_items, "already written page(s) or record(s) left out of interrupted tasks"),
             (self.forgotten, "queued URL(s) already recorded dropped"),
@@ -291,16 +295,24 @@ def reconcile(settings: Settings, out_dir: Path, now: float | None = None) -> Re
         return {DEDUP_QUEUE: recorded, parse_q: recorded | taken.get(DEDUP_QUEUE, set())
                 | queued.get(DEDUP_QUEUE, set())}
 
+    # imported here: Celery costs a crawl's start a tenth of a second
+    from crawler_tasks.celery import broker_options
+
     leftovers = settle_leftovers(broker_url(settings), {parse_q, DEDUP_QUEUE},
                                  {fetch_queue(i) for i in range(settings.SHARDS)},
-                                 None if settings.CONTINUOUS else written)
+                                 None if settings.CONTINUOUS else written, broker_options(settings))
     out.requeued, out.dropped_sessions, out.written_items = leftovers.requeued, leftovers.dropped, leftovers.trimmed
     control = Control(settings)
     for batch_id in leftovers.done.get(DEDUP_QUEUE, []):   # as the task would have, after its records
         control.end_batch(batch_id)
+        drop_message(settings, batch_id)
+    out.resent = _resend_lost(settings, pages, leftovers, broker_options(settings))
     for batch_id in leftovers.done.get(parse_q, []):       # its pages were handed on
         remove_spool(settings, batch_id)
     out.written_tasks = sum(map(len, leftovers.done.values()))
+    prune_markers(settings)
+    # the feed's own repair is step 4: a parse task run again must write the lines it moves aside
+    prune_markers(settings, older_than_s=-60.0, outputs=("feed",))
     pending = set().union(*leftovers.urls.values()) if leftovers.urls else set()
     frontier = Frontier(settings)
     heads: dict[int, dict[str, list[str]]] = {}
@@ -320,6 +332,57 @@ def reconcile(settings: Settings, out_dir: Path, now: float | None = None) -> Re
                                     now)
     out.feed_moved = _move_uncommitted_feed(feed, pages, leftovers.urls.get(DEDUP_QUEUE, set()))
     return out
+
+
+def _resend_lost(settings: Settings, pages: Path, leftovers: Leftovers, options: dict) -> int:
+    """Stage messages kept on this node (spool.keep_message) whose batch no queue holds
+    were lost by the broker: sent again without the items already recorded (a batch left
+    with none is done: its kept message goes). Returns how many were sent."""
+    lost = {batch_id: kept for batch_id, kept in kept_messages(settings).items() if batch_id not in leftovers.batches}
+    urls = {item.get("url") for _, items in lost.values() for item in items if isinstance(item, dict)}
+    recorded = recorded_among(pages, {url for url in urls if isinstance(url, str)})
+    queues = {"parse": parse_queue(settings.node_name), "dedup": DEDUP_QUEUE}
+    sent = 0
+    for batch_id, (task, items) in lost.items():
+        left = [item for item in items if isinstance(item, dict) and item.get("url") not in recorded]
+        if task not in queues or not left:
+            drop_message(settings, batch_id)
+            continue
+        send_stage_message(broker_url(settings), task, left, batch_id, queues[task], options)
+        leftovers.urls.setdefault(queues[task], set()).update(item["url"] for item in left if "url" in item)
+        sent += 1
+    return sent
+
+
+def forget_recorded(settings: Settings, out_dir: Path, now: float | None = None) -> int:
+    """After a restart of Redis from its append-only file, which can lose acknowledged
+    writes (appendfsync everysec: about a second, and up to two more while a slow disk
+    holds an fsync, when redis-server postpones its writes; measured: the last 0.8 s of a
+    session's turns): fetched URLs whose record is in pages.jsonl, or whose page is on
+    its way to it (a stage message kept on this node, spool.keep_message), may be back at
+    the head of their queue or in the hand-off zset; they leave both, so they are not
+    fetched (and recorded) again. Workers may run meanwhile: no lease is touched. (A
+    stage message run again writes nothing twice: its batch's markers, jsonl.append_lines.)
+    Returns how many entries left."""
+    if settings.CONTINUOUS:   # a URL is recorded once per visit there
+        return 0
+    frontier = Frontier(settings)
+    heads = {shard: queue_heads(frontier, shard) for shard in range(settings.SHARDS)}
+    parked: dict[int, list[str]] = {shard: frontier.client(shard).zrange(frontier.keys(shard).handoff, 0, -1)  # type: ignore[misc]
+                                    for shard in range(settings.SHARDS)}
+    candidates = {Entry.decode(raw).url for shard in heads for entries in heads[shard].values() for raw in entries}
+    candidates |= {Entry.decode(raw).url for entries in parked.values() for raw in entries}
+    handed = {item["url"] for _, items in kept_messages(settings).values() for item in items
+              if isinstance(item, dict) and isinstance(item.get("url"), str)}
+    done = (candidates & handed) | recorded_among(out_dir / PAGES_FILE, candidates - handed)
+    if not done:
+        return 0
+    n = 0
+    for shard in heads:
+        for host, entries in heads[shard].items():
+            n += forget(frontier, shard, host, [raw for raw in entries if Entry.decode(raw).url in done], now)
+        n += frontier.ack(shard, [raw for raw in parked[shard] if Entry.decode(raw).url in done])
+    return n
 
 
 def _move_uncommitted_feed(feed: Path, pages: Path, handed_on: set[str]) -> int:

@@ -47,7 +47,7 @@ from crawler_tasks.ops.metrics import serve_metrics
 from crawler_tasks.ops.metrics import stop as stop_metrics
 from crawler_tasks.ops.outdir import OutputLock, previous_outputs
 from crawler_tasks.ops.progress import StatusLine, eta_s, progress_line
-from crawler_tasks.ops.reconcile import reconcile, roll_back
+from crawler_tasks.ops.reconcile import forget_recorded, reconcile, roll_back
 from crawler_tasks.ops.restore import restore
 from crawler_tasks.ops.snapshot import latest_snapshot
 from crawler_tasks.ops.waiting import WaitingHost, WaitReason, describe, waiting_hosts
@@ -214,11 +214,11 @@ class CrawlRunner:
             try:
                 progress: Progress | None = self._watch()
             except redis.ResponseError as exc:   # MISCONF: Redis refuses writes it cannot save
-                if not str(exc).startswith("MISCONF"):
+                if "MISCONF" not in str(exc):   # alone, or as a script's error
                     raise
                 self._disk_low, progress = True, None
                 self._say(f"stopping: Redis cannot save the crawl state under {self.out_dir} "
-                          f"({str(exc).split(' ', 1)[1]}); every change it accepted is kept")
+                          f"({str(exc).split('MISCONF', 1)[1].strip()}); every change it accepted is kept")
             self.status.close()
             for child in self.children:  # they wind down while the summary is read
                 child.terminate()
@@ -313,10 +313,10 @@ class CrawlRunner:
             self._pages_before = control.stats().get("fetch/pages", 0)
         Frontier(s).allocate_bloom()
         if self.seeds:
-            added, rejected = seed_urls(s, self.seeds)
+            added, rejected, waiting = seed_urls(s, self.seeds)
             for message in listed(rejected):
                 self._say(f"seed skipped: {message}")
-            self._say(f"{added} seed URL(s) queued")
+            self._say(f"{added} seed URL(s) queued" + (f", {len(waiting)} already queued" if waiting else ""))
             if not added and not self.resume:
                 raise ConfigError("no usable seed URL")
         elif not self.resume:
@@ -508,6 +508,10 @@ class CrawlRunner:
         s = self.settings
         if Control(s).exists():
             from crawler_tasks.celery import requeue_unacked
+
+            forgotten = forget_recorded(s, self.out_dir)
+            if forgotten:
+                self._say(f"{forgotten} fetched URL(s) already recorded, which the restart had put back, dropped")
 
             try:
                 requeued = requeue_unacked(broker_url(s), {parse_queue(s.node_name), DEDUP_QUEUE}, restarted_at)

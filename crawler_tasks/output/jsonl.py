@@ -8,20 +8,26 @@
   indexer reads with a consumer group (XREADGROUP). Duplicates, noindex pages, soft
   404s and non-canonical variants are not in the feed.
 
-Policy: a storage failure (disk full...) is raised: losing output silently is worse
-than a visible failure, and the batch is retried by Celery. Once lines are written, the
-Redis writes that follow are retried in place (``once_written``) while Redis restarts:
-a task retried after its lines were written would write them twice.
+Policy: an append that fails (disk full...) is cut back to where it began, under its
+lock, so a file never holds part of a batch and the append can be made again. A task
+that meets a storage refusal (``storage_refused``: a full or failing disk, Redis
+refusing writes or down) never fails on it: acknowledged as failed, its batch would be
+lost. Its writes are made again in place (``once_written``) with a back-off until the
+storage takes them, or until the worker is asked to stop (``WorkerStopping``: the
+message is then left unacknowledged, delivered again at resume).
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import redis
@@ -29,6 +35,9 @@ import redis
 from crawler_tasks.connection import global_client
 from crawler_tasks.keys import GlobalKeys
 from crawler_tasks.settings import Settings
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 PAGES_FILE = "pages.jsonl"
 FEED_FILE = "feed.jsonl"
@@ -48,13 +57,17 @@ def json_line(record: dict[str, Any]) -> bytes:
         return json.dumps(record, separators=(",", ":")).encode("ascii")
 
 
-def append_jsonl(path: str | os.PathLike, records: Iterable[dict[str, Any]]) -> int:
+def append_jsonl(path: str | os.PathLike, records: Iterable[dict[str, Any]], marker: str | None = None) -> int:
     """Append records as JSON lines atomically with respect to other writers."""
-    return append_lines(path, [json_line(r) for r in records])
+    return append_lines(path, [json_line(r) for r in records], marker)
 
 
-def append_lines(path: str | os.PathLike, lines: list[bytes]) -> int:
-    """Append whole lines with one write under an exclusive lock (no interleaving)."""
+def append_lines(path: str | os.PathLike, lines: list[bytes], marker: str | None = None) -> int:
+    """Append whole lines with one write under an exclusive lock (no interleaving); on a
+    failed write the file is cut back to its length before it, so it holds all of the
+    lines or none. With ``marker`` (a batch's file, ``spool.written_marker``) the lines
+    are appended once: a batch run again (a redelivered message, a Redis restart that
+    forgot its end) finds the marker, made under the same lock, and writes nothing."""
     if not lines:
         return 0
     raw = b"\n".join(lines) + b"\n"
@@ -62,31 +75,99 @@ def append_lines(path: str | os.PathLike, lines: list[bytes]) -> int:
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        if marker is not None and os.path.exists(marker):
+            return 0
+        if marker is not None:
+            Path(marker).parent.mkdir(parents=True, exist_ok=True)
+        start = os.fstat(fd).st_size
         view = memoryview(raw)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
+        try:
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            if marker is not None:
+                os.close(os.open(marker, os.O_WRONLY | os.O_CREAT, 0o644))
+        except BaseException:
+            os.ftruncate(fd, start)   # a shorter file needs no new block: this works on a full disk
+            raise
     finally:
         os.close(fd)
     return len(raw)
 
 
-# How long the Redis writes that follow written output wait for Redis to come back.
-ONCE_WRITTEN_WAIT_S = 60.0
+# A disk that refuses writes for now (full, over quota, failing, remounted read-only).
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
+# Redis refusing writes: it cannot write its append-only file or RDB (MISCONF), or is a replica.
+REDIS_REFUSALS = ("MISCONF", "READONLY")
+# Back-off between attempts while the storage refuses (doubling from the first to the cap).
+RETRY_FIRST_S, RETRY_MAX_S = 0.2, 5.0
+# While waiting, a worker's shutdown is looked for this often.
+STOP_CHECK_S = 0.1
+# While refused, the wait is said again in the log this often.
+RETRY_LOG_EVERY_S = 60.0
 
 
-def once_written(write: Callable[[], object], wait_s: float = ONCE_WRITTEN_WAIT_S) -> None:
-    """Run ``write`` (Redis bookkeeping after output lines were written), again and
-    again while Redis is down, for up to ``wait_s``; then its error is raised."""
-    deadline = time.monotonic() + wait_s
+class WorkerStopping(Exception):
+    """The worker was asked to stop while a task waited for its storage: the task must
+    end without being acknowledged (tasks.py turns this into Celery's WorkerShutdown)."""
+
+
+def storage_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it: Celery wraps a broker's errors) is the storage
+    refusing a write for now: a full or failing disk, Redis down, restarting, or refusing
+    writes. Waiting helps; failing the task would lose its batch."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, (redis.ConnectionError, redis.TimeoutError)):
+            return True
+        if isinstance(cur, redis.ResponseError) and any(word in str(cur) for word in REDIS_REFUSALS):
+            return True
+        if isinstance(cur, OSError) and cur.errno in STORAGE_ERRNOS:
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+def _worker_stopping() -> bool:
+    """Whether this Celery worker got a warm or cold shutdown (never outside a worker)."""
+    from celery.worker import state
+
+    return state.should_stop is not None or state.should_terminate is not None
+
+
+def once_written(write: Callable[[], T], wait_s: float | None = None) -> T:
+    """Run ``write`` (an output append, or Redis bookkeeping after one) until the storage
+    takes it: again and again, backing off, while ``storage_refused`` says the refusal is
+    for now; ``wait_s`` bounds the wait (None: until done or the worker stops, then
+    ``WorkerStopping``). Any other error is raised at once."""
+    first = time.monotonic()
+    said = 0.0
+    delay = RETRY_FIRST_S
     while True:
         try:
-            write()
-            return
-        except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
-            if time.monotonic() >= deadline:
+            result = write()
+            if said:
+                log.warning("the storage takes writes again after %.1f s", time.monotonic() - first)
+            return result
+        except Exception as exc:
+            now = time.monotonic()
+            if not storage_refused(exc) or (wait_s is not None and now - first >= wait_s):
                 raise
-            time.sleep(0.2)
+            if not said or now - said >= RETRY_LOG_EVERY_S:
+                said = now
+                log.warning("storage refuses a write (%s: %s); trying again every %.0f s at most",
+                            type(exc).__name__, exc, RETRY_MAX_S)
+            until = now + delay
+            while True:   # a stop is seen within STOP_CHECK_S, not after the back-off
+                if _worker_stopping():
+                    raise WorkerStopping(f"stopped while the storage refused writes: {exc}") from exc
+                left = until - time.monotonic()
+                if left <= 0:
+                    break
+                time.sleep(min(left, STOP_CHECK_S))
+            delay = min(RETRY_MAX_S, delay * 2)
 
 
 class FeedWriter:
@@ -97,12 +178,13 @@ class FeedWriter:
         self.path = os.path.join(settings.OUT_DIR, FEED_FILE)
         self.stream = GlobalKeys(settings.KEY_PREFIX).feed
 
-    def emit(self, records: list[dict[str, Any]]) -> None:
-        """Each record is JSON-encoded once, for the file and the stream alike."""
+    def emit(self, records: list[dict[str, Any]], marker: str | None = None) -> None:
+        """Each record is JSON-encoded once, for the file and the stream alike; with
+        ``marker``, a batch's records once (``append_lines``)."""
         s = self.settings
         lines = [json_line(r) for r in records]
-        if s.FEED_JSONL:
-            append_lines(self.path, lines)
+        if s.FEED_JSONL and not once_written(partial(append_lines, self.path, lines, marker)):
+            return   # written by an earlier run of the batch, stream entries with them
         if s.FEED_STREAM_MAXLEN > 0:
             def add() -> None:
                 pipe = global_client(s).pipeline(transaction=False)
@@ -110,4 +192,4 @@ class FeedWriter:
                     pipe.xadd(self.stream, {"record": line}, maxlen=s.FEED_STREAM_MAXLEN, approximate=True)
                 pipe.execute()
 
-            once_written(add) if s.FEED_JSONL else add()
+            once_written(add)

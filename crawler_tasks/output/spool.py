@@ -8,10 +8,14 @@ a worker read or delete any other file.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
 import time
+from typing import Any
+
+import orjson
 
 from crawler_tasks.exceptions import MessageError
 from crawler_tasks.records import BodyRef
@@ -56,6 +60,86 @@ def read_spool(settings: Settings, batch_id: str) -> bytes:
     """The batch's bodies; OSError if the file is gone (a redelivered task)."""
     with open(spool_path(settings, batch_id), "rb") as fh:
         return fh.read()
+
+
+# Markers of a batch's outputs written (``written_marker``) older than this are removed.
+MARKER_TTL_S = 3600.0
+
+
+def written_marker(settings: Settings, batch_id: str, output: str) -> str:
+    """The file that says a batch's lines of ``output`` (``pages``, ``feed``) are written:
+    an empty file beside its spool file, made under the output's lock (jsonl.append_lines)."""
+    return os.path.join(spool_dir(settings), f"{check_batch_id(batch_id)}.{output}")
+
+
+def prune_markers(settings: Settings, older_than_s: float = MARKER_TTL_S, now: float | None = None,
+                  outputs: tuple[str, ...] = ("pages", "feed")) -> int:
+    """Remove the ``outputs`` markers of batches older than ``older_than_s`` (by their id's
+    time: no message of theirs is redelivered so late); how many were removed."""
+    cutoff_ms = ((time.time() if now is None else now) - older_than_s) * 1000
+    removed = 0
+    try:
+        names = os.listdir(spool_dir(settings))
+    except OSError:
+        return 0
+    for name in names:
+        stem, _, output = name.partition(".")
+        if output in outputs and _BATCH_ID_RE.fullmatch(stem) and int(stem.split("-", 1)[0], 16) < cutoff_ms:
+            try:
+                os.unlink(os.path.join(spool_dir(settings), name))
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
+def kept_path(settings: Settings, batch_id: str) -> str:
+    return os.path.join(spool_dir(settings), f"{check_batch_id(batch_id)}.msg")
+
+
+def keep_message(settings: Settings, batch_id: str, task: str, items: list[Any]) -> None:
+    """Keep on this node's disk the stage message about to be sent for a batch (the parse
+    message, then the dedup message in its place) until the batch's records are written
+    (``drop_message``). A broker can lose a message it took: kombu's Redis transport pops
+    it, then records it as unacknowledged in a second write, which a Redis that has just
+    begun refusing writes (disk full) refuses; the resume sends a kept message again
+    when no queue holds its batch (ops/reconcile.py). Written whole (renamed into place)."""
+    path = kept_path(settings, batch_id)
+    os.makedirs(spool_dir(settings), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(orjson.dumps({"task": task, "items": items}))
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def drop_message(settings: Settings, batch_id: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(kept_path(settings, batch_id))
+
+
+def kept_messages(settings: Settings) -> dict[str, tuple[str, list[Any]]]:
+    """batch id -> (task, items) of every message kept on this node (unreadable ones skipped)."""
+    out: dict[str, tuple[str, list[Any]]] = {}
+    try:
+        names = os.listdir(spool_dir(settings))
+    except OSError:
+        return out
+    for name in names:
+        stem, _, ext = name.partition(".")
+        if ext != "msg" or not _BATCH_ID_RE.fullmatch(stem):
+            continue
+        try:
+            with open(os.path.join(spool_dir(settings), name), "rb") as fh:
+                kept = orjson.loads(fh.read())
+            out[stem] = (str(kept["task"]), list(kept["items"]))
+        except (OSError, orjson.JSONDecodeError, KeyError, TypeError):
+            continue
+    return out
 
 
 def remove_spool(settings: Settings, batch_id: str) -> None:

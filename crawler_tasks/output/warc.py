@@ -14,14 +14,18 @@
   of a fetch worker's CPU, and ISA-L's level 1 takes a quarter of zlib's time for a
   slightly smaller file. Each digest is one hashlib call over the whole block.
 
-Policy: a storage failure (disk full...) is raised: losing output silently is worse
-than a visible failure, and the batch is retried by Celery.
+Policy: records wait in memory (``pending``) until ``flush`` or WRITE_AT_BYTES; a
+write that fails (disk full...) is cut back to the file's last whole record and its
+records stay pending, so a file never holds a torn record in its middle (resume would
+cut every record after it) and a flush made again writes each record once. ``flush``
+raises the failure: losing output silently is worse than a visible failure.
 """
 from __future__ import annotations
 
+import atexit
 import base64
+import contextlib
 import hashlib
-import io
 import os
 import socket
 import threading
@@ -40,6 +44,10 @@ _HOP_BY_HOP = {"transfer-encoding"}
 NOT_MODIFIED_PROFILE = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
 IDENTICAL_PAYLOAD_PROFILE = "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
 _ISAL_MAX_LEVEL = 3
+# Pending records are written once they reach this size (and at every flush).
+WRITE_AT_BYTES = 1 << 20
+# Pending records a failing disk may hold back before a record write fails too.
+MAX_PENDING_BYTES = 64 << 20
 
 
 def warc_digest(data: bytes) -> str:
@@ -73,20 +81,29 @@ class WarcStore:
         self.prefix = prefix
         self.operator = operator
         self._lock = threading.Lock()
-        self._file: io.BufferedWriter | None = None
+        self._fd: int | None = None
+        self._size = 0                 # bytes of whole records in the open file
+        self._pending = bytearray()    # records not written yet
         self._serial = 0
         self.path: Path | None = None
+        atexit.register(self._at_exit)
 
-    def _open(self) -> io.BufferedWriter:
-        if self._file is not None and self._file.tell() < self.max_bytes:
-            return self._file
-        self.close()
+    def _at_exit(self) -> None:
+        """A worker that exits writes what it holds (as its buffered file did)."""
+        with contextlib.suppress(OSError):
+            self.close()
+
+    def _open(self) -> None:
+        if self._fd is not None and self._size + len(self._pending) < self.max_bytes:
+            return
+        self._close()
         self.dir.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S")
         self._serial += 1
         name = f"{self.prefix}-{stamp}-{socket.gethostname()}-{os.getpid()}-{self._serial:05d}.warc.gz"
         self.path = self.dir / name
-        self._file = open(self.path, "wb")
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._size = 0
         fields = [("software", f"crawler_tasks/{__version__}"), ("format", "WARC File Format 1.1"),
                   ("hostname", socket.gethostname())]
         if self.operator:
@@ -94,13 +111,11 @@ class WarcStore:
         block = "".join(f"{k}: {v}\r\n" for k, v in fields).encode("utf-8", "replace")
         self._write("warcinfo", None, block, [("WARC-Date", warc_date(time.time())), ("WARC-Filename", name),
                                               ("Content-Type", "application/warc-fields")])
-        return self._file
 
     def _write(self, kind: str, url: str | None, block: bytes, headers: list[tuple[str, str]],
                record_id: str | None = None, digest: str | None = None) -> str:
         """One record as one gzip member; returns its WARC-Record-ID. ``digest`` is the
         WARC-Payload-Digest of records about an HTTP payload."""
-        assert self._file is not None
         record_id = record_id or _record_id()
         lines = ["WARC/1.1", f"WARC-Type: {kind}", f"WARC-Record-ID: {record_id}"]
         if url is not None:
@@ -113,8 +128,32 @@ class WarcStore:
         level = self.gzip_level
         comp = (isal_zlib.compressobj(level, isal_zlib.DEFLATED, 31) if level <= _ISAL_MAX_LEVEL
                 else zlib.compressobj(level, zlib.DEFLATED, 31))
-        self._file.write(comp.compress(head) + comp.compress(block) + comp.compress(b"\r\n\r\n") + comp.flush())
+        if len(self._pending) >= MAX_PENDING_BYTES:
+            self._write_pending()   # a disk that keeps failing: the caller hears of it
+        self._pending += comp.compress(head) + comp.compress(block) + comp.compress(b"\r\n\r\n") + comp.flush()
+        if len(self._pending) >= WRITE_AT_BYTES:
+            try:
+                self._write_pending()
+            except OSError:
+                pass   # kept pending: the next flush writes them, or says why it cannot
         return record_id
+
+    def _write_pending(self) -> None:
+        """Append the pending records whole, or cut the file back to its last whole record
+        (keeping them pending) and raise."""
+        if self._fd is None or not self._pending:
+            return
+        view = memoryview(self._pending)
+        try:
+            while view:
+                view = view[os.write(self._fd, view):]
+        except BaseException:
+            os.ftruncate(self._fd, self._size)   # a shorter file needs no new block: works on a full disk
+            raise
+        finally:
+            view.release()
+        self._size += len(self._pending)
+        self._pending.clear()
 
     def write_exchange(self, res: FetchResult, duplicate_of: tuple[str, str] | None = None,
                        digest: str | None = None) -> str | None:
@@ -180,11 +219,16 @@ class WarcStore:
             return self._write(kind, url, body, [("WARC-Date", date), *links, ("Content-Type", content_type)])
 
     def flush(self) -> None:
+        """Write every pending record (OSError when the disk refuses: they stay pending)."""
         with self._lock:
-            if self._file is not None:
-                self._file.flush()
+            self._write_pending()
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-        self._file = None
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        if self._fd is not None:
+            self._write_pending()
+            os.close(self._fd)
+        self._fd = None

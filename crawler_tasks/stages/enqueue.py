@@ -7,13 +7,16 @@ from __future__ import annotations
 import dataclasses
 import time
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from crawler_tasks.counters import Counters, bump
 from crawler_tasks.dedup.rules import RuleDrop
-from crawler_tasks.frontier import ENQUEUED, SEEN, VERDICT_NAMES, Discovered, Frontier
+from crawler_tasks.frontier import ENQUEUED, SEEN, VERDICT_NAMES, Discovered, Entry, Frontier
+from crawler_tasks.frontier.reclaim import queued_among, unseen_among
 from crawler_tasks.ops.control import Control
 from crawler_tasks.ops.messages import quote
 from crawler_tasks.output.jsonl import append_jsonl, once_written, pages_path
+from crawler_tasks.output.spool import written_marker
 from crawler_tasks.records import EntryKind, ErrorKind, PageRecord
 from crawler_tasks.settings import Settings
 from crawler_tasks.stages.gate import UrlGate
@@ -64,7 +67,9 @@ def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
                    for d in w.rules.first_drops(drops, w.frontier.bloom)]
         bump(counters, "records/error/filtered", len(dropped))
         records = [*records, *dropped]
-    append_jsonl(pages_path(s), [rec.output() for rec in records])
+    lines = [rec.output() for rec in records]
+    marker = written_marker(s, batch_id, "pages")   # all or none, once per batch, made again while the disk refuses
+    once_written(lambda: append_jsonl(pages_path(s), lines, marker))
     bump(counters, "records/written", len(records))
     bump(counters, "records/indexable", sum(1 for r in records if r.indexable))
 
@@ -147,8 +152,15 @@ def _demote_trap_hosts(w: Worker, discovered: list[Discovered], counters: Counte
     return [dataclasses.replace(d, priority=top) if d.host in trap else d for d in discovered]
 
 
-def seed_urls(settings: Settings, urls: list[str], frontier: Frontier | None = None) -> tuple[int, list[str]]:
-    """Pass seed URLs through the gate and force-add them. Returns (added, rejected messages)."""
+class Seeded(NamedTuple):
+    added: int
+    rejected: list[str]   # a message per URL refused
+    waiting: list[str]    # URLs already queued (or fetched and on their way to a record): left as they are
+
+
+def seed_urls(settings: Settings, urls: list[str], frontier: Frontier | None = None) -> Seeded:
+    """Pass seed URLs through the gate and force-add them (fetched again if fetched
+    before: the operator asked), but for those still waiting in the frontier."""
     frontier = frontier or Frontier(settings)
     gate = UrlGate(settings)
     items, rejected = [], []
@@ -161,7 +173,24 @@ def seed_urls(settings: Settings, urls: list[str], frontier: Frontier | None = N
                                                  else f"filtered ({reason})"))
             continue
         items.append(item)
+    waiting = _waiting(frontier, {item.url for item in items})
+    items = [item for item in items if item.url not in waiting]
     added = sum(v == ENQUEUED for v in frontier.put_discovered(items)) if items else 0
     if added:   # after the add: the crawl starts (or a finish is cancelled) with its seeds queued
         Control(settings).seeded(added)
-    return added, rejected
+    return Seeded(added, rejected, sorted(waiting))
+
+
+def _waiting(frontier: Frontier, urls: set[str]) -> set[str]:
+    """Which of ``urls`` wait in the frontier (queued, or fetched and on their way to a
+    record): a forced seed of one of them would be queued, and fetched, a second time.
+    Only URLs the URL-seen test knows are looked for (the queues are read whole)."""
+    seen = urls - unseen_among(frontier, urls)
+    if not seen:
+        return set()
+    found: set[str] = set()
+    for shard in range(frontier.settings.SHARDS):
+        found |= queued_among(frontier, shard, seen)
+        parked: list[str] = frontier.client(shard).zrange(frontier.keys(shard).handoff, 0, -1)  # type: ignore[assignment]
+        found |= {url for url in (Entry.decode(raw).url for raw in parked) if url in seen}
+    return found

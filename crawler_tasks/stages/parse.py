@@ -17,7 +17,7 @@ from crawler_tasks.dedup.simhash import to_hex
 from crawler_tasks.frontier import Discovered
 from crawler_tasks.output.feed import feed_record
 from crawler_tasks.output.jsonl import once_written
-from crawler_tasks.output.spool import read_spool, remove_spool
+from crawler_tasks.output.spool import read_spool, remove_spool, written_marker
 from crawler_tasks.parse.page import Analysis, analyse
 from crawler_tasks.parse.sandbox import ParseFailed, ParseSandbox
 from crawler_tasks.parse.sitemaps import parse_sitemap
@@ -87,9 +87,9 @@ def parse_stage(w: Worker, pages: list[FetchedPage], batch_id: str) -> list[Page
             feed.append(feed_record(text, url=rec.url, fetched_at=rec.fetched_at, fingerprint=rec.fingerprint,
                                     simhash=rec.simhash, canonical=rec.canonical, content_type=rec.content_type,
                                     outlinks=anchors) | {"node": w.settings.node_name})
-    w.warc.flush()
+    once_written(w.warc.flush)   # made again while the disk refuses: the records stay pending meanwhile
     if feed:
-        w.feed.emit(feed)
+        w.feed.emit(feed, written_marker(w.settings, batch_id, "feed"))
         bump(counters, "feed/records", len(feed))
     once_written(partial(w.count, counters))   # the feed is out: a retry of the task would write it twice
     remove_spool(w.settings, batch_id)   # last: a retry after a Redis error parses the pages again
