@@ -22,6 +22,7 @@ from crawler_tasks.exceptions import MessageError
 from crawler_tasks.frontier import Lease
 from crawler_tasks.ops.control import CrawlState
 from crawler_tasks.ops.maintenance import run_maintenance
+from crawler_tasks.ops.nodes import ProcessBeat
 from crawler_tasks.ops.snapshot import maybe_checkpoint
 from crawler_tasks.output.spool import check_batch_id
 from crawler_tasks.queues import DEDUP_QUEUE, fetch_queue, parse_queue
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 
 _worker: Worker | None = None
 _worker_lock = threading.Lock()
+_beat: ProcessBeat | None = None
 MAX_LEASES_PER_MESSAGE = 1024
 
 
@@ -51,10 +53,22 @@ def get_worker() -> Worker:
         return _worker
 
 
+def fetch_process(w: Worker) -> ProcessBeat:
+    """This process's heartbeat, started by its first fetch task: from then on its leases
+    and parked URLs are its own, handed over at once should it die (ops/nodes.py)."""
+    global _beat
+    with _worker_lock:
+        if _beat is None:
+            _beat = ProcessBeat(w.settings)
+            _beat.start()
+            w.frontier.owner = _beat.id
+        return _beat
+
+
 @worker_process_init.connect
 def _reset_after_fork(**_: object) -> None:
-    global _worker, _worker_lock
-    _worker, _worker_lock = None, threading.Lock()
+    global _worker, _worker_lock, _beat
+    _worker, _worker_lock, _beat = None, threading.Lock(), None
 
 
 _REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
@@ -132,10 +146,9 @@ def fetch(shard: Any, batch_id: Any, leases: Any) -> int:
         checked = _leases(shard, leases)
     except MessageError as exc:
         return _refuse("fetch", exc)
-    w.control.own_session(shard, batch_id, w.settings.node_name)
+    w.control.own_session(shard, batch_id, fetch_process(w).id)
 
     def emit(pages: list[FetchedPage], group_id: str) -> None:
-        w.control.own_group(group_id, w.settings.node_name)
         for page in pages:
             page.node = w.settings.node_name
         parse.apply_async(([to_message(p) for p in pages], group_id), queue=parse_queue(w.settings.node_name),

@@ -134,9 +134,8 @@ def test_a_lost_nodes_leases_are_handed_over_at_once(settings, tmp_path, rclient
         control.begin_session(shard, session, time.time() + 600)
         control.own_session(shard, session, node)
     control.end_session(1, "sc")
-    control.begin_batches(["ga", "gb", "gp"], time.time() + 600)
     for group, node in (("ga", "na"), ("gb", "nb"), ("gp", "na")):
-        control.own_group(group, node)
+        control.begin_batches([group], time.time() + 600, node)
     control.release_group("gp")      # parsed: its records are on the shared dedup queue
     run_maintenance(a)
     assert control.sessions_by_shard() == {0: 1, 1: 1}
@@ -174,5 +173,5 @@ def test_a_lost_nodes_held_host_comes_back_at_its_next_contact(settings, tmp_pat
     done = f.finish(lease, te=now + 30, hold_until=now + 30 + a.LEASE_S)
     assert done.held is not None
     rclient.delete(GlobalKeys(a.KEY_PREFIX).node("ha"))
-    assert hand_over_lost(a, f, now) == {"ha": 1}
+    assert hand_over_lost(a, f, now) == {"ha": (1, 0)}
     assert abs(rclient.zscore(ShardKeys(a.KEY_PREFIX, shard).ready, "held.test") - (now + 30)) < 0.01

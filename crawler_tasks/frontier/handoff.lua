@@ -1,6 +1,7 @@
 -- handoff.lua: fetched URLs whose page never reached parse (their worker died) go back
 -- to the head of their host's back queue, to be fetched again.
--- KEYS[1] the shard's hand-off zset, KEYS[2] active set, KEYS[3] ready zset, KEYS[4] te hash.
+-- KEYS[1] the shard's hand-off zset, KEYS[2] active set, KEYS[3] ready zset, KEYS[4] te hash,
+-- KEYS[5] the hand-off owner hash.
 -- ARGV[1] now, ARGV[2] back-queue key prefix (same hash tag as the keys), ARGV[3] max entries.
 -- A host that had left the active set comes back at its remembered te (or now).
 -- Returns the number of entries put back. Entries are "<depth> <tries> <hops> <kind> <url>".
@@ -8,6 +9,7 @@ local entries = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0
 local now = tonumber(ARGV[1])
 for _, entry in ipairs(entries) do
   redis.call('ZREM', KEYS[1], entry)
+  redis.call('HDEL', KEYS[5], entry)
   local host = string.match(entry, '^[^ ]+ [^ ]+ [^ ]+ [^ ]+ [%a][%w+.-]*://([^/?#]+)')
   if host then
     redis.call('LPUSH', ARGV[2] .. host, entry)

@@ -195,10 +195,18 @@ class Control:
         return {k: int(v) for k, v in raw.items()}
 
     # -- batches in flight ------------------------------------------------------------
-    def begin_batches(self, batch_ids: Iterable[str], deadline: float) -> None:
+    def begin_batches(self, batch_ids: Iterable[str], deadline: float, node: str | None = None) -> None:
+        """Page groups start their way to parse, on ``node``'s parse workers when given: the
+        owner is written with them (one round trip), so that no group of a node lost
+        in between waits without one for its deadline."""
         mapping = {batch_id: deadline for batch_id in batch_ids}
-        if mapping:
-            self.client.zadd(self.keys.inflight, mapping)
+        if not mapping:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zadd(self.keys.inflight, mapping)
+        if node is not None:
+            pipe.hset(self.keys.group_owner, mapping={batch_id: node for batch_id in mapping})
+        pipe.execute()
 
     def end_batch(self, batch_id: str) -> None:
         pipe = self.client.pipeline(transaction=False)
@@ -270,39 +278,49 @@ class Control:
         pipe.hdel(self.keys.session_owner, f"{shard}/{session_id}")
         pipe.execute()
 
-    def own_session(self, shard: int, session_id: str, node: str) -> None:
-        """Which node runs a session: a lost node's slots are freed at once (``drop_node_work``)."""
-        self.client.hset(self.keys.session_owner, f"{shard}/{session_id}", node)
-
-    def own_group(self, group_id: str, node: str) -> None:
-        """A page group waits for the parse workers of ``node`` (until ``release_group``)."""
-        self.client.hset(self.keys.group_owner, group_id, node)
+    def own_session(self, shard: int, session_id: str, owner: str) -> None:
+        """Which fetch process (``<node>/<process>``) runs a session: a lost one's slots
+        are freed at once (``drop_sessions``)."""
+        self.client.hset(self.keys.session_owner, f"{shard}/{session_id}", owner)
 
     def release_group(self, group_id: str) -> None:
         """Parsed: the group's records are on the shared dedup queue, whoever is lost now."""
         self.client.hdel(self.keys.group_owner, group_id)
 
-    def drop_node_work(self, node: str) -> tuple[int, int]:
-        """Forget the sessions a lost node ran and the page groups its parse workers never
-        parsed (their pages go back to the frontier as hand-offs): both held their slots
-        until BATCH_TIMEOUT_S, so no session could start on their shards and the crawl
-        could not finish meanwhile. Owner entries of work already gone are dropped too.
-        Returns (sessions, groups) of the node's that were forgotten."""
-        dropped = []
-        for owner_key, zset in ((self.keys.session_owner, self.keys.sessions),
-                                (self.keys.group_owner, self.keys.inflight)):
-            owners: dict[str, str] = self.client.hgetall(owner_key)  # type: ignore[assignment]
-            live = set(self.client.zrange(zset, 0, -1)) if owners else set()
-            mine = [m for m, n in owners.items() if n == node and m in live]
-            gone = [m for m in owners if m not in live or m in mine]
-            pipe = self.client.pipeline(transaction=False)
-            if mine:
-                pipe.zrem(zset, *mine)
-            if gone:
-                pipe.hdel(owner_key, *gone)
-            pipe.execute()
-            dropped.append(len(mine))
-        return dropped[0], dropped[1]
+    def drop_sessions(self, owner: str) -> int:
+        """Forget the sessions a lost fetch process ran: they held their slots until
+        BATCH_TIMEOUT_S, so no session could start in their place meanwhile. Returns how many."""
+        return len(self._drop_owned(self.keys.session_owner, self.keys.sessions, owner))
+
+    def drop_node_work(self, node: str) -> tuple[int, list[str]]:
+        """Forget the sessions a lost node ran (those of its processes go with them) and
+        the page groups its parse workers never parsed (the caller queues their URLs
+        again): both held their slots until BATCH_TIMEOUT_S, so no session could start on
+        their shards and the crawl could not finish meanwhile. Returns (sessions, group ids)."""
+        sessions = self._drop_owned(self.keys.session_owner, self.keys.sessions, node)
+        return len(sessions), self._drop_owned(self.keys.group_owner, self.keys.inflight, node)
+
+    def _drop_owned(self, owner_key: str, zset: str, owner: str) -> list[str]:
+        """Members of ``zset`` that ``owner`` held (``<owner>/...`` too: a node's processes),
+        removed; owner entries of members already gone are dropped too."""
+        owners: dict[str, str] = self.client.hgetall(owner_key)  # type: ignore[assignment]
+        if not owners:
+            return []
+        live = set(self.client.zrange(zset, 0, -1))
+        mine = [m for m, n in owners.items() if (n == owner or n.startswith(owner + "/")) and m in live]
+        gone = [m for m in owners if m not in live or m in mine]
+        pipe = self.client.pipeline(transaction=False)
+        if mine:
+            pipe.zrem(zset, *mine)
+        if gone:
+            pipe.hdel(owner_key, *gone)
+        pipe.execute()
+        return mine
+
+    def inflight_groups(self) -> set[str]:
+        """Page groups between fetch and enqueue."""
+        ids: list[str] = self.client.zrange(self.keys.inflight, 0, -1)  # type: ignore[assignment]
+        return set(ids)
 
     def sessions_by_shard(self) -> dict[int, int]:
         out: dict[int, int] = {}
