@@ -65,9 +65,11 @@ Global (``<prefix>:{g}:...``): ``stats`` (hash of counters with slash paths),
 ``control`` (hash: state, started_at, ...), ``inflight`` (zset page group id -> deadline,
 between fetch and enqueue), ``sessions`` (zset ``<shard>/<session id>`` -> deadline: fetch
 sessions running or queued), ``sessionowner`` (hash: the same members -> the fetch process
-(``<node>/<process>``) that took the session), ``groupowner`` (hash: page group id -> node whose parse workers have
-it, until parsed), ``exchanges`` (zset ``<session id>/<host>`` -> deadline: HTTP
-exchanges in flight, for the progress line),
+(``<node>/<process>``) that took the session), ``groupowner`` (hash: page group id -> node
+whose parse or enqueue worker has it, until enqueued), ``givenup`` (set of page groups given
+up because their node was lost: their pages are fetched again, and their parse or enqueue
+message, should it turn up, is skipped), ``exchanges`` (zset ``<session id>/<host>`` ->
+deadline: HTTP exchanges in flight, for the progress line),
 ``feed`` (stream of indexable pages for indexers), ``latency`` (fetch latency buckets),
 ``ipte`` (hash address -> next contact, when per-IP politeness is on),
 ``timeseries`` (list of JSON samples, newest first, capped: one per maintenance run),
@@ -268,6 +270,10 @@ class GlobalKeys:
     @property
     def group_owner(self) -> str:
         return f"{self.prefix}:{{g}}:groupowner"
+
+    @property
+    def groups_given_up(self) -> str:
+        return f"{self.prefix}:{{g}}:givenup"
 
     @property
     def exchanges(self) -> str:

@@ -91,6 +91,15 @@ def _refuse(task: str, exc: MessageError) -> int:
     return 0
 
 
+def _given_up(task: str, batch_id: str) -> int:
+    """A page group given up when its node was lost (its pages are fetched again): its
+    message, taken by a worker that died or left queued for the lost node, turned up."""
+    log.warning("%s of page group %s skipped: it was given up when its node was lost, and its pages are "
+                "fetched again", task, batch_id)
+    get_worker().count({f"frontier/group_given_up/{task}": 1})
+    return 0
+
+
 def _leases(shard: Any, leases: Any) -> list[Lease]:
     settings = get_worker().settings
     if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < settings.SHARDS:
@@ -169,10 +178,11 @@ def parse(pages: Any, batch_id: Any) -> int:
         checked = [page_from_message(p) for p in _list(pages, "pages")]
     except MessageError as exc:
         return _refuse("parse", exc)
+    if not w.control.claim_group(batch_id, w.settings.node_name):
+        return _given_up("parse", batch_id)
     records = parse_stage(w, checked, batch_id)
     dedup.apply_async(([to_message(r) for r in records], batch_id), queue=DEDUP_QUEUE,
                       **_summary(f"<{len(records)} records>, {batch_id!r}"))
-    w.control.release_group(batch_id)
     w.count({"cpu_ms/parse": round((time.process_time() - t0) * 1000)})
     return len(records)
 
@@ -187,6 +197,8 @@ def dedup(records: Any, batch_id: Any) -> int:
         checked = [record_from_message(r) for r in _list(records, "records")]
     except MessageError as exc:
         return _refuse("dedup", exc)
+    if not w.control.claim_group(batch_id, w.settings.node_name):
+        return _given_up("dedup", batch_id)
     enqueued = enqueue_stage(w, checked, batch_id)
     w.count({"cpu_ms/dedup": round((time.process_time() - t0) * 1000)})
     return enqueued

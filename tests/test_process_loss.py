@@ -126,7 +126,7 @@ def test_a_lost_nodes_unparsed_page_groups_are_fetched_again_and_finished_groups
         fa.finish(lease, te=now, action=Action.DONE, handoff_until=now + s.LEASE_S)
         control.begin_batches([group], now + 600, node)
         assert fa.ack(0, [lease.raw], group) == 1
-    control.release_group("g-na-parsed")      # parsed: its records are on the shared dedup queue
+    assert control.claim_group("g-na-parsed", "nb")   # parsed, and nb's enqueue worker took it
     queued = fa.queued(0)
     assert queued == 6 and set(rclient.hkeys(k.parsing)) == set(groups)
     rclient.delete(GlobalKeys(s.KEY_PREFIX).node("na"))
@@ -136,6 +136,8 @@ def test_a_lost_nodes_unparsed_page_groups_are_fetched_again_and_finished_groups
     assert [e.url for e in fa.host_queue(0, "h1.test")] == ["http://h1.test/1", "http://h1.test/2"]
     assert fa.queued(0) == queued + 1
     assert set(rclient.hkeys(k.parsing)) == {"g-na-parsed", "g-nb"}
+    # its parse message, taken by a worker that died or waiting for na, turns up: skipped
+    assert not control.claim_group("g-na", "na") and control.claim_group("g-nb", "nb")
     control.end_batch("g-na-parsed")          # enqueued: its URLs are kept no longer
     run_maintenance(s, now=now)
     assert set(rclient.hkeys(k.parsing)) == {"g-nb"}

@@ -41,6 +41,8 @@ NEW = "new"   # transition.lua's name for "no crawl started under this prefix"
 # No maintenance for this long (or 10 intervals): nothing runs the crawl's control.
 UNATTENDED_S = 15.0
 _TRANSITION = (Path(__file__).parent / "transition.lua").read_text()
+_GROUP_CLAIM = (Path(__file__).parent / "groupclaim.lua").read_text()
+_GROUP_DROP = (Path(__file__).parent / "groupdrop.lua").read_text()
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,9 +285,12 @@ class Control:
         are freed at once (``drop_sessions``)."""
         self.client.hset(self.keys.session_owner, f"{shard}/{session_id}", owner)
 
-    def release_group(self, group_id: str) -> None:
-        """Parsed: the group's records are on the shared dedup queue, whoever is lost now."""
-        self.client.hdel(self.keys.group_owner, group_id)
+    def claim_group(self, group_id: str, node: str) -> bool:
+        """A parse or enqueue worker of ``node`` takes a page group (it is that node's until
+        the next stage takes it, or enqueued): False when the group was given up (its
+        node was lost first; its pages are fetched again), then its message is skipped."""
+        script = self.client.register_script(_GROUP_CLAIM)
+        return bool(script(keys=[self.keys.group_owner, self.keys.groups_given_up], args=[group_id, node]))
 
     def drop_sessions(self, owner: str) -> int:
         """Forget the sessions a lost fetch process ran: they held their slots until
@@ -294,15 +299,19 @@ class Control:
 
     def drop_node_work(self, node: str) -> tuple[int, list[str]]:
         """Forget the sessions a lost node ran (those of its processes go with them) and
-        the page groups its parse workers never parsed (the caller queues their URLs
-        again): both held their slots until BATCH_TIMEOUT_S, so no session could start on
-        their shards and the crawl could not finish meanwhile. Returns (sessions, group ids)."""
+        give up the page groups it held, parsed or not: their bodies were in its spool
+        folder, and their parse or enqueue message waits for its workers or was taken by
+        one (the caller queues their URLs again). Both held their slots until
+        BATCH_TIMEOUT_S, so no session could start on their shards and the crawl could not
+        finish meanwhile. Returns (sessions, group ids)."""
         sessions = self._drop_owned(self.keys.session_owner, self.keys.sessions, node)
-        return len(sessions), self._drop_owned(self.keys.group_owner, self.keys.inflight, node)
+        script = self.client.register_script(_GROUP_DROP)
+        groups = script(keys=[self.keys.group_owner, self.keys.inflight, self.keys.groups_given_up], args=[node])
+        return len(sessions), [str(g) for g in groups]
 
     def _drop_owned(self, owner_key: str, zset: str, owner: str) -> list[str]:
-        """Members of ``zset`` that ``owner`` held (``<owner>/...`` too: a node's processes),
-        removed; owner entries of members already gone are dropped too."""
+        """Sessions that ``owner`` ran (``<owner>/...`` too: a node's processes), removed;
+        owner entries of sessions already gone are dropped too."""
         owners: dict[str, str] = self.client.hgetall(owner_key)  # type: ignore[assignment]
         if not owners:
             return []
