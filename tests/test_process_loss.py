@@ -93,18 +93,27 @@ def test_a_lost_fetch_process_hands_over_its_hosts_and_unhanded_pages_at_once(se
     assert Control(s).stats()["frontier/process_lost"] == 1
 
 
-def test_a_dead_processes_session_slots_are_freed_and_a_live_one_that_was_taken_for_dead_beats_again(
-        settings, rclient):
-    s, (beat_a, beat_b), _, _ = setup_two_processes(settings, hosts=1)
+def test_a_dead_processes_session_slots_and_the_hosts_wake_leased_for_them_are_freed(settings, rclient):
+    """Wake leases hosts for a session; the process that takes it dies before its first
+    renewal: the hosts still name the session, and go back with its slot. A process
+    taken for dead that was alive after all beats again, and is watched again."""
+    s, (beat_a, beat_b), _, leases = setup_two_processes(settings, hosts=4)
+    f = Frontier(s)
     control = Control(s)
     control.start()
-    for session, beat in (("sa", beat_a), ("sb", beat_b)):
+    for session, beat, hosts in (("sa", beat_a, ["h0.test", "h1.test"]), ("sb", beat_b, ["h2.test", "h3.test"])):
         control.begin_session(0, session, time.time() + 600)
+        f.own_leases(0, hosts, control.session(0, session))
         control.own_session(0, session, beat.id)
+    fb = Frontier(s)
+    fb.owner = beat_b.id
+    assert all(fb.renew([leases["h2.test"], leases["h3.test"]]))   # b's session started
     rclient.delete(GlobalKeys(s.KEY_PREFIX).process(beat_a.id))
     run_maintenance(s)
     assert control.sessions_by_shard() == {0: 1}
     assert rclient.hgetall(control.keys.session_owner) == {"0/sb": beat_b.id}
+    assert {lease.host for lease in f.get_urls(0, 50, now=time.time() + 5)} == {"h0.test", "h1.test"}
+    assert Control(s).stats()["frontier/process_lost_hosts"] == 2
     assert not beat_a.beat() and beat_a.beat()     # it was alive after all: it says so, and is watched again
     assert beat_a.id in rclient.smembers(GlobalKeys(s.KEY_PREFIX).processes)
 
@@ -162,7 +171,7 @@ def test_kill_9_of_one_fetch_worker_costs_seconds(tmp_path):
     seconds is the heartbeat's doing, not a lease expiring."""
     out = tmp_path / "out"
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")},
-           "CRAWLER_LEASE_S": "30", "CRAWLER_METRICS_PORT": "-1"}
+           "CRAWLER_LEASE_S": "30", "CRAWLER_TOTAL_TIMEOUT_S": "10", "CRAWLER_METRICS_PORT": "-1"}
     with TestWeb(n_hosts=HOSTS, pages_per_host=PAGES, seed=31, mean_page_bytes=3000) as web:
         proc = subprocess.Popen(
             [sys.executable, str(ROOT / "manage.py"), "crawl", *web.seeds(all_hosts=True), "--out", str(out),
@@ -172,7 +181,7 @@ def test_kill_9_of_one_fetch_worker_costs_seconds(tmp_path):
             deadline = time.time() + 90
             while time.time() < deadline and proc.poll() is None and len(lines(out / "pages.jsonl")) < 40:
                 time.sleep(0.05)
-            assert proc.poll() is None, "the crawl ended before the fault"
+            assert proc.poll() is None, "the crawl ended before the fault: " + proc.communicate()[1][-2000:]
             victim = next(p for p in psutil.process_iter(["cmdline"])
                           if f"fetch0-{proc.pid}@" in " ".join(p.info["cmdline"] or []))
             victim.kill()

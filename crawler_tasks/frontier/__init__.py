@@ -211,22 +211,29 @@ class Frontier:
 
     # -- leasing ----------------------------------------------------------------------
     def get_urls(self, shard: int, max_hosts: int, lease_s: float | None = None,
-                 now: float | None = None, seed: int | None = None) -> list[Lease]:
+                 now: float | None = None, seed: int | None = None, owner: str = "") -> list[Lease]:
         """Refill back queues, then lease up to ``max_hosts`` ready hosts of one shard.
 
         Each lease carries the host's head URL; the host is not given out again until
-        ``complete`` or lease expiry. ``max_hosts=0`` only refills.
+        ``complete`` or lease expiry. ``max_hosts=0`` only refills. ``owner``: the fetch
+        process the leases are for (its death hands them over, ``release_owner``).
         """
         now = time.time() if now is None else now
         lease_s = self.settings.LEASE_S if lease_s is None else lease_s
         k = self.keys(shard)
-        out = self._run(shard, "lease", [k.active, k.ready, k.lease, k.te] + k.fronts(self.levels), [
+        out = self._run(shard, "lease", [k.active, k.ready, k.lease, k.te, k.lease_owner] + k.fronts(self.levels), [
             now, lease_s, max_hosts, self.settings.MAX_ACTIVE_HOSTS, k.queue_prefix,
             random.getrandbits(31) if seed is None else seed, MAX_REFILL_MOVES,
-            self.settings.HOST_QUEUE_CAP, k.overflow,
+            self.settings.HOST_QUEUE_CAP, k.overflow, owner,
         ])
         flat = list(out)[1:]  # type: ignore[call-overload]
         return [Lease(shard, flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)]
+
+    def own_leases(self, shard: int, hosts: list[str], owner: str) -> None:
+        """Name who the hosts just leased are for (wake: the session they start, until its
+        process renews them), so that they are handed over should it never run."""
+        if hosts:
+            self.client(shard).hset(self.keys(shard).lease_owner, mapping=dict.fromkeys(hosts, owner))
 
     def renew(self, leases: list[Lease], lease_s: float | None = None,
               now: float | None = None) -> list[Lease | None]:

@@ -271,19 +271,25 @@ class Control:
         return int(self.client.zcount(self.keys.exchanges, f"({now}", "+inf"))
 
     # -- fetch sessions ---------------------------------------------------------------
+    @staticmethod
+    def session(shard: int, session_id: str) -> str:
+        """A session's name among the sessions (and the owner of the hosts wake leased
+        for it, until its process renews them)."""
+        return f"{shard}/{session_id}"
+
     def begin_session(self, shard: int, session_id: str, deadline: float) -> None:
-        self.client.zadd(self.keys.sessions, {f"{shard}/{session_id}": deadline})
+        self.client.zadd(self.keys.sessions, {self.session(shard, session_id): deadline})
 
     def end_session(self, shard: int, session_id: str) -> None:
         pipe = self.client.pipeline(transaction=False)
-        pipe.zrem(self.keys.sessions, f"{shard}/{session_id}")
-        pipe.hdel(self.keys.session_owner, f"{shard}/{session_id}")
+        pipe.zrem(self.keys.sessions, self.session(shard, session_id))
+        pipe.hdel(self.keys.session_owner, self.session(shard, session_id))
         pipe.execute()
 
     def own_session(self, shard: int, session_id: str, owner: str) -> None:
         """Which fetch process (``<node>/<process>``) runs a session: a lost one's slots
         are freed at once (``drop_sessions``)."""
-        self.client.hset(self.keys.session_owner, f"{shard}/{session_id}", owner)
+        self.client.hset(self.keys.session_owner, self.session(shard, session_id), owner)
 
     def claim_group(self, group_id: str, node: str) -> bool:
         """A parse or enqueue worker of ``node`` takes a page group (it is that node's until
@@ -292,22 +298,23 @@ class Control:
         script = self.client.register_script(_GROUP_CLAIM)
         return bool(script(keys=[self.keys.group_owner, self.keys.groups_given_up], args=[group_id, node]))
 
-    def drop_sessions(self, owner: str) -> int:
+    def drop_sessions(self, owner: str) -> list[str]:
         """Forget the sessions a lost fetch process ran: they held their slots until
-        BATCH_TIMEOUT_S, so no session could start in their place meanwhile. Returns how many."""
-        return len(self._drop_owned(self.keys.session_owner, self.keys.sessions, owner))
+        BATCH_TIMEOUT_S, so no session could start in their place meanwhile. Returns them
+        (``session`` names: the hosts wake leased for one may still name it)."""
+        return self._drop_owned(self.keys.session_owner, self.keys.sessions, owner)
 
-    def drop_node_work(self, node: str) -> tuple[int, list[str]]:
+    def drop_node_work(self, node: str) -> tuple[list[str], list[str]]:
         """Forget the sessions a lost node ran (those of its processes go with them) and
         give up the page groups it held, parsed or not: their bodies were in its spool
         folder, and their parse or enqueue message waits for its workers or was taken by
         one (the caller queues their URLs again). Both held their slots until
         BATCH_TIMEOUT_S, so no session could start on their shards and the crawl could not
-        finish meanwhile. Returns (sessions, group ids)."""
+        finish meanwhile. Returns (sessions, group ids): see ``drop_sessions``."""
         sessions = self._drop_owned(self.keys.session_owner, self.keys.sessions, node)
         script = self.client.register_script(_GROUP_DROP)
         groups = script(keys=[self.keys.group_owner, self.keys.inflight, self.keys.groups_given_up], args=[node])
-        return len(sessions), [str(g) for g in groups]
+        return sessions, [str(g) for g in groups]
 
     def _drop_owned(self, owner_key: str, zset: str, owner: str) -> list[str]:
         """Sessions that ``owner`` ran (``<owner>/...`` too: a node's processes), removed;

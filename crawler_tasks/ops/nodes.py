@@ -137,10 +137,11 @@ def hand_over_lost(settings: Settings, frontier: Frontier, now: float) -> dict[s
     for name in lost_nodes(settings):
         hosts, parked = _release(settings, frontier, name, now)
         sessions, groups = Control(settings).drop_node_work(name)
+        more, _ = _release_sessions(frontier, sessions, now)
         refetch = frontier.return_groups(groups, now)
-        log.info("node %r lost: %d sessions forgotten, %d unparsed page groups (%d URLs) queued again",
-                 name, sessions, len(groups), refetch)
-        out[name] = (hosts, parked + refetch)
+        log.info("node %r lost: %d sessions forgotten, %d page groups given up (%d URLs queued again)",
+                 name, len(sessions), len(groups), refetch)
+        out[name] = (hosts + more, parked + refetch)
         client.srem(GlobalKeys(settings.KEY_PREFIX).nodes, name)
     return out
 
@@ -150,6 +151,17 @@ def _release(settings: Settings, frontier: Frontier, owner: str, now: float) -> 
     for shard in range(settings.SHARDS):
         released, due = frontier.release_owner(shard, owner, now)
         hosts, parked = hosts + len(released), parked + due
+    return hosts, parked
+
+
+def _release_sessions(frontier: Frontier, sessions: list[str], now: float) -> tuple[int, int]:
+    """The hosts wake leased for sessions whose process died before renewing them."""
+    hosts = parked = 0
+    for session in sessions:
+        shard = session.split("/", 1)[0]
+        if shard.isdigit() and int(shard) < frontier.shards:
+            released, due = frontier.release_owner(int(shard), session, now)
+            hosts, parked = hosts + len(released), parked + due
     return hosts, parked
 
 
@@ -222,7 +234,8 @@ def hand_over_lost_processes(settings: Settings, frontier: Frontier, now: float)
     out: dict[str, tuple[int, int]] = {}
     client = global_client(settings)
     for pid in lost_processes(settings):
-        out[pid] = _release(settings, frontier, pid, now)
-        Control(settings).drop_sessions(pid)
+        hosts, parked = _release(settings, frontier, pid, now)
+        more, _ = _release_sessions(frontier, Control(settings).drop_sessions(pid), now)
+        out[pid] = (hosts + more, parked)
         client.srem(GlobalKeys(settings.KEY_PREFIX).processes, pid)
     return out
