@@ -93,6 +93,23 @@ def test_a_lost_fetch_process_hands_over_its_hosts_and_unhanded_pages_at_once(se
     assert Control(s).stats()["frontier/process_lost"] == 1
 
 
+def test_urls_handed_back_to_a_host_another_process_holds_go_after_the_url_it_is_fetching(settings, rclient):
+    """a parks h0's first URL and dies; b has meanwhile leased h0 and is fetching its next
+    head: the parked URL goes right after that head, so b's turn consumes what it fetched
+    (pushed in front, the head would stay queued and be fetched a second time)."""
+    s, (beat_a, beat_b), (fa, fb), leases = setup_two_processes(settings, hosts=1)
+    (mine,) = [x for x in fa.renew([leases["h0.test"]]) if x]
+    now = time.time()
+    assert fa.finish(mine, te=now, handoff_until=now + s.LEASE_S).ok     # a gives h0 back between turns
+    (theirs,) = fb.get_urls(0, 5, now=now + 1, owner=beat_b.id)
+    assert theirs.entry.url == "http://h0.test/1"
+    rclient.delete(GlobalKeys(s.KEY_PREFIX).process(beat_a.id))
+    run_maintenance(s, now=now + 1)
+    done = fb.finish(theirs, te=now + 2, hold_until=now + 2 + s.LEASE_S)
+    assert done.held is not None and done.held.entry.url == "http://h0.test/0"
+    assert [e.url for e in fb.host_queue(0, "h0.test")] == ["http://h0.test/0", "http://h0.test/2"]
+
+
 def test_a_dead_processes_session_slots_and_the_hosts_wake_leased_for_them_are_freed(settings, rclient):
     """Wake leases hosts for a session; the process that takes it dies before its first
     renewal: the hosts still name the session, and go back with its slot. A process

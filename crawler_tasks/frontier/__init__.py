@@ -350,7 +350,7 @@ class Frontier:
         n = 0
         for shard in range(self.shards):
             k = self.keys(shard)
-            n += int(self._run(shard, "unparsed", [k.parsing, k.active, k.ready, k.te, k.queued],  # type: ignore[call-overload]
+            n += int(self._run(shard, "unparsed", [k.parsing, k.active, k.ready, k.te, k.queued, k.lease],  # type: ignore[call-overload]
                                [now, k.queue_prefix, *group_ids]))
         return n
 
@@ -374,7 +374,7 @@ class Frontier:
         on) go back to the head of their host's queue. Returns how many."""
         now = time.time() if now is None else now
         k = self.keys(shard)
-        return int(self._run(shard, "handoff", [k.handoff, k.active, k.ready, k.te, k.handoff_owner],  # type: ignore[call-overload]
+        return int(self._run(shard, "handoff", [k.handoff, k.active, k.ready, k.te, k.handoff_owner, k.lease],  # type: ignore[call-overload]
                              [now, k.queue_prefix, limit]))
 
     def claim_ip(self, ip: str, now: float | None = None) -> float:
