@@ -180,7 +180,7 @@ def run_maintenance(settings: Settings, frontier: Frontier | None = None, now: f
         log.warning("fetch process %s lost (no heartbeat for %g s): %d leased hosts handed over, %d fetched "
                     "URLs not handed to parse queued again", process, settings.PROCESS_TTL_S, hosts, urls)
     for node, (hosts, urls) in hand_over_lost(settings, frontier, now).items():
-        control.count({"frontier/node_lost": 1, "frontier/node_lost_hosts": hosts})
+        control.count({"frontier/node_lost": 1, "frontier/node_lost_hosts": hosts, "frontier/node_lost_urls": urls})
         log.warning("node %r lost (no worker renewed its claim for %g s): %d leased hosts handed over, %d "
                     "fetched URLs its parse workers never had queued again", node, settings.NODE_TTL_S, hosts, urls)
     returned = sum(frontier.return_handoffs(s, now=now) for s in range(settings.SHARDS))
