@@ -77,7 +77,8 @@ deadline: HTTP exchanges in flight, for the progress line),
 ``node:<name>`` (string: the id of the machine whose workers hold that node name, with a
 time to live renewed by their heartbeat), ``nodes`` (set of the names claimed),
 ``proc:<node>/<process>`` (string: a fetch worker process's heartbeat, with a time to live),
-``procs`` (set of those processes).
+``procs`` (set of those processes), ``procsuspects`` (hash: such a process whose heartbeat
+was found lapsed -> when first found so).
 Content (``<prefix>:{f<k>}:fp``): exact content fingerprint -> first URL;
 (``<prefix>:{f<k>}:payload``): WARC payload digest -> "first URL and WARC date".
 Near-duplicates (``<prefix>:{n<k>}:sim:<block>:<value>``): simhash permuted-blocks
@@ -318,6 +319,11 @@ class GlobalKeys:
     def processes(self) -> str:
         """Fetch processes that beat since maintenance last handed over a lost one's work."""
         return f"{self.prefix}:{{g}}:procs"
+
+    @property
+    def process_suspects(self) -> str:
+        """Fetch processes whose heartbeat maintenance found lapsed -> when it first did."""
+        return f"{self.prefix}:{{g}}:procsuspects"
 
     def fingerprints(self, part: int) -> str:
         return f"{self.prefix}:{{f{part}}}:fp"

@@ -278,12 +278,13 @@ class Settings:
     # in its spool folder), to be fetched by the other nodes.
     NODE_NAME: str = ""
     NODE_TTL_S: float = 10.0
-    # Each fetch worker process renews a heartbeat every quarter of this; once it lapses
-    # (the process died), maintenance hands its leased hosts over at once (after one
+    # Each fetch worker process renews a heartbeat every quarter of this; once it has
+    # lapsed (the process died) and stayed lapsed for half of it more (a Redis outage
+    # lapses every heartbeat at once), maintenance hands its leased hosts over (after one
     # request gap) and queues again the pages it fetched but never handed to parse.
-    # Shorter: a dead process costs less; too short: a process stalled that long (or a
-    # Redis outage) is taken for dead, and its pages in flight are fetched twice.
-    PROCESS_TTL_S: float = 4.0
+    # Shorter: a dead process costs less; too short: a process stalled that long is
+    # taken for dead, and its pages in flight are fetched twice.
+    PROCESS_TTL_S: float = 3.0
     # Output folder: pages.jsonl, warc/, redis/ (embedded), snapshots.
     OUT_DIR: str = "crawl-out"
     # Rotate WARC files past this size, bytes.

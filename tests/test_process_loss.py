@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def setup_two_processes(settings, hosts: int, urls_per_host: int = 3):
-    s = dataclasses.replace(settings, SHARDS=1, LEASE_S=120, MIN_DELAY_S=0.5, PROCESS_TTL_S=4)
+    s = dataclasses.replace(settings, SHARDS=1, LEASE_S=120, MIN_DELAY_S=0.5, PROCESS_TTL_S=3)
     beats = [ProcessBeat(s), ProcessBeat(s)]
     frontiers = []
     for beat in beats:
@@ -50,6 +50,14 @@ def setup_two_processes(settings, hosts: int, urls_per_host: int = 3):
     leases = {lease.host: lease for lease in frontiers[0].get_urls(0, 50)}
     assert set(leases) == set(names)
     return s, beats, frontiers, leases
+
+
+def dies(s, rclient, beat: ProcessBeat, now: float) -> None:
+    """The process's heartbeat lapses; maintenance finds it so, and still so half a time to
+    live later."""
+    rclient.delete(GlobalKeys(s.KEY_PREFIX).process(beat.id))
+    run_maintenance(s, now=now - s.PROCESS_TTL_S / 2)
+    run_maintenance(s, now=now)
 
 
 def test_a_lost_fetch_process_hands_over_its_hosts_and_unhanded_pages_at_once(settings, rclient):
@@ -72,8 +80,7 @@ def test_a_lost_fetch_process_hands_over_its_hosts_and_unhanded_pages_at_once(se
 
     run_maintenance(s, now=now)
     assert fa.get_urls(0, 50, now=now + 60) == []                  # both alive: nothing moves
-    rclient.delete(GlobalKeys(s.KEY_PREFIX).process(beat_a.id))   # a's heartbeat lapsed: it died
-    run_maintenance(s, now=now)
+    dies(s, rclient, beat_a, now)
     ready = dict(rclient.zrange(k.ready, 0, -1, withscores=True))
     assert set(ready) == {"h0.test", "h1.test", "h2.test"}
     assert ready["h0.test"] == pytest.approx(now + 1, abs=0.01)      # held: at its next contact
@@ -93,6 +100,22 @@ def test_a_lost_fetch_process_hands_over_its_hosts_and_unhanded_pages_at_once(se
     assert Control(s).stats()["frontier/process_lost"] == 1
 
 
+def test_heartbeats_lapsed_by_a_redis_outage_are_not_taken_for_dead_processes(settings, rclient):
+    """Redis was down (or restarted): every heartbeat lapsed at once. Maintenance only
+    suspects them until they beat again, and nothing moves."""
+    s, beats, (fa, fb), leases = setup_two_processes(settings, hosts=2)
+    assert all(fa.renew([leases["h0.test"]])) and all(fb.renew([leases["h1.test"]]))
+    now = time.time()
+    for beat in beats:
+        rclient.delete(GlobalKeys(s.KEY_PREFIX).process(beat.id))
+    run_maintenance(s, now=now)
+    assert all(not beat.beat() for beat in beats)      # back within a quarter of their time to live
+    run_maintenance(s, now=now + s.PROCESS_TTL_S)
+    assert rclient.zcard(ShardKeys(s.KEY_PREFIX, 0).lease) == 2
+    assert rclient.hlen(GlobalKeys(s.KEY_PREFIX).process_suspects) == 0
+    assert "frontier/process_lost" not in Control(s).stats()
+
+
 def test_urls_handed_back_to_a_host_another_process_holds_go_after_the_url_it_is_fetching(settings, rclient):
     """a parks h0's first URL and dies; b has meanwhile leased h0 and is fetching its next
     head: the parked URL goes right after that head, so b's turn consumes what it fetched
@@ -103,8 +126,7 @@ def test_urls_handed_back_to_a_host_another_process_holds_go_after_the_url_it_is
     assert fa.finish(mine, te=now, handoff_until=now + s.LEASE_S).ok     # a gives h0 back between turns
     (theirs,) = fb.get_urls(0, 5, now=now + 1, owner=beat_b.id)
     assert theirs.entry.url == "http://h0.test/1"
-    rclient.delete(GlobalKeys(s.KEY_PREFIX).process(beat_a.id))
-    run_maintenance(s, now=now + 1)
+    dies(s, rclient, beat_a, now + 1)
     done = fb.finish(theirs, te=now + 2, hold_until=now + 2 + s.LEASE_S)
     assert done.held is not None and done.held.entry.url == "http://h0.test/0"
     assert [e.url for e in fb.host_queue(0, "h0.test")] == ["http://h0.test/0", "http://h0.test/2"]
@@ -125,8 +147,7 @@ def test_a_dead_processes_session_slots_and_the_hosts_wake_leased_for_them_are_f
     fb = Frontier(s)
     fb.owner = beat_b.id
     assert all(fb.renew([leases["h2.test"], leases["h3.test"]]))   # b's session started
-    rclient.delete(GlobalKeys(s.KEY_PREFIX).process(beat_a.id))
-    run_maintenance(s)
+    dies(s, rclient, beat_a, time.time())
     assert control.sessions_by_shard() == {0: 1}
     assert rclient.hgetall(control.keys.session_owner) == {"0/sb": beat_b.id}
     assert {lease.host for lease in f.get_urls(0, 50, now=time.time() + 5)} == {"h0.test", "h1.test"}

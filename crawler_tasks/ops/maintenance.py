@@ -177,8 +177,8 @@ def run_maintenance(settings: Settings, frontier: Frontier | None = None, now: f
     expired = sum(len(frontier.expire(s, now=now)) for s in range(settings.SHARDS))
     for process, (hosts, urls) in hand_over_lost_processes(settings, frontier, now).items():
         control.count({"frontier/process_lost": 1, "frontier/process_lost_hosts": hosts})
-        log.warning("fetch process %s lost (no heartbeat for %g s): %d leased hosts handed over, %d fetched "
-                    "URLs not handed to parse queued again", process, settings.PROCESS_TTL_S, hosts, urls)
+        log.warning("fetch process %s lost (no heartbeat for over %g s): %d leased hosts handed over, %d fetched "
+                    "URLs not handed to parse queued again", process, 1.5 * settings.PROCESS_TTL_S, hosts, urls)
     for node, (hosts, urls) in hand_over_lost(settings, frontier, now).items():
         control.count({"frontier/node_lost": 1, "frontier/node_lost_hosts": hosts, "frontier/node_lost_urls": urls})
         log.warning("node %r lost (no worker renewed its claim for %g s): %d leased hosts handed over, %d "

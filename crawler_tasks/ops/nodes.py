@@ -215,17 +215,37 @@ class ProcessBeat:
             self._thread.join(timeout=2)
 
 
-def lost_processes(settings: Settings) -> list[str]:
-    """Fetch processes whose heartbeat lapsed."""
+def lost_processes(settings: Settings, now: float) -> list[str]:
+    """Fetch processes whose heartbeat lapsed and stayed lapsed for half its time to live
+    since maintenance first found it so: every heartbeat lapses together while Redis is
+    down (a restart, a failover), and a live process beats again within a quarter of it
+    once Redis is back. Found alive again, a process is no longer suspected."""
     client = global_client(settings)
     keys = GlobalKeys(settings.KEY_PREFIX)
     ids: list[str] = sorted(client.smembers(keys.processes))  # type: ignore[arg-type]
-    if not ids:
+    suspects: dict[str, str] = client.hgetall(keys.process_suspects)  # type: ignore[assignment]
+    if not ids and not suspects:
         return []
     pipe = client.pipeline(transaction=False)
     for pid in ids:
         pipe.exists(keys.process(pid))
-    return [str(pid) for pid, alive in zip(ids, pipe.execute(), strict=True) if not alive]
+    lost, new = [], {}
+    cleared = [pid for pid in suspects if pid not in ids]
+    for pid, alive in zip(ids, pipe.execute(), strict=True):
+        if alive:
+            if pid in suspects:
+                cleared.append(pid)
+        elif pid not in suspects:
+            new[pid] = now
+        elif now - float(suspects[pid]) >= settings.PROCESS_TTL_S / 2:
+            lost.append(pid)
+    pipe = client.pipeline(transaction=False)
+    if new:
+        pipe.hset(keys.process_suspects, mapping=new)  # type: ignore[arg-type]
+    if cleared or lost:
+        pipe.hdel(keys.process_suspects, *cleared, *lost)
+    pipe.execute()
+    return lost
 
 
 def hand_over_lost_processes(settings: Settings, frontier: Frontier, now: float) -> dict[str, tuple[int, int]]:
@@ -233,7 +253,7 @@ def hand_over_lost_processes(settings: Settings, frontier: Frontier, now: float)
     session slots are freed, and its id forgotten."""
     out: dict[str, tuple[int, int]] = {}
     client = global_client(settings)
-    for pid in lost_processes(settings):
+    for pid in lost_processes(settings, now):
         hosts, parked = _release(settings, frontier, pid, now)
         more, _ = _release_sessions(frontier, Control(settings).drop_sessions(pid), now)
         out[pid] = (hosts + more, parked)
