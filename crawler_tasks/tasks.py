@@ -178,9 +178,11 @@ def parse(pages: Any, batch_id: Any) -> int:
         checked = [page_from_message(p) for p in _list(pages, "pages")]
     except MessageError as exc:
         return _refuse("parse", exc)
+    records = parse_stage(w, checked, batch_id)
+    # claimed here, not first: a parse task blocked on a restarting Redis at its start was
+    # also queued again by the runner's recovery (requeue_unacked), and ran twice
     if not w.control.claim_group(batch_id, w.settings.node_name):
         return _given_up("parse", batch_id)
-    records = parse_stage(w, checked, batch_id)
     dedup.apply_async(([to_message(r) for r in records], batch_id), queue=DEDUP_QUEUE,
                       **_summary(f"<{len(records)} records>, {batch_id!r}"))
     w.count({"cpu_ms/parse": round((time.process_time() - t0) * 1000)})
