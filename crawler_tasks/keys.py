@@ -16,8 +16,8 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 ``active``                set     hosts holding a back queue (Mercator's host table, <= B)
 ``ready``                 zset    host -> earliest next contact ``te`` (epoch s)
 ``lease``                 zset    host -> lease deadline (epoch s); one fetch in flight per host
-``leaseowner``            hash    host -> node name of the session that last renewed its lease
-                                  (a lost node's leases are handed over at once)
+``leaseowner``            hash    host -> fetch process (``<node>/<process>``) that last renewed its
+                                  lease (a lost process's or node's leases are handed over at once)
 ``te``                    hash    host -> ``te`` of hosts without a back queue, kept so a host
                                   that comes back still waits out its delay
 ``hs:<host>``             hash    the host's politeness state (failures, crawl delay, ...)
@@ -30,6 +30,9 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 ``soft404``               hash    host -> content fingerprint of its answer to a random path
 ``queued``                string  URLs in the shard's front and back queues, spill files and hand-off
 ``handoff``               zset    fetched entries whose page is on its way to parse -> deadline
+``handoffowner``          hash    such an entry -> the fetch process that parked it
+``parsing``               hash    page group id -> its entries (newline-separated): handed to
+                                  its node's parse workers, fetched again if that node is lost
 ``spilled``               string  of which in spill files on disk (spill.py)
 ``spilling:<level>``      list    a front-queue tail on its way to a spill file
 ``overflow``              list    URLs of hosts whose back queue is at HOST_QUEUE_CAP, going to disk
@@ -61,16 +64,21 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 Global (``<prefix>:{g}:...``): ``stats`` (hash of counters with slash paths),
 ``control`` (hash: state, started_at, ...), ``inflight`` (zset page group id -> deadline,
 between fetch and enqueue), ``sessions`` (zset ``<shard>/<session id>`` -> deadline: fetch
-sessions running or queued), ``sessionowner`` (hash: the same members -> node name of the worker
-that took the session), ``groupowner`` (hash: page group id -> node whose parse workers have
-it, until parsed), ``exchanges`` (zset ``<session id>/<host>`` -> deadline: HTTP
-exchanges in flight, for the progress line),
+sessions running or queued), ``sessionowner`` (hash: the same members -> the fetch process
+(``<node>/<process>``) that took the session), ``groupowner`` (hash: page group id -> node
+whose parse or enqueue worker has it, until enqueued), ``givenup`` (set of page groups given
+up because their node was lost: their pages are fetched again, and their parse or enqueue
+message, should it turn up, is skipped), ``exchanges`` (zset ``<session id>/<host>`` ->
+deadline: HTTP exchanges in flight, for the progress line),
 ``feed`` (stream of indexable pages for indexers), ``latency`` (fetch latency buckets),
 ``ipte`` (hash address -> next contact, when per-IP politeness is on),
 ``timeseries`` (list of JSON samples, newest first, capped: one per maintenance run),
 ``settings`` (hash: the settings the control worker runs with, passwords removed),
 ``node:<name>`` (string: the id of the machine whose workers hold that node name, with a
-time to live renewed by their heartbeat), ``nodes`` (set of the names claimed).
+time to live renewed by their heartbeat), ``nodes`` (set of the names claimed),
+``proc:<node>/<process>`` (string: a fetch worker process's heartbeat, with a time to live),
+``procs`` (set of those processes), ``procsuspects`` (hash: such a process whose heartbeat
+was found lapsed -> when first found so).
 Content (``<prefix>:{f<k>}:fp``): exact content fingerprint -> first URL;
 (``<prefix>:{f<k>}:payload``): WARC payload digest -> "first URL and WARC date".
 Near-duplicates (``<prefix>:{n<k>}:sim:<block>:<value>``): simhash permuted-blocks
@@ -224,6 +232,14 @@ class ShardKeys:
         return f"{self.base}:handoff"
 
     @property
+    def handoff_owner(self) -> str:
+        return f"{self.base}:handoffowner"
+
+    @property
+    def parsing(self) -> str:
+        return f"{self.base}:parsing"
+
+    @property
     def soft404(self) -> str:
         return f"{self.base}:soft404"
 
@@ -255,6 +271,10 @@ class GlobalKeys:
     @property
     def group_owner(self) -> str:
         return f"{self.prefix}:{{g}}:groupowner"
+
+    @property
+    def groups_given_up(self) -> str:
+        return f"{self.prefix}:{{g}}:givenup"
 
     @property
     def exchanges(self) -> str:
@@ -290,6 +310,20 @@ class GlobalKeys:
     def nodes(self) -> str:
         """Node names claimed since maintenance last handed over a lost one's hosts."""
         return f"{self.prefix}:{{g}}:nodes"
+
+    def process(self, process_id: str) -> str:
+        """A fetch worker process's heartbeat (a string with a time to live)."""
+        return f"{self.prefix}:{{g}}:proc:{process_id}"
+
+    @property
+    def processes(self) -> str:
+        """Fetch processes that beat since maintenance last handed over a lost one's work."""
+        return f"{self.prefix}:{{g}}:procs"
+
+    @property
+    def process_suspects(self) -> str:
+        """Fetch processes whose heartbeat maintenance found lapsed -> when it first did."""
+        return f"{self.prefix}:{{g}}:procsuspects"
 
     def fingerprints(self, part: int) -> str:
         return f"{self.prefix}:{{f{part}}}:fp"

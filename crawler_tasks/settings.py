@@ -52,7 +52,8 @@ class Settings:
     # Most hosts holding an active back queue per shard (Mercator's B): at least the hosts the
     # fetch workers may hold (FETCH_MAX_HOSTS each), or hosts in flight stop there.
     MAX_ACTIVE_HOSTS: int = 16_384
-    # A leased host not returned by then is put back by maintenance, seconds.
+    # A leased host not returned by then is put back by maintenance, seconds (sooner when
+    # the fetch process that held it is known dead: PROCESS_TTL_S).
     LEASE_S: float = 120.0
     # Bounded memory: a front queue longer than this spills its tail to OUT/spill
     # (0 = never), and files are read back once it is shorter than FRONT_REFILL_AT.
@@ -275,9 +276,17 @@ class Settings:
     # Workers claim it in Redis for the machine (OUT_DIR/node-id) at start and renew the
     # claim every third of NODE_TTL_S: a second machine with the same name is refused
     # until the first one's claim has lapsed (its workers gone that long); then
-    # maintenance hands the hosts its fetch sessions held to the other nodes.
+    # maintenance queues again the pages its parse workers never had (their bodies were
+    # in its spool folder), to be fetched by the other nodes.
     NODE_NAME: str = ""
     NODE_TTL_S: float = 10.0
+    # Each fetch worker process renews a heartbeat every quarter of this; once it has
+    # lapsed (the process died) and stayed lapsed for half of it more (a Redis outage
+    # lapses every heartbeat at once), maintenance hands its leased hosts over (after one
+    # request gap) and queues again the pages it fetched but never handed to parse.
+    # Shorter: a dead process costs less; too short: a process stalled that long is
+    # taken for dead, and its pages in flight are fetched twice.
+    PROCESS_TTL_S: float = 3.0
     # Output folder: pages.jsonl, warc/, redis/ (embedded), snapshots.
     OUT_DIR: str = "crawl-out"
     # Rotate WARC files past this size, bytes.
@@ -410,6 +419,7 @@ class Settings:
             (self.MAX_FETCH_SESSIONS >= 1, "MAX_FETCH_SESSIONS must be >= 1"),
             (self.SESSION_MAX_S > 0, "SESSION_MAX_S must be > 0"),
             (self.NODE_TTL_S >= 3, "NODE_TTL_S must be >= 3"),
+            (self.PROCESS_TTL_S >= 1, "PROCESS_TTL_S must be >= 1"),
             (self.HOLD_HORIZON_S >= 0, "HOLD_HORIZON_S must be >= 0"),
             (self.PARSE_GROUP_PAGES >= 1, "PARSE_GROUP_PAGES must be >= 1"),
             (self.PARSE_GROUP_S > 0, "PARSE_GROUP_S must be > 0"),

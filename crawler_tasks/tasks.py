@@ -26,6 +26,7 @@ from crawler_tasks.exceptions import MessageError
 from crawler_tasks.frontier import Lease
 from crawler_tasks.ops.control import CrawlState
 from crawler_tasks.ops.maintenance import run_maintenance
+from crawler_tasks.ops.nodes import ProcessBeat
 from crawler_tasks.ops.snapshot import maybe_checkpoint
 from crawler_tasks.output.jsonl import WorkerStopping, once_written
 from crawler_tasks.output.spool import check_batch_id, drop_message, keep_message, prune_markers
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 
 _worker: Worker | None = None
 _worker_lock = threading.Lock()
+_beat: ProcessBeat | None = None
 MAX_LEASES_PER_MESSAGE = 1024
 # About one dedup task in this many removes the old batches' markers of its node.
 PRUNE_MARKERS_EVERY = 500
@@ -58,10 +60,22 @@ def get_worker() -> Worker:
         return _worker
 
 
+def fetch_process(w: Worker) -> ProcessBeat:
+    """This process's heartbeat, started by its first fetch task: from then on its leases
+    and parked URLs are its own, handed over at once should it die (ops/nodes.py)."""
+    global _beat
+    with _worker_lock:
+        if _beat is None:
+            _beat = ProcessBeat(w.settings)
+            _beat.start()
+            w.frontier.owner = _beat.id
+        return _beat
+
+
 @worker_process_init.connect
 def _reset_after_fork(**_: object) -> None:
-    global _worker, _worker_lock
-    _worker, _worker_lock = None, threading.Lock()
+    global _worker, _worker_lock, _beat
+    _worker, _worker_lock, _beat = None, threading.Lock(), None
 
 
 _REDIS_DOWN = (redis.ConnectionError, redis.TimeoutError)
@@ -81,6 +95,15 @@ def _process_cpu_ms() -> int:
 def _refuse(task: str, exc: MessageError) -> int:
     log.error("refused a %s message: %s", task, exc)
     get_worker().count({"error/message": 1, f"error/message/{task}": 1})
+    return 0
+
+
+def _given_up(task: str, batch_id: str) -> int:
+    """A page group given up when its node was lost (its pages are fetched again): its
+    message, taken by a worker that died or left queued for the lost node, turned up."""
+    log.warning("%s of page group %s skipped: it was given up when its node was lost, and its pages are "
+                "fetched again", task, batch_id)
+    get_worker().count({f"frontier/group_given_up/{task}": 1})
     return 0
 
 
@@ -139,10 +162,9 @@ def fetch(shard: Any, batch_id: Any, leases: Any) -> int:
         checked = _leases(shard, leases)
     except MessageError as exc:
         return _refuse("fetch", exc)
-    w.control.own_session(shard, batch_id, w.settings.node_name)
+    w.control.own_session(shard, batch_id, fetch_process(w).id)
 
     def emit(pages: list[FetchedPage], group_id: str) -> None:
-        w.control.own_group(group_id, w.settings.node_name)
         for page in pages:
             page.node = w.settings.node_name
         message = [to_message(p) for p in pages]
@@ -181,11 +203,14 @@ def parse(pages: Any, batch_id: Any) -> int:
         # made again whole while the storage refuses, up to its first output (the feed);
         # from there on each write is made again in place, never the stage
         records = once_written(lambda: parse_stage(w, checked, batch_id))
+        # claimed here, not first: a parse task blocked on a restarting Redis at its start was
+        # also queued again by the runner's recovery (requeue_unacked), and ran twice
+        if not once_written(lambda: w.control.claim_group(batch_id, w.settings.node_name)):
+            return _given_up("parse", batch_id)
         message = [to_message(r) for r in records]
         once_written(lambda: keep_message(w.settings, batch_id, "dedup", message))   # in the parse message's place
         once_written(lambda: dedup.apply_async((message, batch_id), queue=DEDUP_QUEUE,
                                                **_summary(f"<{len(records)} records>, {batch_id!r}")))
-        once_written(lambda: w.control.release_group(batch_id))
         w.count({"cpu_ms/parse": round((time.process_time() - t0) * 1000)})
     return len(records)
 
@@ -200,6 +225,8 @@ def dedup(records: Any, batch_id: Any) -> int:
     except MessageError as exc:
         return _refuse("dedup", exc)
     with _unacked_if_stopped():   # as parse: made again whole up to the append of its records
+        if not once_written(lambda: w.control.claim_group(batch_id, w.settings.node_name)):
+            return _given_up("dedup", batch_id)
         enqueued = once_written(lambda: enqueue_stage(w, checked, batch_id))
         drop_message(w.settings, batch_id)   # its records are written
         if random.random() < 1 / PRUNE_MARKERS_EVERY:   # a long crawl's markers do not pile up

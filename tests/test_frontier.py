@@ -209,7 +209,7 @@ def test_a_fetched_url_stays_parked_until_its_page_is_handed_on(settings):
     done = f.finish(lease, te=now, action=Action.DONE, hold_until=now + 60, handoff_until=now + 30)
     assert done.ok and done.held is not None and done.held.entry.url == "http://h.test/1"
     assert f.sizes(0)["back"] == 3 == f.queued(0)   # the fetched one still counts as queued
-    assert f.ack(0, [lease.raw]) == 1 and f.ack(0, [lease.raw]) == 0
+    assert f.ack(0, [lease.raw], "g1") == 1 and f.ack(0, [lease.raw], "g1") == 0
     assert f.sizes(0)["back"] == 2 == f.queued(0)
     # the next one is parked, and its worker dies before handing the page on
     second = done.held

@@ -134,10 +134,9 @@ def test_a_lost_nodes_leases_are_handed_over_at_once(settings, tmp_path, rclient
         control.begin_session(shard, session, time.time() + 600)
         control.own_session(shard, session, node)
     control.end_session(1, "sc")
-    control.begin_batches(["ga", "gb", "gp"], time.time() + 600)
     for group, node in (("ga", "na"), ("gb", "nb"), ("gp", "na")):
-        control.own_group(group, node)
-    control.release_group("gp")      # parsed: its records are on the shared dedup queue
+        control.begin_batches([group], time.time() + 600, node)
+    assert control.claim_group("gp", "nb")     # parsed, and nb's enqueue worker took it
     run_maintenance(a)
     assert control.sessions_by_shard() == {0: 1, 1: 1}
     assert all(Frontier(a).get_urls(s, 50) == [] for s in range(a.SHARDS))   # both alive: nothing moves
@@ -149,7 +148,8 @@ def test_a_lost_nodes_leases_are_handed_over_at_once(settings, tmp_path, rclient
     assert control.sessions_by_shard() == {1: 1}                  # a's session slot is free at once
     assert control.client.hgetall(control.keys.session_owner) == {"1/sb": "nb"}
     assert set(control.client.zrange(control.keys.inflight, 0, -1)) == {"gb", "gp"}
-    assert control.client.hgetall(control.keys.group_owner) == {"gb": "nb"}
+    assert control.client.hgetall(control.keys.group_owner) == {"gb": "nb", "gp": "nb"}
+    assert not control.claim_group("ga", "na")                    # given up: its pages are fetched again
     assert all(x is None for x in Frontier(a).renew(held_a))     # a's sessions, if alive, stop those hosts
     assert all(x is not None for x in Frontier(b).renew(held_b))
     run_maintenance(a)                                            # once: the name is forgotten
@@ -174,5 +174,5 @@ def test_a_lost_nodes_held_host_comes_back_at_its_next_contact(settings, tmp_pat
     done = f.finish(lease, te=now + 30, hold_until=now + 30 + a.LEASE_S)
     assert done.held is not None
     rclient.delete(GlobalKeys(a.KEY_PREFIX).node("ha"))
-    assert hand_over_lost(a, f, now) == {"ha": 1}
+    assert hand_over_lost(a, f, now) == {"ha": (1, 0)}
     assert abs(rclient.zscore(ShardKeys(a.KEY_PREFIX, shard).ready, "held.test") - (now + 30)) < 0.01

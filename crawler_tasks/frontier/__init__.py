@@ -38,7 +38,7 @@ def _script(name: str) -> str:
 
 _SCRIPTS = {name: _script(name) for name in ("add", "lease", "complete", "renew", "expire", "ipclaim",
                                              "recrawl", "spill", "hostload", "ack", "handoff", "reclaim",
-                                             "forget", "orphan")}
+                                             "forget", "orphan", "unparsed")}
 
 # Most front-queue URLs moved into back queues by one wake, per shard.
 MAX_REFILL_MOVES = 2000
@@ -141,6 +141,9 @@ def _completion(lease: Lease, reply: object) -> Completion:
 class Frontier:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        # who renews leases and parks fetched URLs through this client: a fetch worker
+        # process names itself (ops/nodes.py ProcessBeat) so that its death hands them over
+        self.owner = settings.node_name
         self.shards = settings.SHARDS
         self.levels = settings.PRIORITY_LEVELS
         per_shard = max(1, settings.BLOOM_EXPECTED_URLS // self.shards)
@@ -208,22 +211,29 @@ class Frontier:
 
     # -- leasing ----------------------------------------------------------------------
     def get_urls(self, shard: int, max_hosts: int, lease_s: float | None = None,
-                 now: float | None = None, seed: int | None = None) -> list[Lease]:
+                 now: float | None = None, seed: int | None = None, owner: str = "") -> list[Lease]:
         """Refill back queues, then lease up to ``max_hosts`` ready hosts of one shard.
 
         Each lease carries the host's head URL; the host is not given out again until
-        ``complete`` or lease expiry. ``max_hosts=0`` only refills.
+        ``complete`` or lease expiry. ``max_hosts=0`` only refills. ``owner``: the fetch
+        process the leases are for (its death hands them over, ``release_owner``).
         """
         now = time.time() if now is None else now
         lease_s = self.settings.LEASE_S if lease_s is None else lease_s
         k = self.keys(shard)
-        out = self._run(shard, "lease", [k.active, k.ready, k.lease, k.te] + k.fronts(self.levels), [
+        out = self._run(shard, "lease", [k.active, k.ready, k.lease, k.te, k.lease_owner] + k.fronts(self.levels), [
             now, lease_s, max_hosts, self.settings.MAX_ACTIVE_HOSTS, k.queue_prefix,
             random.getrandbits(31) if seed is None else seed, MAX_REFILL_MOVES,
-            self.settings.HOST_QUEUE_CAP, k.overflow,
+            self.settings.HOST_QUEUE_CAP, k.overflow, owner,
         ])
         flat = list(out)[1:]  # type: ignore[call-overload]
         return [Lease(shard, flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)]
+
+    def own_leases(self, shard: int, hosts: list[str], owner: str) -> None:
+        """Name who the hosts just leased are for (wake: the session they start, until its
+        process renews them), so that they are handed over should it never run."""
+        if hosts:
+            self.client(shard).hset(self.keys(shard).lease_owner, mapping=dict.fromkeys(hosts, owner))
 
     def renew(self, leases: list[Lease], lease_s: float | None = None,
               now: float | None = None) -> list[Lease | None]:
@@ -233,7 +243,7 @@ class Frontier:
         out: list[Lease | None] = [None] * len(leases)
         by_shard = group_by(range(len(leases)), lambda i: leases[i].shard)
         for shard, indexes in by_shard.items():
-            args: list = [deadline, self.settings.node_name]
+            args: list = [deadline, self.owner]
             for i in indexes:
                 args += [leases[i].host, leases[i].token]
             k = self.keys(shard)
@@ -296,9 +306,10 @@ class Frontier:
         if action == Action.RETRY:
             e = lease.entry
             retry_raw = Entry(e.url, e.depth, e.tries + 1, e.hops, e.kind).encode()
-        keys = [k.active, k.ready, k.lease, k.te, k.queue(lease.host), k.queued, k.handoff]
+        keys = [k.active, k.ready, k.lease, k.te, k.queue(lease.host), k.queued, k.handoff, k.handoff_owner,
+                k.lease_owner]
         args: list[str | float] = [lease.host, lease.token, action.value, te, lease.raw, retry_raw, hold_until,
-                              handoff_until]
+                                   handoff_until, self.owner]
         if host_state:   # saved by the same script (one slot: cluster-safe, one round trip)
             keys.append(k.host_state(lease.host))
             for name, value in host_state.items():
@@ -320,19 +331,50 @@ class Frontier:
             ok += sum(read(replies).ok for read in readers)
         return ok
 
-    def ack(self, shard: int, entries: list[str]) -> int:
-        """Fetched entries whose pages were handed on: they leave the frontier for good."""
+    def ack(self, shard: int, entries: list[str], group_id: str) -> int:
+        """Fetched entries whose pages were handed on to parse in page group ``group_id``:
+        they leave the queues, and are kept under the group until it is no longer in
+        flight, to be fetched again if its node is lost first (``return_groups``)."""
         if not entries:
             return 0
         k = self.keys(shard)
-        return int(self._run(shard, "ack", [k.handoff, k.queued], list(entries)))  # type: ignore[call-overload]
+        return int(self._run(shard, "ack", [k.handoff, k.queued, k.handoff_owner, k.parsing],  # type: ignore[call-overload]
+                             [group_id, *entries]))
+
+    def return_groups(self, group_ids: list[str], now: float | None = None) -> int:
+        """Page groups a lost node never parsed: their fetched URLs are queued again.
+        Returns how many."""
+        if not group_ids:
+            return 0
+        now = time.time() if now is None else now
+        n = 0
+        for shard in range(self.shards):
+            k = self.keys(shard)
+            n += int(self._run(shard, "unparsed", [k.parsing, k.active, k.ready, k.te, k.queued, k.lease],  # type: ignore[call-overload]
+                               [now, k.queue_prefix, *group_ids]))
+        return n
+
+    def parsing_groups(self) -> dict[int, list[str]]:
+        """shard -> page groups whose entries it keeps (see ``ack``)."""
+        out: dict[int, list[str]] = {}
+        for shard in range(self.shards):
+            ids: list[str] = self.client(shard).hkeys(self.keys(shard).parsing)  # type: ignore[assignment]
+            if ids:
+                out[shard] = ids
+        return out
+
+    def forget_groups(self, shard: int, group_ids: list[str]) -> None:
+        """Page groups no longer in flight (parsed and enqueued, or given up): their
+        entries are no longer needed."""
+        if group_ids:
+            self.client(shard).hdel(self.keys(shard).parsing, *group_ids)
 
     def return_handoffs(self, shard: int, now: float | None = None, limit: int = 10_000) -> int:
         """Parked entries past their deadline (their worker died before handing the page
         on) go back to the head of their host's queue. Returns how many."""
         now = time.time() if now is None else now
         k = self.keys(shard)
-        return int(self._run(shard, "handoff", [k.handoff, k.active, k.ready, k.te],  # type: ignore[call-overload]
+        return int(self._run(shard, "handoff", [k.handoff, k.active, k.ready, k.te, k.handoff_owner, k.lease],  # type: ignore[call-overload]
                              [now, k.queue_prefix, limit]))
 
     def claim_ip(self, ip: str, now: float | None = None) -> float:
@@ -362,16 +404,19 @@ class Frontier:
         """Return hosts whose lease deadline passed to the ready heap."""
         now = time.time() if now is None else now
         k = self.keys(shard)
-        return list(self._run(shard, "expire", [k.lease, k.ready], [now]))  # type: ignore[call-overload]
+        return list(self._run(shard, "expire", [k.lease, k.ready, k.lease_owner], [now]))  # type: ignore[call-overload]
 
-    def expire_node(self, shard: int, node: str, now: float | None = None) -> list[str]:
-        """Return to the ready heap the leased hosts a lost node renewed last (its
-        sessions are gone: waiting out their leases only stalls those hosts), and make
-        their pages waiting for its parse workers due for ``return_handoffs``."""
+    def release_owner(self, shard: int, owner: str, now: float | None = None) -> tuple[list[str], int]:
+        """What a lost fetch process (or node) held, handed over at once: its leased hosts
+        back to the ready heap (waiting out their leases only stalls them), the URLs it
+        fetched and never handed on due for ``return_handoffs``. Returns (hosts, URLs)."""
         now = time.time() if now is None else now
         k = self.keys(shard)
-        return list(self._run(shard, "orphan", [k.lease, k.ready, k.lease_owner, k.handoff],  # type: ignore[call-overload]
-                              [node, now, self.settings.LEASE_S]))
+        s = self.settings
+        out = list(self._run(shard, "orphan", [k.lease, k.ready, k.lease_owner, k.handoff, k.handoff_owner],  # type: ignore[call-overload]
+                             [owner, now, s.LEASE_S, k.host_state(""), s.MIN_DELAY_S,
+                              s.MAX_CRAWL_DELAY_S if s.HONOUR_CRAWL_DELAY else 0]))
+        return [str(h) for h in out[1:]], int(out[0])
 
     # -- observing --------------------------------------------------------------------
     def sizes(self, shard: int) -> dict[str, int]:

@@ -1,23 +1,27 @@
 -- complete.lua: a leased host's turn is over; consume or keep its head URL and set te.
 -- KEYS[1] active set, KEYS[2] ready zset, KEYS[3] lease zset, KEYS[4] te hash,
 -- KEYS[5] the host's back queue, KEYS[6] the shard's queued-URL counter, KEYS[7] the
--- shard's hand-off zset, KEYS[8] (optional) the host's politeness hash, set from the
--- field/value pairs ARGV[9..] whatever happens.
+-- shard's hand-off zset, KEYS[8] its owner hash (entry -> fetch process), KEYS[9] the
+-- lease owner hash (host -> fetch process), KEYS[10] (optional) the host's politeness
+-- hash, set from the field/value pairs ARGV[10..] whatever happens.
 -- ARGV[1] host, ARGV[2] lease token (deadline given by lease.lua), ARGV[3] action:
 --   'done'  the head URL is finished (fetched, refused, or failed for good): pop it;
 --   'retry' pop the head and append ARGV[6] (the same URL with tries + 1) at the tail;
 --   'keep'  leave the head in place (robots.txt was fetched first, host parked...);
 -- ARGV[4] te (next earliest contact, epoch s), ARGV[5] the head entry the worker fetched,
--- ARGV[8] hand-off deadline (0: none). With one, a 'done' head URL is not dropped but
--- parked in the hand-off zset until then (still counted as queued): its page is on its
--- way to parse, and ack.lua drops it once handed on; if the worker dies first,
--- handoff.lua puts it back at the head of its host's queue, so no fetched URL is lost.
+-- ARGV[8] hand-off deadline (0: none), ARGV[9] the calling fetch process. With a hand-off
+-- deadline, a 'done' head URL is not dropped but parked in the hand-off zset until then
+-- (still counted as queued), under the caller's name: its page is on its way to parse,
+-- and ack.lua drops it once handed on; if the worker dies first, handoff.lua puts it
+-- back at the head of its host's queue (at once when the process is known lost:
+-- orphan.lua), so no fetched URL is lost.
 -- ARGV[7] hold deadline (0: give the host back). With a hold deadline and URLs left, the
 -- host stays leased to the caller until that deadline (a fetch session paces it at te
 -- itself; should the session die, expire.lua returns the host after the deadline, which
 -- the caller sets past te, so the delay still holds).
 -- Otherwise the host re-enters the ready heap at te if its back queue still has URLs,
--- else it leaves the active set and its te is remembered in the te hash.
+-- else it leaves the active set and its te is remembered in the te hash; either way it
+-- has no lease owner any more.
 -- Returns {1} (given back), {2, next head entry, new token} (held), or {-1} when the
 -- lease is no longer ours (expired and re-leased): nothing changed.
 local active, ready, lease, te_hash, queue, queued = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -25,8 +29,8 @@ local host, token, action = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local te = tonumber(ARGV[4])
 local hold = tonumber(ARGV[7] or '0')
 local handoff = tonumber(ARGV[8] or '0')
-if KEYS[8] and #ARGV >= 10 then
-  redis.call('HSET', KEYS[8], unpack(ARGV, 9, #ARGV))
+if KEYS[10] and #ARGV >= 11 then
+  redis.call('HSET', KEYS[10], unpack(ARGV, 10, #ARGV))
 end
 local score = redis.call('ZSCORE', lease, host)
 if not score or math.abs(tonumber(score) - token) > 0.001 then
@@ -38,6 +42,7 @@ if action ~= 'keep' and redis.call('LINDEX', queue, 0) == ARGV[5] then
     redis.call('RPUSH', queue, ARGV[6])
   elseif handoff > 0 then
     redis.call('ZADD', KEYS[7], handoff, ARGV[5])
+    redis.call('HSET', KEYS[8], ARGV[5], ARGV[9])
   else
     redis.call('DECR', queued)
   end
@@ -48,6 +53,7 @@ if hold > 0 and head then
   return {2, head, tostring(hold)}
 end
 redis.call('ZREM', lease, host)
+redis.call('HDEL', KEYS[9], host)
 if head then
   redis.call('ZADD', ready, te, host)
 else

@@ -1,10 +1,12 @@
 -- lease.lua: refill back queues from the front queues, then lease ready hosts (get_urls).
 -- KEYS[1] active set, KEYS[2] ready zset, KEYS[3] lease zset, KEYS[4] te hash,
--- KEYS[5..4+F] front queues (priority 0 first).
+-- KEYS[5] lease owner hash, KEYS[6..5+F] front queues (priority 0 first).
 -- ARGV[1] now, ARGV[2] lease seconds, ARGV[3] max hosts to lease, ARGV[4] B (max active
 -- hosts), ARGV[5] back-queue key prefix, ARGV[6] random seed, ARGV[7] max refill moves,
 -- ARGV[8] per-host back-queue cap (0 = none), ARGV[9] the shard's overflow list (same
--- hash tag): URLs of a host whose back queue is at the cap go there, then to disk.
+-- hash tag): URLs of a host whose back queue is at the cap go there, then to disk;
+-- ARGV[10] who the leases are for ('' = nobody yet): a fetch process, or the session
+-- wake leases them for (see orphan.lua).
 -- Back queues ``<prefix><host>`` share the shard's hash tag, so they are in the same slot.
 -- Refill (Mercator): while fewer than B hosts are active, draw a front queue weighted
 -- 2^(F-1-level) among the non-empty ones, pop its head; a URL of an active host joins
@@ -14,8 +16,9 @@
 -- URL stays in the back queue until complete.lua consumes it, so a dead worker loses
 -- nothing.
 -- Returns {moved, host1, entry1, deadline1, host2, ...}.
-local active, ready, lease, te_hash = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local F = #KEYS - 4
+local active, ready, lease, te_hash, owners = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local F = #KEYS - 5
+local owner = ARGV[10] or ''
 local now = tonumber(ARGV[1])
 local deadline = now + tonumber(ARGV[2])
 local max_hosts = tonumber(ARGV[3])
@@ -30,7 +33,7 @@ local moved = 0
 while moved < max_moves and redis.call('SCARD', active) < B do
   local total, weights = 0, {}
   for l = 1, F do
-    if redis.call('LLEN', KEYS[4 + l]) > 0 then
+    if redis.call('LLEN', KEYS[5 + l]) > 0 then
       weights[l] = 2 ^ (F - l)
       total = total + weights[l]
     end
@@ -44,7 +47,7 @@ while moved < max_moves and redis.call('SCARD', active) < B do
       r = r - weights[l]
     end
   end
-  local entry = redis.call('LPOP', KEYS[4 + pick])
+  local entry = redis.call('LPOP', KEYS[5 + pick])
   -- entries are "<depth> <tries> <hops> <kind> <url>"; the host is the URL's authority
   -- (the politeness key of a normalized URL), so front entries need not repeat it
   local host = string.match(entry, '^[^ ]+ [^ ]+ [^ ]+ [^ ]+ [%a][%w+.-]*://([^/?#]+)')
@@ -69,6 +72,9 @@ if max_hosts > 0 then
     local head = redis.call('LINDEX', qprefix .. host, 0)
     if head then
       redis.call('ZADD', lease, deadline, host)
+      if owner ~= '' then
+        redis.call('HSET', owners, host, owner)
+      end
       out[#out + 1] = host
       out[#out + 1] = head
       out[#out + 1] = tostring(deadline)

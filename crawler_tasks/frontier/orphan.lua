@@ -1,38 +1,44 @@
--- orphan.lua: hand over at once the leases a lost node held (renew.lua records which
--- node renewed each lease last), and make the fetched URLs of its hosts that wait for
--- its parse workers (hand-off entries) due now, so handoff.lua queues them again
--- instead of after their deadline; forget owner entries of hosts no longer leased.
--- KEYS[1] lease zset, KEYS[2] ready zset, KEYS[3] lease owner hash, KEYS[4] hand-off zset.
--- ARGV[1] the lost node's name, ARGV[2] now, ARGV[3] LEASE_S. Returns the hosts put back.
+-- orphan.lua: hand over at once what a lost fetch process held: the hosts whose leases
+-- it renewed last (renew.lua records the process), and the fetched URLs it parked
+-- whose pages it never handed on (complete.lua records the process), made due now so
+-- that handoff.lua queues them again instead of after their deadline.
+-- KEYS[1] lease zset, KEYS[2] ready zset, KEYS[3] lease owner hash, KEYS[4] hand-off zset,
+-- KEYS[5] hand-off owner hash.
+-- ARGV[1] the lost owner (a fetch process; or a node name, for leases renewed by a
+-- client that runs no heartbeat), ARGV[2] now, ARGV[3] LEASE_S, ARGV[4] the hosts'
+-- politeness hash key prefix (same hash tag), ARGV[5] MIN_DELAY_S, ARGV[6] the longest
+-- Crawl-delay honoured (0: none).
 -- A host comes back at its next contact when its session held it between requests and
--- had not renewed it since (its lease then ends at te + LEASE_S, see complete.lua), else
--- now: the node's last request started at least 2/3 of NODE_TTL_S ago (the claim's last
--- renewal), which covers delays up to that; a longer crawl delay is not known here.
--- A host leased by wake to a live session that has not renewed it yet may still name
--- the lost node: it goes back too, before any request (sessions renew before fetching).
+-- had not renewed it since (its lease then ends at te + LEASE_S, see complete.lua), and
+-- never before one request gap (min delay or its Crawl-delay) from now, nor before its
+-- backoff ends: the process may have died in an exchange with it.
+-- Returns {parked entries made due, host put back, ...}.
+local now = tonumber(ARGV[2])
+local out = {0}
 local owners = redis.call('HGETALL', KEYS[3])
-local out, lost = {}, {}
 for i = 1, #owners, 2 do
   local host, owner = owners[i], owners[i + 1]
-  local leased = redis.call('ZSCORE', KEYS[1], host)
   if owner == ARGV[1] then
-    lost[host] = true
-  end
-  if not leased then
     redis.call('HDEL', KEYS[3], host)
-  elseif owner == ARGV[1] then
-    redis.call('HDEL', KEYS[3], host)
-    redis.call('ZREM', KEYS[1], host)
-    redis.call('ZADD', KEYS[2], math.max(tonumber(ARGV[2]), tonumber(leased) - tonumber(ARGV[3])), host)
-    out[#out + 1] = host
+    local leased = redis.call('ZSCORE', KEYS[1], host)
+    if leased then
+      local hs = redis.call('HMGET', ARGV[4] .. host, 'crawl_delay_s', 'parked_until')
+      local gap = tonumber(ARGV[5])
+      local delay = tonumber(hs[1] or '')
+      if delay and tonumber(ARGV[6]) > 0 then
+        gap = math.max(gap, math.min(delay, tonumber(ARGV[6])))
+      end
+      local te = math.max(now + gap, tonumber(leased) - tonumber(ARGV[3]), tonumber(hs[2] or '') or 0)
+      redis.call('ZREM', KEYS[1], host)
+      redis.call('ZADD', KEYS[2], te, host)
+      out[#out + 1] = host
+    end
   end
 end
-if next(lost) then
-  for _, entry in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
-    local host = string.match(entry, '^[^ ]+ [^ ]+ [^ ]+ [^ ]+ [%a][%w+.-]*://([^/?#]+)')
-    if host and lost[host] then
-      redis.call('ZADD', KEYS[4], ARGV[2], entry)
-    end
+local parked = redis.call('HGETALL', KEYS[5])
+for i = 1, #parked, 2 do
+  if parked[i + 1] == ARGV[1] then
+    out[1] = out[1] + redis.call('ZADD', KEYS[4], 'XX', 'CH', now, parked[i])
   end
 end
 return out

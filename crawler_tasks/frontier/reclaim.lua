@@ -2,7 +2,9 @@
 -- every host they held and every fetched URL they had not handed on (no lease or
 -- hand-off deadline need pass first).
 -- KEYS[1] lease zset, KEYS[2] ready zset, KEYS[3] hand-off zset, KEYS[4] active set,
--- KEYS[5] te hash.
+-- KEYS[5] te hash, KEYS[6] lease owner hash, KEYS[7] hand-off owner hash, KEYS[8] parsing
+-- hash (page groups handed to parse: the old processes' parse messages stay in the
+-- broker, and a group is not fetched again for its node being gone).
 -- ARGV[1] now, ARGV[2] back-queue key prefix (same hash tag as the keys).
 -- Leased hosts re-enter the ready heap at now. Parked entries go back to the head of
 -- their host's queue (as handoff.lua does); a host that had left the active set comes
@@ -26,5 +28,5 @@ for _, entry in ipairs(entries) do
     end
   end
 end
-redis.call('DEL', KEYS[3])
+redis.call('DEL', KEYS[3], KEYS[6], KEYS[7], KEYS[8])
 return {#hosts, #entries}

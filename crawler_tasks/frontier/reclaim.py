@@ -28,7 +28,8 @@ def give_back(frontier: Frontier, shard: int, now: float | None = None) -> tuple
     (hosts, entries). Only when no worker of the crawl runs."""
     now = time.time() if now is None else now
     k = frontier.keys(shard)
-    reply = list(frontier.run_script(shard, "reclaim", [k.lease, k.ready, k.handoff, k.active, k.te],  # type: ignore[call-overload]
+    reply = list(frontier.run_script(shard, "reclaim", [k.lease, k.ready, k.handoff, k.active, k.te, k.lease_owner,  # type: ignore[call-overload]
+                                                        k.handoff_owner, k.parsing],
                                      [now, k.queue_prefix]))
     return int(reply[0]), int(reply[1])
 

@@ -41,6 +41,8 @@ NEW = "new"   # transition.lua's name for "no crawl started under this prefix"
 # No maintenance for this long (or 10 intervals): nothing runs the crawl's control.
 UNATTENDED_S = 15.0
 _TRANSITION = (Path(__file__).parent / "transition.lua").read_text()
+_GROUP_CLAIM = (Path(__file__).parent / "groupclaim.lua").read_text()
+_GROUP_DROP = (Path(__file__).parent / "groupdrop.lua").read_text()
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,10 +197,18 @@ class Control:
         return {k: int(v) for k, v in raw.items()}
 
     # -- batches in flight ------------------------------------------------------------
-    def begin_batches(self, batch_ids: Iterable[str], deadline: float) -> None:
+    def begin_batches(self, batch_ids: Iterable[str], deadline: float, node: str | None = None) -> None:
+        """Page groups start their way to parse, on ``node``'s parse workers when given: the
+        owner is written with them (one round trip), so that no group of a node lost
+        in between waits without one for its deadline."""
         mapping = {batch_id: deadline for batch_id in batch_ids}
-        if mapping:
-            self.client.zadd(self.keys.inflight, mapping)
+        if not mapping:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zadd(self.keys.inflight, mapping)
+        if node is not None:
+            pipe.hset(self.keys.group_owner, mapping={batch_id: node for batch_id in mapping})
+        pipe.execute()
 
     def end_batch(self, batch_id: str) -> None:
         pipe = self.client.pipeline(transaction=False)
@@ -261,48 +271,72 @@ class Control:
         return int(self.client.zcount(self.keys.exchanges, f"({now}", "+inf"))
 
     # -- fetch sessions ---------------------------------------------------------------
+    @staticmethod
+    def session(shard: int, session_id: str) -> str:
+        """A session's name among the sessions (and the owner of the hosts wake leased
+        for it, until its process renews them)."""
+        return f"{shard}/{session_id}"
+
     def begin_session(self, shard: int, session_id: str, deadline: float) -> None:
-        self.client.zadd(self.keys.sessions, {f"{shard}/{session_id}": deadline})
+        self.client.zadd(self.keys.sessions, {self.session(shard, session_id): deadline})
 
     def end_session(self, shard: int, session_id: str) -> None:
         pipe = self.client.pipeline(transaction=False)
-        pipe.zrem(self.keys.sessions, f"{shard}/{session_id}")
-        pipe.hdel(self.keys.session_owner, f"{shard}/{session_id}")
+        pipe.zrem(self.keys.sessions, self.session(shard, session_id))
+        pipe.hdel(self.keys.session_owner, self.session(shard, session_id))
         pipe.execute()
 
-    def own_session(self, shard: int, session_id: str, node: str) -> None:
-        """Which node runs a session: a lost node's slots are freed at once (``drop_node_work``)."""
-        self.client.hset(self.keys.session_owner, f"{shard}/{session_id}", node)
+    def own_session(self, shard: int, session_id: str, owner: str) -> None:
+        """Which fetch process (``<node>/<process>``) runs a session: a lost one's slots
+        are freed at once (``drop_sessions``)."""
+        self.client.hset(self.keys.session_owner, self.session(shard, session_id), owner)
 
-    def own_group(self, group_id: str, node: str) -> None:
-        """A page group waits for the parse workers of ``node`` (until ``release_group``)."""
-        self.client.hset(self.keys.group_owner, group_id, node)
+    def claim_group(self, group_id: str, node: str) -> bool:
+        """A parse or enqueue worker of ``node`` takes a page group (it is that node's until
+        the next stage takes it, or enqueued): False when the group was given up (its
+        node was lost first; its pages are fetched again), then its message is skipped."""
+        script = self.client.register_script(_GROUP_CLAIM)
+        return bool(script(keys=[self.keys.group_owner, self.keys.groups_given_up], args=[group_id, node]))
 
-    def release_group(self, group_id: str) -> None:
-        """Parsed: the group's records are on the shared dedup queue, whoever is lost now."""
-        self.client.hdel(self.keys.group_owner, group_id)
+    def drop_sessions(self, owner: str) -> list[str]:
+        """Forget the sessions a lost fetch process ran: they held their slots until
+        BATCH_TIMEOUT_S, so no session could start in their place meanwhile. Returns them
+        (``session`` names: the hosts wake leased for one may still name it)."""
+        return self._drop_owned(self.keys.session_owner, self.keys.sessions, owner)
 
-    def drop_node_work(self, node: str) -> tuple[int, int]:
-        """Forget the sessions a lost node ran and the page groups its parse workers never
-        parsed (their pages go back to the frontier as hand-offs): both held their slots
-        until BATCH_TIMEOUT_S, so no session could start on their shards and the crawl
-        could not finish meanwhile. Owner entries of work already gone are dropped too.
-        Returns (sessions, groups) of the node's that were forgotten."""
-        dropped = []
-        for owner_key, zset in ((self.keys.session_owner, self.keys.sessions),
-                                (self.keys.group_owner, self.keys.inflight)):
-            owners: dict[str, str] = self.client.hgetall(owner_key)  # type: ignore[assignment]
-            live = set(self.client.zrange(zset, 0, -1)) if owners else set()
-            mine = [m for m, n in owners.items() if n == node and m in live]
-            gone = [m for m in owners if m not in live or m in mine]
-            pipe = self.client.pipeline(transaction=False)
-            if mine:
-                pipe.zrem(zset, *mine)
-            if gone:
-                pipe.hdel(owner_key, *gone)
-            pipe.execute()
-            dropped.append(len(mine))
-        return dropped[0], dropped[1]
+    def drop_node_work(self, node: str) -> tuple[list[str], list[str]]:
+        """Forget the sessions a lost node ran (those of its processes go with them) and
+        give up the page groups it held, parsed or not: their bodies were in its spool
+        folder, and their parse or enqueue message waits for its workers or was taken by
+        one (the caller queues their URLs again). Both held their slots until
+        BATCH_TIMEOUT_S, so no session could start on their shards and the crawl could not
+        finish meanwhile. Returns (sessions, group ids): see ``drop_sessions``."""
+        sessions = self._drop_owned(self.keys.session_owner, self.keys.sessions, node)
+        script = self.client.register_script(_GROUP_DROP)
+        groups = script(keys=[self.keys.group_owner, self.keys.inflight, self.keys.groups_given_up], args=[node])
+        return sessions, [str(g) for g in groups]
+
+    def _drop_owned(self, owner_key: str, zset: str, owner: str) -> list[str]:
+        """Sessions that ``owner`` ran (``<owner>/...`` too: a node's processes), removed;
+        owner entries of sessions already gone are dropped too."""
+        owners: dict[str, str] = self.client.hgetall(owner_key)  # type: ignore[assignment]
+        if not owners:
+            return []
+        live = set(self.client.zrange(zset, 0, -1))
+        mine = [m for m, n in owners.items() if (n == owner or n.startswith(owner + "/")) and m in live]
+        gone = [m for m in owners if m not in live or m in mine]
+        pipe = self.client.pipeline(transaction=False)
+        if mine:
+            pipe.zrem(zset, *mine)
+        if gone:
+            pipe.hdel(owner_key, *gone)
+        pipe.execute()
+        return mine
+
+    def inflight_groups(self) -> set[str]:
+        """Page groups between fetch and enqueue."""
+        ids: list[str] = self.client.zrange(self.keys.inflight, 0, -1)  # type: ignore[assignment]
+        return set(ids)
 
     def sessions_by_shard(self) -> dict[int, int]:
         out: dict[int, int] = {}

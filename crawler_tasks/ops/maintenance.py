@@ -1,5 +1,5 @@
-"""Periodic housekeeping: expire dead leases, hand over a lost node's hosts, log stats,
-decide when the crawl is over.
+"""Periodic housekeeping: expire dead leases, hand over what a lost fetch process or node
+held, log stats, decide when the crawl is over.
 
 A crawl is *finished* when nothing can happen any more: no batch in flight, no host
 leased, no URL in a front or back queue (checked twice, the first time before and the
@@ -29,7 +29,7 @@ from crawler_tasks.frontier import Frontier
 from crawler_tasks.frontier.spill import Spiller
 from crawler_tasks.keys import GlobalKeys
 from crawler_tasks.ops.control import Control, CrawlState
-from crawler_tasks.ops.nodes import hand_over_lost
+from crawler_tasks.ops.nodes import hand_over_lost, hand_over_lost_processes
 from crawler_tasks.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -157,20 +157,38 @@ def read_samples(settings: Settings) -> list[dict[str, float | int | str]]:
     return out
 
 
+def forget_finished_groups(frontier: Frontier, control: Control) -> None:
+    """The frontier keeps the URLs of each page group handed to parse until the group is
+    no longer in flight (enqueued, or given up), to fetch them again if its node is lost
+    first: forget those of groups gone. Groups are read before the groups in flight, so
+    a group that starts in between is not taken for gone."""
+    kept = frontier.parsing_groups()
+    if not kept:
+        return
+    live = control.inflight_groups()
+    for shard, ids in kept.items():
+        frontier.forget_groups(shard, [g for g in ids if g not in live])
+
+
 def run_maintenance(settings: Settings, frontier: Frontier | None = None, now: float | None = None) -> Progress:
     frontier = frontier or Frontier(settings)
     now = time.time() if now is None else now
     control = Control(settings)
     expired = sum(len(frontier.expire(s, now=now)) for s in range(settings.SHARDS))
-    for node, hosts in hand_over_lost(settings, frontier, now).items():
-        control.count({"frontier/node_lost": 1, "frontier/node_lost_hosts": hosts})
-        log.warning("node %r lost (no worker renewed its claim for %g s): %d leased hosts handed over",
-                    node, settings.NODE_TTL_S, hosts)
+    for process, (hosts, urls) in hand_over_lost_processes(settings, frontier, now).items():
+        control.count({"frontier/process_lost": 1, "frontier/process_lost_hosts": hosts})
+        log.warning("fetch process %s lost (no heartbeat for over %g s): %d leased hosts handed over, %d fetched "
+                    "URLs not handed to parse queued again", process, 1.5 * settings.PROCESS_TTL_S, hosts, urls)
+    for node, (hosts, urls) in hand_over_lost(settings, frontier, now).items():
+        control.count({"frontier/node_lost": 1, "frontier/node_lost_hosts": hosts, "frontier/node_lost_urls": urls})
+        log.warning("node %r lost (no worker renewed its claim for %g s): %d leased hosts handed over, %d "
+                    "fetched URLs its parse workers never had queued again", node, settings.NODE_TTL_S, hosts, urls)
     returned = sum(frontier.return_handoffs(s, now=now) for s in range(settings.SHARDS))
     if returned:
         control.count({"frontier/handoff_returned": returned})
         log.warning("%d fetched URLs never reached parse (a fetch worker died); queued again", returned)
     stale = control.drop_stale_batches(now)
+    forget_finished_groups(frontier, control)
     if stale:
         log.warning("%d batches did not finish within %.0f s; their hosts return when leases expire",
                     stale, settings.batch_timeout_s)

@@ -381,7 +381,8 @@ def forget_recorded(settings: Settings, out_dir: Path, now: float | None = None)
     for shard in heads:
         for host, entries in heads[shard].items():
             n += forget(frontier, shard, host, [raw for raw in entries if Entry.decode(raw).url in done], now)
-        n += frontier.ack(shard, [raw for raw in parked[shard] if Entry.decode(raw).url in done])
+        # under a group no worker has: maintenance forgets it, as any group no longer in flight
+        n += frontier.ack(shard, [raw for raw in parked[shard] if Entry.decode(raw).url in done], "recorded")
     return n
 
 

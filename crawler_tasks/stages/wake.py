@@ -66,5 +66,7 @@ def plan_wake(settings: Settings, frontier: Frontier, now: float | None = None) 
         for i in range(0, len(leases), size):
             batch = Batch(shard, new_batch_id(), leases[i:i + size])
             control.begin_session(shard, batch.batch_id, now + settings.batch_timeout_s)
+            # its hosts go back at once should the process that takes it die before renewing them
+            frontier.own_leases(shard, [lease.host for lease in batch.leases], control.session(shard, batch.batch_id))
             batches.append(batch)
     return batches

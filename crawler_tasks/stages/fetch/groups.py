@@ -35,8 +35,10 @@ class Group:
 
 def flush_group(w: Worker, shard: int, group: Group, counters: Counters,
                 emit: Callable[[list[FetchedPage], str], None]) -> int:
-    """Spool the group's bodies, count its pages, hand it to parse, and only then let its
-    fetched URLs leave the frontier. Returns the number of pages handed on."""
+    """Spool the group's bodies, count its pages, hand it to parse (this node's), and only
+    then let its fetched URLs leave the queues (the frontier keeps them with the group
+    until it is enqueued, for a node lost before parsing it). Returns the number of pages
+    handed on."""
     group_id = new_batch_id()
     if group.bodies:
         refs = write_spool(w.settings, group_id, [body for _, body in group.bodies])
@@ -48,8 +50,8 @@ def flush_group(w: Worker, shard: int, group: Group, counters: Counters,
         record_latencies(w.control.client, w.settings.KEY_PREFIX, latencies)
     for page in group.pages:
         count_page(page, counters, pages_counted=bool(w.settings.MAX_PAGES))
-    w.control.begin_batches([group_id], time.time() + w.settings.batch_timeout_s)
+    w.control.begin_batches([group_id], time.time() + w.settings.batch_timeout_s, w.settings.node_name)
     w.count(counters)
     emit(group.pages, group_id)
-    w.frontier.ack(shard, group.parked)
+    w.frontier.ack(shard, group.parked, group_id)
     return len(group.pages)

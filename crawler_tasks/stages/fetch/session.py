@@ -163,7 +163,7 @@ class FetchSession:
             elif (on_grid or polling) and self.flowing:
                 room = self._room()
                 if room:
-                    self._take(w.frontier.get_urls(self.shard, room))
+                    self._take(w.frontier.get_urls(self.shard, room, owner=w.frontier.owner))
             self._dispatch()
             if on_grid or (polling and not self.held):
                 if self.held:
