@@ -25,7 +25,7 @@ from crawler_tasks.ops.maintenance import run_maintenance
 from crawler_tasks.ops.snapshot import maybe_checkpoint
 from crawler_tasks.output.spool import check_batch_id
 from crawler_tasks.queues import DEDUP_QUEUE, fetch_queue, parse_queue
-from crawler_tasks.records import FetchedPage, page_from_message, record_from_message, to_message
+from crawler_tasks.records import Capture, capture_from_message, record_from_message, to_message
 from crawler_tasks.settings import get_settings
 from crawler_tasks.stages.enqueue import enqueue_stage
 from crawler_tasks.stages.fetch import fetch_stage
@@ -134,10 +134,8 @@ def fetch(shard: Any, batch_id: Any, leases: Any) -> int:
         return _refuse("fetch", exc)
     w.control.own_session(shard, batch_id, w.settings.node_name)
 
-    def emit(pages: list[FetchedPage], group_id: str) -> None:
+    def emit(pages: list[Capture], group_id: str) -> None:
         w.control.own_group(group_id, w.settings.node_name)
-        for page in pages:
-            page.node = w.settings.node_name
         parse.apply_async(([to_message(p) for p in pages], group_id), queue=parse_queue(w.settings.node_name),
                           **_summary(f"<{len(pages)} pages>, {group_id!r}"))
 
@@ -153,7 +151,7 @@ def parse(pages: Any, batch_id: Any) -> int:
     t0 = time.process_time()
     try:
         batch_id = check_batch_id(batch_id)
-        checked = [page_from_message(p) for p in _list(pages, "pages")]
+        checked = [capture_from_message(p) for p in _list(pages, "pages")]
     except MessageError as exc:
         return _refuse("parse", exc)
     records = parse_stage(w, checked, batch_id)

@@ -163,7 +163,7 @@ def test_a_stage_task_killed_after_it_wrote_writes_nothing_twice_when_run_again(
     from crawler_tasks.ops.control import Control
     from crawler_tasks.output.spool import spool_path
     from crawler_tasks.queues import DEDUP_QUEUE, parse_queue
-    from crawler_tasks.records import FetchedPage, PageRecord, record_from_message, to_message
+    from crawler_tasks.records import Capture, FetchedPage, PageRecord, record_from_message, to_message
     from crawler_tasks.stages.enqueue import enqueue_stage
     from crawler_tasks.stages.worker import Worker
 
@@ -173,7 +173,7 @@ def test_a_stage_task_killed_after_it_wrote_writes_nothing_twice_when_run_again(
     groups = {name: f"{i + 1:x}-1-0000abcd" for i, name in enumerate(["torn", "written", "handed", "fresh"])}
 
     def recs(host: str, n: int) -> list[PageRecord]:
-        return [PageRecord(url=f"http://{host}.test/{i}", status=200, fetched_at="2026-12-03T09:00:00Z")
+        return [PageRecord(FetchedPage(url=f"http://{host}.test/{i}", status=200, fetched_at="2026-12-03T09:00:00Z"))
                 for i in range(n)]
 
     torn, written, handed = recs("a", 3), recs("d", 1), recs("b", 2)
@@ -199,8 +199,8 @@ def test_a_stage_task_killed_after_it_wrote_writes_nothing_twice_when_run_again(
             send(tasks.dedup, torn, groups["torn"])
             send(tasks.dedup, written, groups["written"])
             assert take(DEDUP_QUEUE) and take(DEDUP_QUEUE)   # both taken, never acknowledged
-            send(tasks.parse, [FetchedPage(url=r.url) for r in handed], groups["handed"])
-            send(tasks.parse, [FetchedPage(url="http://c.test/0")], groups["fresh"])
+            send(tasks.parse, [Capture(FetchedPage(url=r.page.url)) for r in handed], groups["handed"])
+            send(tasks.parse, [Capture(FetchedPage(url="http://c.test/0"))], groups["fresh"])
             assert take(parse_q) and take(parse_q)
             send(tasks.dedup, handed, groups["handed"])        # the handed-on parse task's hand-off
 
@@ -225,7 +225,7 @@ def test_a_stage_task_killed_after_it_wrote_writes_nothing_twice_when_run_again(
         for items, group in queued[DEDUP_QUEUE]:   # the dedup tasks run again
             enqueue_stage(worker, [record_from_message(m) for m in items], group)
         urls = Counter(orjson.loads(line)["url"] for line in (tmp_path / "pages.jsonl").read_bytes().splitlines())
-        assert urls == Counter(r.url for r in torn + written + handed)   # each once
+        assert urls == Counter(r.page.url for r in torn + written + handed)   # each once
         assert set(redis.Redis.from_url(s.REDIS_URL, decode_responses=True).zrange(
             Control(s).keys.inflight, 0, -1)) == {groups["fresh"]}
     finally:

@@ -14,7 +14,7 @@ from crawler_tasks.frontier import ENQUEUED, SEEN, VERDICT_NAMES, Discovered, Fr
 from crawler_tasks.ops.control import Control
 from crawler_tasks.ops.messages import quote
 from crawler_tasks.output.jsonl import append_jsonl, once_written, pages_path
-from crawler_tasks.records import EntryKind, ErrorKind, PageRecord
+from crawler_tasks.records import EntryKind, ErrorKind, FetchedPage, PageRecord
 from crawler_tasks.settings import Settings
 from crawler_tasks.stages.gate import UrlGate
 from crawler_tasks.stages.worker import Worker
@@ -29,7 +29,8 @@ def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
     counters: Counters = {}
     discovered: list[Discovered] = []
     redirects: dict[int, PageRecord] = {}   # index in discovered -> the redirect's record
-    claims = [(e.url, e.lastmod) for rec in records for e in rec.sitemap_urls if e.lastmod] if s.CONTINUOUS else []
+    claims = ([(e.url, e.lastmod) for rec in records for e in rec.found.sitemap_urls if e.lastmod]
+              if s.CONTINUOUS else [])
     if claims:   # before the entries go: a sitemap's lastmod is evidence of change
         bump(counters, "recrawl/sitemap_due", w.recrawler.sitemap_claims(claims))
     drops: list[RuleDrop] = []
@@ -48,25 +49,25 @@ def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
                 continue
             bump(counters, f"frontier/dropped/{VERDICT_NAMES.get(verdict, verdict)}")
             redirected = redirects.get(i)
-            if redirected is not None and verdict == SEEN and redirected.hops > 0:
+            if redirected is not None and verdict == SEEN and redirected.page.hops > 0:
                 # a chain that comes back to a URL already seen: a loop, say so
-                redirected.error_kind, redirected.error = (ErrorKind.REDIRECTS,
-                                                           f"redirect loop: {redirected.redirect_to} already seen")
+                redirected.page.error_kind, redirected.page.error = (
+                    ErrorKind.REDIRECTS, f"redirect loop: {redirected.parsed.redirect_to} already seen")
         bump(counters, "frontier/enqueued", enqueued)
     for rec in records:
-        if rec.error_kind:
-            bump(counters, f"records/error/{rec.error_kind}")
+        if rec.page.error_kind:
+            bump(counters, f"records/error/{rec.page.error_kind}")
     if s.CONTINUOUS:
         for name, n in w.recrawler.record_visits(records).items():
             bump(counters, name, n)
     if drops:   # one record per URL a learned rule dropped, naming the rule and its evidence
-        dropped = [PageRecord(url=d.url, depth=d.depth, error_kind=ErrorKind.FILTERED, error=d.reason)
+        dropped = [PageRecord(FetchedPage(url=d.url, depth=d.depth, error_kind=ErrorKind.FILTERED, error=d.reason))
                    for d in w.rules.first_drops(drops, w.frontier.bloom)]
         bump(counters, "records/error/filtered", len(dropped))
         records = [*records, *dropped]
     append_jsonl(pages_path(s), [rec.output() for rec in records])
     bump(counters, "records/written", len(records))
-    bump(counters, "records/indexable", sum(1 for r in records if r.indexable))
+    bump(counters, "records/indexable", sum(1 for r in records if r.parsed.indexable))
 
     def close_batch() -> None:
         w.count(counters)
@@ -81,31 +82,31 @@ def _discoveries(w: Worker, rec: PageRecord, counters: Counters,
     """The record's links, sitemap entries and canonical; its redirect target apart.
     Links and sitemap entries that a learned rule drops go to ``drops``."""
     s, gate = w.settings, w.gate
+    page, parsed, found = rec.page, rec.parsed, rec.found
     out: list[Discovered | None] = []
-    depth = rec.depth
+    depth = page.depth
     if _follows_links(rec):
-        out += [gate.admit(url, depth + 1, counters, normalized=True, drops=drops) for url in rec.links]
+        out += [gate.admit(url, depth + 1, counters, normalized=True, drops=drops) for url in found.links]
     # sitemap entries are not forced: a sitemap usually lists pages the links reach too,
     # and only the Bloom filter knows those (an exact test would fetch each of them twice)
     out += [gate.admit(e.url, 0, counters, check_depth=False, drops=drops,
-                       priority=_sitemap_level(s, e.priority, e.lastmod)) for e in rec.sitemap_urls]
+                       priority=_sitemap_level(s, e.priority, e.lastmod)) for e in found.sitemap_urls]
     out += [gate.admit(url, 0, counters, check_depth=False, kind=EntryKind.SITEMAP)
-            for url in rec.sitemaps]
-    if rec.canonical and rec.canonical != rec.url:
-        out.append(gate.admit(rec.canonical, depth, counters))
+            for url in found.sitemaps]
+    if parsed.canonical and parsed.canonical != page.url:
+        out.append(gate.admit(parsed.canonical, depth, counters))
     redirect = None
-    if rec.redirect_to:
-        hops = rec.hops + 1
+    if parsed.redirect_to:
+        hops = page.hops + 1
         if hops > s.MAX_REDIRECTS:
-            rec.error_kind, rec.error = ErrorKind.REDIRECTS, f"more than {s.MAX_REDIRECTS} redirects"
+            page.error_kind, page.error = ErrorKind.REDIRECTS, f"more than {s.MAX_REDIRECTS} redirects"
             bump(counters, "filter/redirects")
-        elif rec.redirect_to == rec.url:
-            rec.error_kind, rec.error = ErrorKind.REDIRECTS, "redirect to itself"
+        elif parsed.redirect_to == page.url:
+            page.error_kind, page.error = ErrorKind.REDIRECTS, "redirect to itself"
         else:  # a sitemap's redirect is still a sitemap
-            kind = EntryKind.SITEMAP if rec.kind == EntryKind.SITEMAP else EntryKind.PAGE
-            redirect = gate.admit(rec.redirect_to, depth, counters, hops=hops, kind=kind,
+            kind = EntryKind.SITEMAP if page.kind == EntryKind.SITEMAP else EntryKind.PAGE
+            redirect = gate.admit(parsed.redirect_to, depth, counters, hops=hops, kind=kind,
                                   check_depth=kind != EntryKind.SITEMAP)
-    rec.links, rec.sitemap_urls, rec.sitemaps = [], [], []
     return [d for d in out if d is not None], redirect
 
 
@@ -114,9 +115,10 @@ def _follows_links(rec: PageRecord) -> bool:
     mirror links its own copies). A copy of a page of its own host is followed: the main
     text of a pager's pages can be the same chrome while their links name other items
     (the links already seen cost a URL-seen test)."""
-    if rec.soft_404:
+    duplicate_of = rec.parsed.duplicate_of
+    if rec.parsed.soft_404:
         return False
-    return not rec.duplicate_of or rec.duplicate_of.split("/", 3)[2:3] == rec.url.split("/", 3)[2:3]
+    return not duplicate_of or duplicate_of.split("/", 3)[2:3] == rec.page.url.split("/", 3)[2:3]
 
 
 def _sitemap_level(s: Settings, priority: float | None, lastmod: str | None = None) -> int:

@@ -60,7 +60,7 @@ def robots_step(ctx: TurnContext, lease: Lease, state: HostState, entry: Entry, 
         return Turn(max(answer.entry.expires, time.time() + s.MIN_DELAY_S), Action.KEEP, last=True)
     if answer.check == Check.DISALLOWED:
         return Turn(time.time(), Action.DONE,
-                    page_of(entry, None, error_kind=ErrorKind.ROBOTS, error="disallowed by robots.txt"))
+                    page_of(entry, s.node_name, None, error_kind=ErrorKind.ROBOTS, error="disallowed by robots.txt"))
     return None
 
 

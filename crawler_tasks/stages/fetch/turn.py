@@ -51,7 +51,8 @@ def take_turn(ctx: TurnContext, lease: Lease, state: HostState, not_before: floa
     try:  # refuse private targets before anything, robots.txt included, is sent
         ip = w.fetcher.check_host(urlsplit(entry.url).hostname or "")
     except AddressRefused as exc:
-        return Turn(time.time(), Action.DONE, page_of(entry, None, error_kind=ErrorKind.REFUSED, error=exc.reason))
+        page = page_of(entry, s.node_name, None, error_kind=ErrorKind.REFUSED, error=exc.reason)
+        return Turn(time.time(), Action.DONE, page)
     except ResolveError:
         pass  # the request below records the DNS failure and the retry policy applies
     if not (s.PER_IP_POLITENESS and ip):
@@ -96,7 +97,8 @@ def _learned_rules_step(ctx: TurnContext, lease: Lease, state: HostState, entry:
         ctx.bump("dust/dropped_queued", 1)
         why = (f"a variant of {spelled} by this host's learned URL rules"
                + (" (queued in its place)" if queued[0] == ENQUEUED else ""))
-    return Turn(time.time(), Action.DONE, page_of(entry, None, error_kind=ErrorKind.FILTERED, error=why))
+    page = page_of(entry, ctx.w.settings.node_name, None, error_kind=ErrorKind.FILTERED, error=why)
+    return Turn(time.time(), Action.DONE, page)
 
 
 def _request_step(ctx: TurnContext, lease: Lease, state: HostState, entry: Entry, not_before: float) -> Turn:
@@ -119,7 +121,7 @@ def _request_step(ctx: TurnContext, lease: Lease, state: HostState, entry: Entry
         turn.exchange, turn.digest = res, warc_digest(res.body)
     if action == Action.RETRY:
         return turn
-    turn.page = page_of(entry, res)
+    turn.page = page_of(entry, s.node_name, res)
     ok = res.status is not None and 200 <= res.status < 300
     if ok and (entry.kind == EntryKind.SITEMAP or is_html(res.content_type, res.content[:512])):
         turn.body = res.content
