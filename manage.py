@@ -408,7 +408,7 @@ def cmd_robots(args: argparse.Namespace) -> int:
     from crawler_tasks.robots.cache import ALLOW, UNREACHABLE, MemoryRobotsStore, RobotsCache
 
     settings = _settings_from(args)
-    agent = product_token(args.agent or settings.robots_agent)
+    agent = product_token(args.agent or settings.ROBOTS_AGENT or settings.USER_AGENT)
     parts = urlsplit(args.url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(f"not an http(s) URL: {args.url!r}")

@@ -157,7 +157,7 @@ def _parse_into(w: Worker, rec: PageRecord, body: bytes, extra: list[PageRecord]
     text and rel) for the indexer feed, which must not travel through the broker."""
     s = w.settings
     page, out = rec.page, rec.parsed
-    options: dict[str, Any] = dict(content_type=page.content_type, headers=page.headers, agent=s.robots_agent,
+    options: dict[str, Any] = dict(content_type=page.content_type, headers=page.headers, agent=w.robots_agent,
                                    max_text_chars=s.MAX_TEXT_CHARS, drop_params=w.gate.drop,
                                    max_elements=s.PARSE_MAX_ELEMENTS, max_depth=s.PARSE_MAX_DEPTH,
                                    max_attrs=s.PARSE_MAX_ATTRS)

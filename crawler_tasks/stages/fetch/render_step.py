@@ -51,7 +51,7 @@ def _browser_fetch(ctx: TurnContext, lease: Lease, state: HostState, last: list[
         return None
     if s.OBEY_ROBOTS:
         entry = w.robots.get(w.frontier, lease.host)
-        if entry is None or not entry.rules.is_allowed(url, s.robots_agent):
+        if entry is None or not entry.rules.is_allowed(url, w.robots_agent):
             ctx.bump("render/refused/robots", 1)
             return None
     gap = request_gap(w.policy, state)

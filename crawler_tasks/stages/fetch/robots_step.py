@@ -33,7 +33,7 @@ def robots_step(ctx: TurnContext, lease: Lease, state: HostState, entry: Entry, 
     w, s = ctx.w, ctx.w.settings
     if not s.OBEY_ROBOTS:
         return None
-    answer = w.robots.check(w.frontier, w.fetcher, entry.url, s.robots_agent, cancel=ctx.halt,
+    answer = w.robots.check(w.frontier, w.fetcher, entry.url, w.robots_agent, cancel=ctx.halt,
                             not_before=not_before,
                             before_hop=lambda prev: _pace_hop(ctx, lease.host, state, prev))
     if answer.exchange is not None:  # this turn went to robots.txt
@@ -44,7 +44,7 @@ def robots_step(ctx: TurnContext, lease: Lease, state: HostState, entry: Entry, 
         if res.status:
             ctx.bump(f"robots/status/{res.status}", 1)
         if answer.entry.kind == RULES:
-            state.crawl_delay_s, skip = crawl_delay_verdict(w.policy, answer.entry.rules.crawl_delay(s.robots_agent))
+            state.crawl_delay_s, skip = crawl_delay_verdict(w.policy, answer.entry.rules.crawl_delay(w.robots_agent))
             if skip:
                 return Turn(time.time() + w.policy.park_s, Action.KEEP, last=True)
         turn = after_exchange(w.policy, state, res, Action.KEEP)
