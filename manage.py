@@ -473,7 +473,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 def cmd_dupes(args: argparse.Namespace) -> int:
-    from crawler_tasks.dedup import dupes
+    from crawler_tasks.ops import dupes
 
     return dupes.main(["--out", args.out or Settings.from_env().OUT_DIR, "--threshold", str(args.threshold)])
 
