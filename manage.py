@@ -160,7 +160,7 @@ def cmd_seed(args: argparse.Namespace) -> int:
     from crawler_tasks.ops.control import Control, CrawlState
     from crawler_tasks.ops.messages import listed
     from crawler_tasks.ops.runner import read_seeds_file
-    from crawler_tasks.stages.enqueue import seed_urls
+    from crawler_tasks.ops.seeds import seed_urls
 
     urls = list(args.urls) + (read_seeds_file(args.seeds_file) if args.seeds_file else [])
     if not urls:

@@ -88,7 +88,7 @@ def test_maintenance_waits_for_the_first_seeds_then_finishes_an_exhausted_crawl(
     "finished: frontier exhausted" within a second, and the seeds were never fetched."""
     from crawler_tasks.frontier import Frontier
     from crawler_tasks.ops.maintenance import run_maintenance
-    from crawler_tasks.stages.enqueue import seed_urls
+    from crawler_tasks.ops.seeds import seed_urls
 
     control = Control(settings)
     for _ in range(3):

@@ -14,10 +14,11 @@ import pytest
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.ops.control import CrawlState
 from crawler_tasks.ops.maintenance import read_progress, run_maintenance
+from crawler_tasks.ops.seeds import seed_urls
 from crawler_tasks.records import capture_from_message, record_from_message, to_message
 from crawler_tasks.robots.rules import MAX_ROBOTS_BYTES
 from crawler_tasks.settings import reset_settings
-from crawler_tasks.stages.enqueue import enqueue_stage, seed_urls
+from crawler_tasks.stages.enqueue import enqueue_stage
 from crawler_tasks.stages.fetch import fetch_stage
 from crawler_tasks.stages.parse import parse_stage
 from crawler_tasks.stages.wake import plan_wake

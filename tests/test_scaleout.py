@@ -19,8 +19,8 @@ from crawler_tasks.keys import shard_of
 from crawler_tasks.ops.control import CrawlState
 from crawler_tasks.ops.embedded import EmbeddedRedis
 from crawler_tasks.ops.maintenance import read_progress
+from crawler_tasks.ops.seeds import seed_urls
 from crawler_tasks.settings import reset_settings
-from crawler_tasks.stages.enqueue import seed_urls
 from testweb import TestWeb
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -49,11 +49,11 @@ from crawler_tasks.ops.outdir import OutputLock, previous_outputs
 from crawler_tasks.ops.progress import StatusLine, eta_s, progress_line
 from crawler_tasks.ops.reconcile import reconcile, roll_back
 from crawler_tasks.ops.restore import restore
+from crawler_tasks.ops.seeds import seed_urls
 from crawler_tasks.ops.snapshot import latest_snapshot
 from crawler_tasks.ops.waiting import WaitingHost, WaitReason, describe, waiting_hosts
 from crawler_tasks.queues import CONTROL_QUEUE, DEDUP_QUEUE, fetch_queue, parse_queue
 from crawler_tasks.settings import Settings
-from crawler_tasks.stages.enqueue import seed_urls
 from crawler_tasks.stages.gate import UrlGate
 
 log = logging.getLogger(__name__)

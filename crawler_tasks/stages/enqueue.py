@@ -10,13 +10,10 @@ from datetime import UTC, datetime
 
 from crawler_tasks.counters import Counters, bump
 from crawler_tasks.dedup.rules import RuleDrop
-from crawler_tasks.frontier import ENQUEUED, SEEN, VERDICT_NAMES, Discovered, Frontier
-from crawler_tasks.ops.control import Control
-from crawler_tasks.ops.messages import quote
+from crawler_tasks.frontier import ENQUEUED, SEEN, VERDICT_NAMES, Discovered
 from crawler_tasks.output.jsonl import append_jsonl, once_written, pages_path
 from crawler_tasks.records import EntryKind, ErrorKind, FetchedPage, PageRecord
 from crawler_tasks.settings import Settings
-from crawler_tasks.stages.gate import UrlGate
 from crawler_tasks.stages.worker import Worker
 
 RECENT_LASTMOD_S = 30 * 86_400.0
@@ -147,23 +144,3 @@ def _demote_trap_hosts(w: Worker, discovered: list[Discovered], counters: Counte
     top = w.settings.PRIORITY_LEVELS - 1
     bump(counters, "frontier/demoted_duplicate_host", sum(d.host in trap for d in discovered))
     return [dataclasses.replace(d, priority=top) if d.host in trap else d for d in discovered]
-
-
-def seed_urls(settings: Settings, urls: list[str], frontier: Frontier | None = None) -> tuple[int, list[str]]:
-    """Pass seed URLs through the gate and force-add them. Returns (added, rejected messages)."""
-    frontier = frontier or Frontier(settings)
-    gate = UrlGate(settings)
-    items, rejected = [], []
-    for raw in urls:
-        counters: Counters = {}
-        item = gate.admit(raw, 0, counters, force=True)
-        if item is None:
-            reason = next(iter(counters), "filter/malformed").split("/", 1)[1]
-            rejected.append(f"{quote(raw)}: " + ("not a crawlable http(s) URL" if reason == "malformed"
-                                                 else f"filtered ({reason})"))
-            continue
-        items.append(item)
-    added = sum(v == ENQUEUED for v in frontier.put_discovered(items)) if items else 0
-    if added:   # after the add: the crawl starts (or a finish is cancelled) with its seeds queued
-        Control(settings).seeded(added)
-    return added, rejected

@@ -1,0 +1,31 @@
+"""Seeding: the operator's URLs into the frontier, through the same URL gate as every
+discovered link (``stages.gate``), forced past the URL-seen test; the crawl is told it
+has work (``Control.seeded``). Used by ``manage.py crawl`` and ``manage.py seed``."""
+from __future__ import annotations
+
+from crawler_tasks.counters import Counters
+from crawler_tasks.frontier import ENQUEUED, Frontier
+from crawler_tasks.ops.control import Control
+from crawler_tasks.ops.messages import quote
+from crawler_tasks.settings import Settings
+from crawler_tasks.stages.gate import UrlGate
+
+
+def seed_urls(settings: Settings, urls: list[str], frontier: Frontier | None = None) -> tuple[int, list[str]]:
+    """Pass seed URLs through the gate and force-add them. Returns (added, rejected messages)."""
+    frontier = frontier or Frontier(settings)
+    gate = UrlGate(settings)
+    items, rejected = [], []
+    for raw in urls:
+        counters: Counters = {}
+        item = gate.admit(raw, 0, counters, force=True)
+        if item is None:
+            reason = next(iter(counters), "filter/malformed").split("/", 1)[1]
+            rejected.append(f"{quote(raw)}: " + ("not a crawlable http(s) URL" if reason == "malformed"
+                                                 else f"filtered ({reason})"))
+            continue
+        items.append(item)
+    added = sum(v == ENQUEUED for v in frontier.put_discovered(items)) if items else 0
+    if added:   # after the add: the crawl starts (or a finish is cancelled) with its seeds queued
+        Control(settings).seeded(added)
+    return added, rejected
