@@ -20,12 +20,12 @@ from celery.signals import worker_process_init
 from crawler_tasks.celery import app
 from crawler_tasks.exceptions import MessageError
 from crawler_tasks.frontier import Lease
-from crawler_tasks.ops.control import CrawlState
-from crawler_tasks.ops.maintenance import run_maintenance
 from crawler_tasks.ops.snapshot import maybe_checkpoint
 from crawler_tasks.output.spool import check_batch_id
 from crawler_tasks.queues import DEDUP_QUEUE, fetch_queue, parse_queue
 from crawler_tasks.records import Capture, capture_from_message, record_from_message, to_message
+from crawler_tasks.runtime.control import CrawlState
+from crawler_tasks.runtime.maintenance import run_maintenance
 from crawler_tasks.settings import get_settings
 from crawler_tasks.stages.enqueue import enqueue_stage
 from crawler_tasks.stages.fetch import fetch_stage

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from crawler_tasks.frontier import Frontier
-from crawler_tasks.ops.control import CrawlState
-from crawler_tasks.ops.maintenance import read_progress, run_maintenance
 from crawler_tasks.ops.seeds import seed_urls
 from crawler_tasks.records import capture_from_message, record_from_message, to_message
 from crawler_tasks.robots.rules import MAX_ROBOTS_BYTES
+from crawler_tasks.runtime.control import CrawlState
+from crawler_tasks.runtime.maintenance import read_progress, run_maintenance
 from crawler_tasks.settings import reset_settings
 from crawler_tasks.stages.enqueue import enqueue_stage
 from crawler_tasks.stages.fetch import fetch_stage
@@ -277,7 +277,7 @@ def test_host_budget_and_query_variant_trap(fast):
         facets = [r for r in recs if "/facet?" in r["url"]]
         assert len(facets) == 5
         assert len(recs) <= 20  # the seed host's budget
-        from crawler_tasks.ops.maintenance import read_progress as rp
+        from crawler_tasks.runtime.maintenance import read_progress as rp
         stats = rp(s).stats
         assert stats["frontier/dropped/query_variants"] == 25
         assert stats["frontier/dropped/host_budget"] > 0

@@ -13,9 +13,9 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from crawler_tasks.ops.control import Control, CrawlState
 from crawler_tasks.ops.embedded import EmbeddedRedis
-from crawler_tasks.ops.maintenance import read_progress
+from crawler_tasks.runtime.control import Control, CrawlState
+from crawler_tasks.runtime.maintenance import read_progress
 from crawler_tasks.settings import reset_settings
 from testweb import TestWeb
 

@@ -27,10 +27,10 @@ import pytest
 import redis
 
 from crawler_tasks.keys import ShardKeys
-from crawler_tasks.ops.control import Control, CrawlState
 from crawler_tasks.ops.embedded import EmbeddedRedis
-from crawler_tasks.ops.maintenance import read_progress
 from crawler_tasks.ops.snapshot import list_snapshots
+from crawler_tasks.runtime.control import Control, CrawlState
+from crawler_tasks.runtime.maintenance import read_progress
 from crawler_tasks.settings import Settings, reset_settings
 from tests.test_cluster import Cluster
 from testweb import TestWeb

@@ -160,10 +160,10 @@ def test_a_stage_task_killed_after_it_wrote_writes_nothing_twice_when_run_again(
 
     from crawler_tasks import tasks
     from crawler_tasks.celery import app
-    from crawler_tasks.ops.control import Control
     from crawler_tasks.output.spool import spool_path
     from crawler_tasks.queues import DEDUP_QUEUE, parse_queue
     from crawler_tasks.records import Capture, FetchedPage, PageRecord, record_from_message, to_message
+    from crawler_tasks.runtime.control import Control
     from crawler_tasks.stages.enqueue import enqueue_stage
     from crawler_tasks.stages.worker import Worker
 

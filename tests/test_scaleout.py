@@ -16,10 +16,10 @@ import redis
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler_tasks.keys import shard_of
-from crawler_tasks.ops.control import CrawlState
 from crawler_tasks.ops.embedded import EmbeddedRedis
-from crawler_tasks.ops.maintenance import read_progress
 from crawler_tasks.ops.seeds import seed_urls
+from crawler_tasks.runtime.control import CrawlState
+from crawler_tasks.runtime.maintenance import read_progress
 from crawler_tasks.settings import reset_settings
 from testweb import TestWeb
 

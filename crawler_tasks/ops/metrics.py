@@ -58,8 +58,8 @@ from prometheus_client.utils import floatToGoString
 from crawler_tasks.connection import global_client
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.keys import GlobalKeys
-from crawler_tasks.ops.control import CrawlState
-from crawler_tasks.ops.maintenance import read_progress
+from crawler_tasks.runtime.control import CrawlState
+from crawler_tasks.runtime.maintenance import read_progress
 from crawler_tasks.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -46,11 +46,11 @@ from crawler_tasks.broker import settle_leftovers
 from crawler_tasks.connection import broker_url
 from crawler_tasks.frontier import Discovered, Entry, Frontier
 from crawler_tasks.frontier.reclaim import forget, give_back, queue_heads, queued_among, remember_queued, unseen_among
-from crawler_tasks.ops.control import Control
 from crawler_tasks.output.jsonl import FEED_FILE, PAGES_FILE
 from crawler_tasks.output.spool import remove_spool
 from crawler_tasks.queues import DEDUP_QUEUE, fetch_queue, parse_queue
 from crawler_tasks.records import EntryKind
+from crawler_tasks.runtime.control import Control
 from crawler_tasks.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,6 @@ import redis
 from crawler_tasks.connection import bytes_client, main_url, shard_url
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.keys import ShardKeys
-from crawler_tasks.ops.control import Control
 from crawler_tasks.ops.snapshot import (
     _MUST_MATCH,
     _SHARD_TAG,
@@ -39,6 +38,7 @@ from crawler_tasks.ops.snapshot import (
     _safe_url,
     _servers,
 )
+from crawler_tasks.runtime.control import Control
 from crawler_tasks.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -39,9 +39,7 @@ from crawler_tasks.connection import broker_url, global_client, ping_once, redac
 from crawler_tasks.exceptions import ConfigError, CrawlerError
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.ops.child import ForkedProc, ForkServer, die_with_parent
-from crawler_tasks.ops.control import Control, CrawlState
 from crawler_tasks.ops.embedded import EmbeddedRedis, error_line, log_tail, private_dir, write_private
-from crawler_tasks.ops.maintenance import Progress, read_progress, settle
 from crawler_tasks.ops.messages import listed
 from crawler_tasks.ops.metrics import serve_metrics
 from crawler_tasks.ops.metrics import stop as stop_metrics
@@ -53,6 +51,8 @@ from crawler_tasks.ops.seeds import seed_urls
 from crawler_tasks.ops.snapshot import latest_snapshot
 from crawler_tasks.ops.waiting import WaitingHost, WaitReason, describe, waiting_hosts
 from crawler_tasks.queues import CONTROL_QUEUE, DEDUP_QUEUE, fetch_queue, parse_queue
+from crawler_tasks.runtime.control import Control, CrawlState
+from crawler_tasks.runtime.maintenance import Progress, read_progress, settle
 from crawler_tasks.settings import Settings
 from crawler_tasks.stages.gate import UrlGate
 

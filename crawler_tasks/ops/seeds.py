@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from crawler_tasks.counters import Counters
 from crawler_tasks.frontier import ENQUEUED, Frontier
-from crawler_tasks.ops.control import Control
 from crawler_tasks.ops.messages import quote
+from crawler_tasks.runtime.control import Control
 from crawler_tasks.settings import Settings
 from crawler_tasks.stages.gate import UrlGate
 

@@ -18,13 +18,13 @@ from crawler_tasks.fetch.politeness import PolitenessPolicy
 from crawler_tasks.fetch.pool import ExchangePool
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.frontier.recrawl import Recrawler
-from crawler_tasks.ops.control import Control
 from crawler_tasks.output.jsonl import FeedWriter
 from crawler_tasks.output.warc import WarcStore
 from crawler_tasks.parse.sandbox import ParseSandbox
 from crawler_tasks.render.policy import RenderPolicy
 from crawler_tasks.robots.cache import RobotsCache
 from crawler_tasks.robots.rules import product_token
+from crawler_tasks.runtime.control import Control
 from crawler_tasks.settings import Settings
 from crawler_tasks.stages.gate import UrlGate
 

@@ -31,8 +31,8 @@ from crawler_tasks.counters import Counters, bump
 from crawler_tasks.fetch.http import Cancel
 from crawler_tasks.fetch.politeness import HostState, request_gap
 from crawler_tasks.frontier import Lease
-from crawler_tasks.ops.control import CrawlState
 from crawler_tasks.records import Action, Capture
+from crawler_tasks.runtime.control import CrawlState
 from crawler_tasks.stages.fetch.finish import End, finish_turn
 from crawler_tasks.stages.fetch.groups import Group, Taken, flush_group
 from crawler_tasks.stages.fetch.outcome import Turn
