@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from crawler_tasks.counters import Counters
-from crawler_tasks.ops.metrics import record_latencies
 from crawler_tasks.output.spool import new_batch_id, write_spool
 from crawler_tasks.records import Capture, FetchedPage
+from crawler_tasks.runtime.latency import record_latencies
 from crawler_tasks.stages.fetch.outcome import count_page
 from crawler_tasks.stages.worker import Worker
 
