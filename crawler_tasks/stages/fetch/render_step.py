@@ -12,10 +12,10 @@ from crawler_tasks.fetch.politeness import HostState, request_gap
 from crawler_tasks.frontier import Lease
 from crawler_tasks.output.warc import warc_date
 from crawler_tasks.records import ErrorKind
+from crawler_tasks.stages.fetch.context import TurnContext
 
 if TYPE_CHECKING:
     from crawler_tasks.stages.fetch.outcome import Turn
-    from crawler_tasks.stages.fetch.turn import TurnContext
 
 
 def maybe_render(ctx: TurnContext, lease: Lease, state: HostState, res: FetchResult, turn: Turn) -> None:

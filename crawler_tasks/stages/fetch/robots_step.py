@@ -7,7 +7,6 @@ host's delay). ``first_contact`` runs right after a host's robots.txt was read.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from crawler_tasks.counters import Counters
@@ -17,11 +16,9 @@ from crawler_tasks.frontier import Entry, Lease
 from crawler_tasks.output.warc import warc_digest
 from crawler_tasks.records import Action, EntryKind, ErrorKind
 from crawler_tasks.robots.cache import RULES, UNREACHABLE, Check
+from crawler_tasks.stages.fetch.context import TurnContext
 from crawler_tasks.stages.fetch.outcome import Turn, aborted, after_exchange, page_of
 from crawler_tasks.stages.worker import Worker
-
-if TYPE_CHECKING:
-    from crawler_tasks.stages.fetch.turn import TurnContext
 
 MAX_SITEMAPS_PER_HOST = 20
 

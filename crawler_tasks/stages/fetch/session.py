@@ -33,10 +33,11 @@ from crawler_tasks.fetch.politeness import HostState, request_gap
 from crawler_tasks.frontier import Lease
 from crawler_tasks.records import Action, Capture
 from crawler_tasks.runtime.control import CrawlState
+from crawler_tasks.stages.fetch.context import TurnContext
 from crawler_tasks.stages.fetch.finish import End, finish_turn
 from crawler_tasks.stages.fetch.groups import Group, Taken, flush_group
 from crawler_tasks.stages.fetch.outcome import Turn
-from crawler_tasks.stages.fetch.turn import TurnContext, take_turn
+from crawler_tasks.stages.fetch.turn import take_turn
 from crawler_tasks.stages.fetch.view import crawl_view
 from crawler_tasks.stages.worker import Worker, log_once
 

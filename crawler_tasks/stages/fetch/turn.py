@@ -10,15 +10,11 @@ hops and a rendering browser's requests, each paced at the host's delay.
 """
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from crawler_tasks.counters import Counters
 from crawler_tasks.dedup.rules import RuleDrop
-from crawler_tasks.fetch.http import Cancel
 from crawler_tasks.fetch.netsafety import AddressRefused, ResolveError
 from crawler_tasks.fetch.politeness import HostState, request_gap
 from crawler_tasks.frontier import ENQUEUED, Discovered, Entry, Lease
@@ -26,21 +22,10 @@ from crawler_tasks.output.warc import warc_digest
 from crawler_tasks.parse.html import is_html
 from crawler_tasks.parse.sitemaps import MAX_SITEMAP_BYTES
 from crawler_tasks.records import Action, EntryKind, ErrorKind
+from crawler_tasks.stages.fetch.context import TurnContext
 from crawler_tasks.stages.fetch.outcome import Turn, aborted, after_exchange, page_of, retry_action
 from crawler_tasks.stages.fetch.render_step import maybe_render
 from crawler_tasks.stages.fetch.robots_step import robots_step
-from crawler_tasks.stages.worker import Worker
-
-
-@dataclass(slots=True)
-class TurnContext:
-    """What a turn needs of its session."""
-
-    w: Worker
-    halt: Cancel                        # the crawl stops: exchanges in flight end now
-    stop: threading.Event               # the session stops: no more waiting
-    bump: Callable[[str, int], None]    # a session counter
-    renew: Callable[[str], None]        # extend one held host's lease (a long turn)
 
 
 def take_turn(ctx: TurnContext, lease: Lease, state: HostState, not_before: float) -> Turn:
