@@ -18,7 +18,7 @@ import redis
 from crawler_tasks.connection import broker_url, global_client, is_cluster_url, shard_client
 from crawler_tasks.dedup.nearindex import NearDupIndex
 from crawler_tasks.exceptions import ConfigError
-from crawler_tasks.frontier import ENQUEUED, SEEN, Discovered, Frontier
+from crawler_tasks.frontier import Discovered, Frontier, Verdict
 from crawler_tasks.keys import GlobalKeys
 from crawler_tasks.ops.child import die_with_parent
 from crawler_tasks.ops.embedded import free_port, redis_server_binary
@@ -136,8 +136,8 @@ def test_frontier_contract_on_cluster(csettings):
     f.allocate_bloom()
     hosts = [f"h{i}.test" for i in range(12)]
     items = [Discovered(f"http://{h}/{k}", h, priority=k % 3) for h in hosts for k in range(3)]
-    assert f.put_discovered(items) == [ENQUEUED] * len(items)
-    assert f.put_discovered(items[:5]) == [SEEN] * 5
+    assert f.put_discovered(items) == [Verdict.ENQUEUED] * len(items)
+    assert f.put_discovered(items[:5]) == [Verdict.SEEN] * 5
     assert {f.shard_of(h) for h in hosts} == set(range(4))
     now = 1_000.0
     fetched: list[str] = []

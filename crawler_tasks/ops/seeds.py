@@ -4,7 +4,7 @@ has work (``Control.seeded``). Used by ``manage.py crawl`` and ``manage.py seed`
 from __future__ import annotations
 
 from crawler_tasks.counters import Counters
-from crawler_tasks.frontier import ENQUEUED, Frontier
+from crawler_tasks.frontier import Frontier, Verdict
 from crawler_tasks.ops.messages import quote
 from crawler_tasks.runtime.control import Control
 from crawler_tasks.settings import Settings
@@ -25,7 +25,7 @@ def seed_urls(settings: Settings, urls: list[str], frontier: Frontier | None = N
                                                  else f"filtered ({reason})"))
             continue
         items.append(item)
-    added = sum(v == ENQUEUED for v in frontier.put_discovered(items)) if items else 0
+    added = sum(v == Verdict.ENQUEUED for v in frontier.put_discovered(items)) if items else 0
     if added:   # after the add: the crawl starts (or a finish is cancelled) with its seeds queued
         Control(settings).seeded(added)
     return added, rejected

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from crawler_tasks.counters import Counters, bump
 from crawler_tasks.dedup.rules import RuleDrop
-from crawler_tasks.frontier import ENQUEUED, SEEN, VERDICT_NAMES, Discovered
+from crawler_tasks.frontier import Discovered, Verdict
 from crawler_tasks.output.jsonl import append_jsonl, once_written, pages_path
 from crawler_tasks.records import EntryKind, ErrorKind, FetchedPage, PageRecord
 from crawler_tasks.settings import Settings
@@ -41,12 +41,12 @@ def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
     if discovered:
         discovered = _demote_trap_hosts(w, discovered, counters)
         for i, verdict in enumerate(w.frontier.put_discovered(discovered)):
-            if verdict == ENQUEUED:
+            if verdict == Verdict.ENQUEUED:
                 enqueued += 1
                 continue
-            bump(counters, f"frontier/dropped/{VERDICT_NAMES.get(verdict, verdict)}")
+            bump(counters, f"frontier/dropped/{verdict.reason}")
             redirected = redirects.get(i)
-            if redirected is not None and verdict == SEEN and redirected.page.hops > 0:
+            if redirected is not None and verdict == Verdict.SEEN and redirected.page.hops > 0:
                 # a chain that comes back to a URL already seen: a loop, say so
                 redirected.page.error_kind, redirected.page.error = (
                     ErrorKind.REDIRECTS, f"redirect loop: {redirected.parsed.redirect_to} already seen")

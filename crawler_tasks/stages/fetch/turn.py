@@ -17,7 +17,7 @@ from crawler_tasks.counters import Counters
 from crawler_tasks.dedup.rules import RuleDrop
 from crawler_tasks.fetch.netsafety import AddressRefused, ResolveError
 from crawler_tasks.fetch.politeness import HostState, request_gap
-from crawler_tasks.frontier import ENQUEUED, Discovered, Entry, Lease
+from crawler_tasks.frontier import Discovered, Entry, Lease, Verdict
 from crawler_tasks.output.warc import warc_digest
 from crawler_tasks.parse.html import is_html
 from crawler_tasks.parse.sitemaps import MAX_SITEMAP_BYTES
@@ -81,7 +81,7 @@ def _learned_rules_step(ctx: TurnContext, lease: Lease, state: HostState, entry:
         queued = ctx.w.frontier.put_discovered([Discovered(url=spelled, host=lease.host, depth=entry.depth)])
         ctx.bump("dust/dropped_queued", 1)
         why = (f"a variant of {spelled} by this host's learned URL rules"
-               + (" (queued in its place)" if queued[0] == ENQUEUED else ""))
+               + (" (queued in its place)" if queued[0] == Verdict.ENQUEUED else ""))
     page = page_of(entry, ctx.w.settings.node_name, None, error_kind=ErrorKind.FILTERED, error=why)
     return Turn(time.time(), Action.DONE, page)
 
