@@ -115,7 +115,7 @@ class FetchedPage:
     hops: int = 0
     kind: EntryKind = EntryKind.PAGE
     status: int | None = None
-    error_kind: str | None = None
+    error_kind: ErrorKind | None = None
     error: str | None = None
     fetched_at: str = ""
     final_url: str | None = None
@@ -329,6 +329,13 @@ def _truncated(value: Any) -> bool | str:
     return value if isinstance(value, bool) else _text(value)
 
 
+def _error_kind(value: Any) -> ErrorKind:
+    try:
+        return ErrorKind(value)
+    except ValueError:
+        raise ValueError(f"unknown error kind {value!r}") from None
+
+
 def _kind(value: Any) -> EntryKind:
     if value not in _KIND_BY_LABEL:
         raise ValueError(f"unknown kind {value!r}")
@@ -373,7 +380,7 @@ def _sitemap_urls(value: Any) -> list[SitemapUrl]:
 
 _CHECKS: dict[str, Any] = {
     "url": _url, "depth": _count, "hops": _count, "kind": _kind, "status": _opt(_int),
-    "error_kind": _opt(_text), "error": _opt(_text), "fetched_at": _text, "final_url": _opt(_url),
+    "error_kind": _opt(_error_kind), "error": _opt(_text), "fetched_at": _text, "final_url": _opt(_url),
     "content_type": _opt(_text), "bytes": _opt(_count), "fetch_ms": _opt(_float), "ip": _opt(_text),
     "truncated": _truncated, "headers": _headers, "location": _opt(_text), "rendered": _opt(_text),
     "warc_id": _opt(_text), "node": _opt(_text),

@@ -87,7 +87,7 @@ def count_page(page: FetchedPage, counters: Counters, *, pages_counted: bool = F
         bump(counters, f"fetch/error/{page.error_kind}")
 
 
-def page_of(entry: Entry, node: str, res: FetchResult | None, *, error_kind: str | None = None,
+def page_of(entry: Entry, node: str, res: FetchResult | None, *, error_kind: ErrorKind | None = None,
             error: str | None = None) -> FetchedPage:
     """The turn's record: the exchange's answer, or why there was none; ``node`` fetched it."""
     page = FetchedPage(url=entry.url, depth=entry.depth, hops=entry.hops, kind=entry.kind,
