@@ -24,7 +24,7 @@ from celery import Celery, bootsteps
 from celery.signals import worker_init
 
 from crawler_tasks.connection import broker_url
-from crawler_tasks.queues import CONTROL_QUEUE, DEDUP_QUEUE, FETCH_QUEUE, PARSE_QUEUE
+from crawler_tasks.queues import CONTROL_QUEUE, ENQUEUE_QUEUE, FETCH_QUEUE, OLD_ENQUEUE_QUEUE, PARSE_QUEUE
 from crawler_tasks.runtime.malloc import tune_malloc
 from crawler_tasks.schedule import build_schedule
 from crawler_tasks.settings import Settings, get_settings
@@ -141,7 +141,8 @@ def make_app() -> Celery:
         task_send_sent_event=False,
         task_default_queue=CONTROL_QUEUE,
         task_routes={
-            "crawler.dedup": {"queue": DEDUP_QUEUE},
+            "crawler.enqueue": {"queue": ENQUEUE_QUEUE},
+            "crawler.dedup": {"queue": OLD_ENQUEUE_QUEUE},   # the old name, for one release
             "crawler.wake": {"queue": CONTROL_QUEUE},
             "crawler.maintenance": {"queue": CONTROL_QUEUE},
             "crawler.recrawl": {"queue": CONTROL_QUEUE},

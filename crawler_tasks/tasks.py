@@ -2,7 +2,7 @@
 
 Messages carry URLs, lease tokens, batch ids and stage records as JSON (the schema is
 ``records.py``), never objects or page bodies. The chain is fetch -> parse -> enqueue
-(task ``crawler.dedup``); each stage sends the next one itself, because parse must run
+(task ``crawler.enqueue``); each stage sends the next one itself, because parse must run
 on the node that fetched (it reads the batch's spool file there), which is known only
 once a fetch worker has taken the batch. A message that fails validation is refused:
 logged, counted as ``error/message``, and nothing is read, written or deleted for it.
@@ -22,7 +22,7 @@ from crawler_tasks.exceptions import MessageError
 from crawler_tasks.frontier import Lease
 from crawler_tasks.ops.snapshot import maybe_checkpoint
 from crawler_tasks.output.spool import check_batch_id
-from crawler_tasks.queues import DEDUP_QUEUE, fetch_queue, parse_queue
+from crawler_tasks.queues import ENQUEUE_QUEUE, fetch_queue, parse_queue
 from crawler_tasks.records import Capture, capture_from_message, record_from_message, to_message
 from crawler_tasks.runtime.control import CrawlState
 from crawler_tasks.runtime.maintenance import run_maintenance
@@ -155,16 +155,16 @@ def parse(pages: Any, batch_id: Any) -> int:
     except MessageError as exc:
         return _refuse("parse", exc)
     records = parse_stage(w, checked, batch_id)
-    dedup.apply_async(([to_message(r) for r in records], batch_id), queue=DEDUP_QUEUE,
+    enqueue.apply_async(([to_message(r) for r in records], batch_id), queue=ENQUEUE_QUEUE,
                       **_summary(f"<{len(records)} records>, {batch_id!r}"))
     w.control.release_group(batch_id)
     w.count({"cpu_ms/parse": round((time.process_time() - t0) * 1000)})
     return len(records)
 
 
-@app.task(name="crawler.dedup", acks_late=True, autoretry_for=_REDIS_DOWN,
+@app.task(name="crawler.enqueue", acks_late=True, autoretry_for=_REDIS_DOWN,
           retry_backoff=True, retry_backoff_max=30, max_retries=10)
-def dedup(records: Any, batch_id: Any) -> int:
+def enqueue(records: Any, batch_id: Any) -> int:
     w = get_worker()
     t0 = time.process_time()
     try:
@@ -175,6 +175,13 @@ def dedup(records: Any, batch_id: Any) -> int:
     enqueued = enqueue_stage(w, checked, batch_id)
     w.count({"cpu_ms/dedup": round((time.process_time() - t0) * 1000)})
     return enqueued
+
+
+@app.task(name="crawler.dedup", acks_late=True, autoretry_for=_REDIS_DOWN,
+          retry_backoff=True, retry_backoff_max=30, max_retries=10)
+def enqueue_old_name(records: Any, batch_id: Any) -> int:
+    """``crawler.enqueue`` under its name up to 0.1 (``queues.OLD_ENQUEUE_QUEUE``): one release."""
+    return int(enqueue(records, batch_id))
 
 
 @app.task(name="crawler.recrawl", ignore_result=True)

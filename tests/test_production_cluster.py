@@ -84,7 +84,7 @@ class Crawl:
         fetch = ",".join(f"crawl.fetch.{i}" for i in range(self.settings.SHARDS))
         self.start(f"fetch-{node}", node, ["worker", "-Q", fetch, "-P", "threads", "-c", "4",
                                            "-n", f"fetch-{node}@%h", *COMMON])
-        self.start(f"parse-{node}", node, ["worker", "-Q", f"crawl.parse.{node},crawl.dedup", "-P", "solo",
+        self.start(f"parse-{node}", node, ["worker", "-Q", f"crawl.parse.{node},crawl.enqueue", "-P", "solo",
                                            "-n", f"parse-{node}@%h", *COMMON])
         if control:
             self.start("control", node, ["worker", "-Q", "crawl.control", "-P", "solo", "-n", "control@%h", *COMMON])

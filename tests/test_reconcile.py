@@ -149,10 +149,10 @@ def test_once_written_waits_for_redis_instead_of_retrying_the_task():
 
 def test_a_stage_task_killed_after_it_wrote_writes_nothing_twice_when_run_again(settings, tmp_path):
     """manage.py killed (issue 24's 9 duplicate records and 7 duplicate feed lines) after
-    a dedup task appended its group's records, or a parse task wrote its feed lines and
+    an enqueue task appended its group's records, or a parse task wrote its feed lines and
     handed its pages on, and before either acknowledged its message: the resume leaves
     out what they wrote (the torn record's half is kept), drops a message left empty,
-    ends a dropped dedup message's group, and each record is then written once."""
+    ends a dropped enqueue message's group, and each record is then written once."""
     from collections import Counter
 
     import redis
@@ -161,7 +161,7 @@ def test_a_stage_task_killed_after_it_wrote_writes_nothing_twice_when_run_again(
     from crawler_tasks import tasks
     from crawler_tasks.celery import app
     from crawler_tasks.output.spool import spool_path
-    from crawler_tasks.queues import DEDUP_QUEUE, parse_queue
+    from crawler_tasks.queues import ENQUEUE_QUEUE, OLD_ENQUEUE_QUEUE, parse_queue
     from crawler_tasks.records import Capture, FetchedPage, PageRecord, record_from_message, to_message
     from crawler_tasks.runtime.control import Control
     from crawler_tasks.stages.enqueue import enqueue_stage
@@ -191,29 +191,30 @@ def test_a_stage_task_killed_after_it_wrote_writes_nothing_twice_when_run_again(
 
             def send(task, items, group: str) -> None:
                 task.apply_async(([to_message(x) for x in items], group), producer=producer,
-                                 queue=DEDUP_QUEUE if task is tasks.dedup else parse_q)
+                                 queue=parse_q if task is tasks.parse else ENQUEUE_QUEUE if task is tasks.enqueue else OLD_ENQUEUE_QUEUE)
 
             def take(queue: str):
                 return Queue(queue, Exchange(queue), routing_key=queue)(conn.channel()).get(no_ack=False)
 
-            send(tasks.dedup, torn, groups["torn"])
-            send(tasks.dedup, written, groups["written"])
-            assert take(DEDUP_QUEUE) and take(DEDUP_QUEUE)   # both taken, never acknowledged
+            send(tasks.enqueue, torn, groups["torn"])
+            send(tasks.enqueue_old_name, written, groups["written"])   # left by a crawl before 0.2
+            assert take(ENQUEUE_QUEUE) and take(OLD_ENQUEUE_QUEUE)   # both taken, never acknowledged
             send(tasks.parse, [Capture(FetchedPage(url=r.page.url)) for r in handed], groups["handed"])
             send(tasks.parse, [Capture(FetchedPage(url="http://c.test/0"))], groups["fresh"])
             assert take(parse_q) and take(parse_q)
-            send(tasks.dedup, handed, groups["handed"])        # the handed-on parse task's hand-off
+            send(tasks.enqueue, handed, groups["handed"])        # the handed-on parse task's hand-off
 
             done = reconcile(s, tmp_path)
             assert (done.requeued, done.written_tasks, done.written_items) == (2, 2, 2 + 1 + 2)
             assert "2 interrupted task(s) already written dropped" in done.summary()
-            queued = {q: [] for q in (DEDUP_QUEUE, parse_q)}
+            queued = {q: [] for q in (ENQUEUE_QUEUE, OLD_ENQUEUE_QUEUE, parse_q)}
             for q in queued:
                 while (message := take(q)) is not None:
                     message.ack()
                     queued[q].append(message.payload[0])
         assert [[m["url"] for m in items] for items, _ in queued[parse_q]] == [["http://c.test/0"]]
-        assert sorted((group, [m["url"] for m in items]) for items, group in queued[DEDUP_QUEUE]) == [
+        assert queued[OLD_ENQUEUE_QUEUE] == []   # the old queue's message was written: dropped
+        assert sorted((group, [m["url"] for m in items]) for items, group in queued[ENQUEUE_QUEUE]) == [
             (groups["torn"], ["http://a.test/2"]), (groups["handed"], ["http://b.test/0", "http://b.test/1"])]
         inflight = set(redis.Redis.from_url(s.REDIS_URL, decode_responses=True).zrange(
             Control(s).keys.inflight, 0, -1))
@@ -222,7 +223,7 @@ def test_a_stage_task_killed_after_it_wrote_writes_nothing_twice_when_run_again(
         assert (tmp_path / "feed.jsonl").read_bytes() == feed   # committed: on its way to pages.jsonl
 
         worker = Worker.create(s)
-        for items, group in queued[DEDUP_QUEUE]:   # the dedup tasks run again
+        for items, group in queued[ENQUEUE_QUEUE]:   # the enqueue tasks run again
             enqueue_stage(worker, [record_from_message(m) for m in items], group)
         urls = Counter(orjson.loads(line)["url"] for line in (tmp_path / "pages.jsonl").read_bytes().splitlines())
         assert urls == Counter(r.page.url for r in torn + written + handed)   # each once

@@ -50,7 +50,7 @@ def test_two_frontier_servers_two_owners(settings, tmp_path):
         common = ["--without-gossip", "--without-mingle", "--without-heartbeat", "-P", "solo", "-l", "INFO"]
         specs = {"owner0": ["worker", "-Q", "crawl.fetch.0", "-n", "owner0@%h"],
                  "owner1": ["worker", "-Q", "crawl.fetch.1", "-n", "owner1@%h"],
-                 "process": ["worker", "-Q", "crawl.parse.nodeA,crawl.dedup", "-n", "process@%h"],
+                 "process": ["worker", "-Q", "crawl.parse.nodeA,crawl.enqueue", "-n", "process@%h"],
                  "control": ["worker", "-Q", "crawl.control", "-n", "control@%h"]}
         logs = tmp_path / "logs"
         logs.mkdir()

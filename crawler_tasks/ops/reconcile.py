@@ -48,7 +48,7 @@ from crawler_tasks.frontier import Discovered, Entry, Frontier
 from crawler_tasks.frontier.reclaim import forget, give_back, queue_heads, queued_among, remember_queued, unseen_among
 from crawler_tasks.output.jsonl import FEED_FILE, PAGES_FILE
 from crawler_tasks.output.spool import remove_spool
-from crawler_tasks.queues import DEDUP_QUEUE, fetch_queue, parse_queue
+from crawler_tasks.queues import ENQUEUE_QUEUES, fetch_queue, parse_queue
 from crawler_tasks.records import EntryKind
 from crawler_tasks.runtime.control import Control
 from crawler_tasks.settings import Settings
@@ -284,20 +284,21 @@ def reconcile(settings: Settings, out_dir: Path, now: float | None = None) -> Re
     parse_q = parse_queue(settings.node_name)
 
     def written(taken: dict[str, set[str]], queued: dict[str, set[str]]) -> dict[str, set[str]]:
-        """A taken dedup message wrote the records in pages.jsonl; a taken parse message
-        wrote its feed lines and handed its pages on once they are recorded or in a dedup
-        message."""
+        """A taken enqueue message wrote the records in pages.jsonl; a taken parse message
+        wrote its feed lines and handed its pages on once they are recorded or in an
+        enqueue message."""
         recorded = recorded_among(pages, set().union(*taken.values()))
-        return {DEDUP_QUEUE: recorded, parse_q: recorded | taken.get(DEDUP_QUEUE, set())
-                | queued.get(DEDUP_QUEUE, set())}
+        handed = set().union(*(taken.get(q, set()) | queued.get(q, set()) for q in ENQUEUE_QUEUES))
+        return {q: recorded for q in ENQUEUE_QUEUES} | {parse_q: recorded | handed}
 
-    leftovers = settle_leftovers(broker_url(settings), {parse_q, DEDUP_QUEUE},
+    leftovers = settle_leftovers(broker_url(settings), {parse_q, *ENQUEUE_QUEUES},
                                  {fetch_queue(i) for i in range(settings.SHARDS)},
                                  None if settings.CONTINUOUS else written)
     out.requeued, out.dropped_sessions, out.written_items = leftovers.requeued, leftovers.dropped, leftovers.trimmed
     control = Control(settings)
-    for batch_id in leftovers.done.get(DEDUP_QUEUE, []):   # as the task would have, after its records
-        control.end_batch(batch_id)
+    for q in ENQUEUE_QUEUES:   # as the task would have, after its records
+        for batch_id in leftovers.done.get(q, []):
+            control.end_batch(batch_id)
     for batch_id in leftovers.done.get(parse_q, []):       # its pages were handed on
         remove_spool(settings, batch_id)
     out.written_tasks = sum(map(len, leftovers.done.values()))
@@ -318,7 +319,8 @@ def reconcile(settings: Settings, out_dir: Path, now: float | None = None) -> Re
         for host, entries in by_host.items():
             out.forgotten += forget(frontier, shard, host, [raw for raw in entries if Entry.decode(raw).url in done],
                                     now)
-    out.feed_moved = _move_uncommitted_feed(feed, pages, leftovers.urls.get(DEDUP_QUEUE, set()))
+    out.feed_moved = _move_uncommitted_feed(feed, pages, set().union(*(leftovers.urls.get(q, set())
+                                                                       for q in ENQUEUE_QUEUES)))
     return out
 
 

@@ -50,7 +50,7 @@ from crawler_tasks.ops.restore import restore
 from crawler_tasks.ops.seeds import seed_urls
 from crawler_tasks.ops.snapshot import latest_snapshot
 from crawler_tasks.ops.waiting import WaitingHost, WaitReason, describe, waiting_hosts
-from crawler_tasks.queues import CONTROL_QUEUE, DEDUP_QUEUE, fetch_queue, parse_queue
+from crawler_tasks.queues import CONTROL_QUEUE, ENQUEUE_QUEUES, fetch_queue, parse_queue
 from crawler_tasks.runtime.control import Control, CrawlState
 from crawler_tasks.runtime.maintenance import Progress, read_progress, settle
 from crawler_tasks.settings import Settings
@@ -357,7 +357,7 @@ class CrawlRunner:
                                                  "-c", str(s.FETCH_CONCURRENCY),
                                                  "-n", f"fetch{i}-{tag}@%h"] + common)
                  for i in range(self.workers)]
-        specs += [(f"worker-process-{i}", celery + ["worker", "-Q", f"{parse_queue(s.node_name)},{DEDUP_QUEUE}", "-P", "solo",
+        specs += [(f"worker-process-{i}", celery + ["worker", "-Q", ",".join([parse_queue(s.node_name), *ENQUEUE_QUEUES]), "-P", "solo",
                                                     "-n", f"process{i}-{tag}@%h"] + common)
                   for i in range(self.parsers)]
         specs += [
@@ -510,7 +510,7 @@ class CrawlRunner:
             from crawler_tasks.celery import requeue_unacked
 
             try:
-                requeued = requeue_unacked(broker_url(s), {parse_queue(s.node_name), DEDUP_QUEUE}, restarted_at)
+                requeued = requeue_unacked(broker_url(s), {parse_queue(s.node_name), *ENQUEUE_QUEUES}, restarted_at)
             except Exception as exc:  # noqa: BLE001 - the crawl goes on; those tasks come back after the visibility timeout
                 self._say(f"warning: the tasks the crash interrupted wait for the visibility timeout: {exc}")
                 requeued = 0
