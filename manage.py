@@ -38,7 +38,7 @@ from crawler_tasks.settings import Settings, reset_settings
 
 if TYPE_CHECKING:
     from crawler_tasks.ops.child import ForkServer
-    from crawler_tasks.ops.control import Control
+    from crawler_tasks.runtime.control import Control
 
 
 def _settings_from(args: argparse.Namespace, **extra: object) -> Settings:
@@ -157,10 +157,10 @@ def cmd_seed(args: argparse.Namespace) -> int:
     """Seeds start a crawl whose workers wait for them, and revive one that finished for
     lack of work; a crawl that is paused, stopping, stopped at a limit or not running
     keeps them queued, and the note says what fetches them."""
-    from crawler_tasks.ops.control import Control, CrawlState
     from crawler_tasks.ops.messages import listed
     from crawler_tasks.ops.runner import read_seeds_file
-    from crawler_tasks.stages.enqueue import seed_urls
+    from crawler_tasks.ops.seeds import seed_urls
+    from crawler_tasks.runtime.control import Control, CrawlState
 
     urls = list(args.urls) + (read_seeds_file(args.seeds_file) if args.seeds_file else [])
     if not urls:
@@ -201,7 +201,7 @@ def cmd_seed(args: argparse.Namespace) -> int:
 
 def cmd_pause(args: argparse.Namespace) -> int:
     """Exchanges in flight finish; wake starts nothing and sessions take no new turn."""
-    from crawler_tasks.ops.control import CrawlState
+    from crawler_tasks.runtime.control import CrawlState
 
     with _attached(args) as (settings, live):
         control = _control_of(settings)
@@ -219,7 +219,7 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from crawler_tasks.ops.control import CrawlState
+    from crawler_tasks.runtime.control import CrawlState
 
     with _attached(args) as (settings, live):
         control = _control_of(settings)
@@ -245,7 +245,7 @@ def _unattended(since_s: float) -> str:
 def cmd_stop(args: argparse.Namespace) -> int:
     """The production shape's Ctrl-C: nothing new starts, sessions give their hosts back
     (exchanges in flight are cut and stay queued), maintenance finishes the crawl."""
-    from crawler_tasks.ops.control import CrawlState
+    from crawler_tasks.runtime.control import CrawlState
 
     with _attached(args) as (settings, live):
         control = _control_of(settings)
@@ -263,7 +263,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def _control_of(settings: Settings) -> Control:
-    from crawler_tasks.ops.control import Control
+    from crawler_tasks.runtime.control import Control
 
     control = Control(settings)
     if not control.exists():
@@ -280,9 +280,9 @@ def _ago(at: float | None) -> str:
 def _stats_lines(settings: Settings, live: bool = True) -> tuple[list[str], bool]:
     """The stats report, and whether the crawl is finished."""
     from crawler_tasks.frontier import Frontier
-    from crawler_tasks.ops.control import Control, CrawlState
-    from crawler_tasks.ops.maintenance import read_progress
     from crawler_tasks.ops.waiting import WaitReason, describe, waiting_hosts
+    from crawler_tasks.runtime.control import Control, CrawlState
+    from crawler_tasks.runtime.maintenance import read_progress
 
     p = read_progress(settings)
     control = Control(settings)
@@ -314,7 +314,7 @@ def _stats_lines(settings: Settings, live: bool = True) -> tuple[list[str], bool
         lines += [f"  {describe(h)}" for h in unreachable[:20]]
     if settings.CONTINUOUS or "recrawl/revisits" in p.stats:
         from crawler_tasks.frontier.recrawl import recrawl_lines
-        from crawler_tasks.ops.control import Control
+        from crawler_tasks.runtime.control import Control
 
         lines += recrawl_lines(settings, p.stats, Control(settings).running_s())
     lines += [f"  {key:40s} {p.stats[key]}" for key in sorted(p.stats)]
@@ -411,7 +411,7 @@ def cmd_robots(args: argparse.Namespace) -> int:
     from crawler_tasks.robots.cache import ALLOW, UNREACHABLE, MemoryRobotsStore, RobotsCache
 
     settings = _settings_from(args)
-    agent = product_token(args.agent or settings.robots_agent)
+    agent = product_token(args.agent or settings.ROBOTS_AGENT or settings.USER_AGENT)
     parts = urlsplit(args.url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(f"not an http(s) URL: {args.url!r}")
@@ -449,11 +449,11 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 def cmd_restore(args: argparse.Namespace) -> int:
     from crawler_tasks.connection import redact
-    from crawler_tasks.ops.control import Control, CrawlState
     from crawler_tasks.ops.outdir import OutputLock
     from crawler_tasks.ops.reconcile import roll_back
     from crawler_tasks.ops.restore import restore
     from crawler_tasks.ops.snapshot import info_dict
+    from crawler_tasks.runtime.control import Control, CrawlState
 
     with _attached(args) as (settings, live), contextlib.ExitStack() as held_lock:
         held = Control(settings).read()
@@ -476,7 +476,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 
 def cmd_dupes(args: argparse.Namespace) -> int:
-    from crawler_tasks.dedup import dupes
+    from crawler_tasks.ops import dupes
 
     return dupes.main(["--out", args.out or Settings.from_env().OUT_DIR, "--threshold", str(args.threshold)])
 

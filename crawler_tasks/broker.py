@@ -113,16 +113,6 @@ def settle_leftovers(url: str, stage_queues: Collection[str], fetch_queues: Coll
     return out
 
 
-def send_stage_message(url: str, task: str, items: list[Any], batch_id: str, queue: str,
-                       transport_options: dict[str, Any] | None = None) -> None:
-    """Queue a stage message (``crawler.parse`` or ``crawler.dedup``) as a worker sends it."""
-    from crawler_tasks.celery import app
-
-    with Connection(url, transport_options=transport_options or {}) as conn:
-        app.send_task(f"crawler.{task}", args=(items, batch_id), queue=queue, connection=conn,
-                      argsrepr=f"(<{len(items)} items>, {batch_id!r})", kwargsrepr="{}")
-
-
 def _queued_batches(channel: Any, queues: Collection[str]) -> set[str]:
     """The batch ids of the stage messages in ``queues``."""
     out: set[str] = set()

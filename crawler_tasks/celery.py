@@ -24,8 +24,8 @@ from celery import Celery, bootsteps
 from celery.signals import worker_init
 
 from crawler_tasks.connection import broker_url
-from crawler_tasks.ops.malloc import tune_malloc
-from crawler_tasks.queues import CONTROL_QUEUE, DEDUP_QUEUE, FETCH_QUEUE, PARSE_QUEUE
+from crawler_tasks.queues import CONTROL_QUEUE, ENQUEUE_QUEUE, FETCH_QUEUE, OLD_ENQUEUE_QUEUE, PARSE_QUEUE
+from crawler_tasks.runtime.malloc import tune_malloc
 from crawler_tasks.schedule import build_schedule
 from crawler_tasks.settings import Settings, get_settings
 
@@ -39,14 +39,14 @@ PUBLISH_RETRY_POLICY = {"max_retries": 30, "interval_start": 0, "interval_step":
 class ClaimNode(bootsteps.StartStopStep):
     """A worker of this machine's fetch or parse queues claims the node name first and
     refuses to start (exit 1, the reason logged) when another machine holds it
-    (``ops/nodes.py``). Control workers write no spool and claim nothing."""
+    (``runtime/nodes.py``). Control workers write no spool and claim nothing."""
 
     def __init__(self, w: Any, **kwargs: Any) -> None:
         super().__init__(w, **kwargs)
         self.claim: Any = None
 
     def start(self, w: Any) -> None:
-        from crawler_tasks.ops.nodes import NodeClaim
+        from crawler_tasks.runtime.nodes import NodeClaim
 
         consumed = set(w.app.amqp.queues.consume_from or w.app.amqp.queues)
         if not any(q.startswith((FETCH_QUEUE.partition("{")[0], PARSE_QUEUE.partition("{")[0])) for q in consumed):
@@ -141,7 +141,8 @@ def make_app() -> Celery:
         task_send_sent_event=False,
         task_default_queue=CONTROL_QUEUE,
         task_routes={
-            "crawler.dedup": {"queue": DEDUP_QUEUE},
+            "crawler.enqueue": {"queue": ENQUEUE_QUEUE},
+            "crawler.dedup": {"queue": OLD_ENQUEUE_QUEUE},   # the old name, for one release
             "crawler.wake": {"queue": CONTROL_QUEUE},
             "crawler.maintenance": {"queue": CONTROL_QUEUE},
             "crawler.recrawl": {"queue": CONTROL_QUEUE},

@@ -1,5 +1,5 @@
 """Counters a stage gathers for one batch: slash paths (``fetch/status/200``) -> increments,
-added to the crawl's counters in one round trip (``ops.control.Control.count``)."""
+added to the crawl's counters in one round trip (``runtime.control.Control.count``)."""
 from __future__ import annotations
 
 Counters = dict[str, int]

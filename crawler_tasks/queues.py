@@ -3,7 +3,12 @@ from __future__ import annotations
 
 FETCH_QUEUE = "crawl.fetch.{shard}"
 PARSE_QUEUE = "crawl.parse.{node}"
-DEDUP_QUEUE = "crawl.dedup"
+ENQUEUE_QUEUE = "crawl.enqueue"
+# The enqueue task was ``crawler.dedup`` on ``crawl.dedup`` up to 0.1: for one release the
+# workers still take that queue and that name, so the messages a crawl stopped (or a worker
+# not yet upgraded) left there are run, not lost. Remove both in the release after.
+OLD_ENQUEUE_QUEUE = "crawl.dedup"
+ENQUEUE_QUEUES = (ENQUEUE_QUEUE, OLD_ENQUEUE_QUEUE)
 CONTROL_QUEUE = "crawl.control"
 
 

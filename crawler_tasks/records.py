@@ -1,8 +1,10 @@
 """Typed records between the stages, and the one JSON form they take at the Celery boundary.
 
-fetch -> ``FetchedPage`` (what the exchange gave, and where its body lies in the batch's
-spool file) -> parse -> ``PageRecord`` (plus title, fingerprints, links) -> enqueue,
-which writes the record to ``pages.jsonl``. Inside a process stages pass these objects;
+fetch -> ``Capture`` (the ``FetchedPage``: what the exchange gave; beside it where its
+body lies in the group's spool file) -> parse -> ``PageRecord`` (the page, plus the
+``Parsed`` part: title, fingerprints, verdicts; and the ``Found`` URLs) -> enqueue, which
+writes the record to ``pages.jsonl``. Records are composed: each stage adds its own part,
+and nothing a later stage need not see travels on. Inside a process stages pass these objects;
 ``to_message``/``from_message`` are the only JSON conversions, and ``from_message``
 validates everything a forged or corrupt message could carry (types, sizes, enums,
 control characters): a task refuses a bad message instead of acting on it.
@@ -11,15 +13,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from crawler_tasks.exceptions import MessageError
 
 MAX_URL_CHARS = 8192        # anything longer is refused before it reaches a record
 MAX_TEXT_FIELD_CHARS = 4096  # titles, errors, header values in records
 MAX_LIST_ITEMS = 1_000_000   # links or sitemap entries in one record
+_R = TypeVar("_R", "Capture", "PageRecord")
 
 
 class EntryKind(StrEnum):
@@ -102,14 +106,16 @@ class SitemapUrl:
 
 @dataclass(slots=True)
 class FetchedPage:
-    """One leased URL's outcome, as the fetch stage hands it to parse."""
+    """What the fetch stage found for one leased URL: the exchange's answer, or why there
+    was none. ``error_kind``, ``error`` and ``truncated`` are the URL's outcome, which
+    parse (a parse failure, a sitemap cut) and enqueue (a redirect loop) may still set."""
 
     url: str
     depth: int = 0
     hops: int = 0
     kind: EntryKind = EntryKind.PAGE
     status: int | None = None
-    error_kind: str | None = None
+    error_kind: ErrorKind | None = None
     error: str | None = None
     fetched_at: str = ""
     final_url: str | None = None
@@ -119,18 +125,23 @@ class FetchedPage:
     ip: str | None = None
     truncated: bool | str = False
     headers: dict[str, str] = field(default_factory=dict)
-    location: str | None = None     # raw Location header; parse normalizes it into redirect_to
     rendered: str | None = None     # why the page was rendered in a browser (its body is the DOM)
-    warc_id: str | None = None      # the response record, for the metadata record parse writes
-    body: BodyRef | None = None
     node: str | None = None         # the node that fetched it: its WARC and feed are in that node's folder
 
 
 @dataclass(slots=True)
-class PageRecord(FetchedPage):
-    """A page after parse and content dedup: one line of ``pages.jsonl``.
+class Capture:
+    """A fetched page as parse takes it: beside the page, what only parse reads."""
 
-    ``links``, ``sitemap_urls`` and ``sitemaps`` travel to the enqueue stage only."""
+    page: FetchedPage
+    body: BodyRef | None = None
+    warc_id: str | None = None      # the response record, for the metadata record parse writes
+    location: str | None = None     # raw Location header; parse normalizes it into redirect_to
+
+
+@dataclass(slots=True)
+class Parsed:
+    """What parse and content dedup make of a page."""
 
     title: str | None = None
     lang: str | None = None
@@ -147,68 +158,105 @@ class PageRecord(FetchedPage):
     near_duplicate_of: str | None = None
     soft_404: bool = False
     indexable: bool = False
-    revisit_s: float | None = None
+
+
+@dataclass(slots=True)
+class Found:
+    """The URLs parse found, for the enqueue stage only: never written."""
+
     links: list[str] = field(default_factory=list)
     sitemap_urls: list[SitemapUrl] = field(default_factory=list)
     sitemaps: list[str] = field(default_factory=list)
 
-    @classmethod
-    def from_page(cls, page: FetchedPage) -> "PageRecord":
-        return cls(**{f.name: getattr(page, f.name) for f in dataclasses.fields(FetchedPage)})
+
+@dataclass(slots=True)
+class PageRecord:
+    """A page after parse and content dedup, and the enqueue stage's outcome for it: one
+    line of ``pages.jsonl``. Each stage fills its own part."""
+
+    page: FetchedPage
+    parsed: Parsed = field(default_factory=Parsed)
+    found: Found = field(default_factory=Found)
+    revisit_s: float | None = None      # continuous mode: when the enqueue stage scheduled its next visit
 
     def output(self) -> dict[str, Any]:
         """The ``pages.jsonl`` form: always the identity and outcome, other fields when set."""
-        out: dict[str, Any] = {"url": self.url, "depth": self.depth, "hops": self.hops, "status": self.status,
-                               "error_kind": self.error_kind, "error": self.error, "fetched_at": self.fetched_at}
-        if self.kind != EntryKind.PAGE:
-            out["kind"] = self.kind.label
-        for name in _OUTPUT_OPTIONAL:
-            value = getattr(self, name)
+        page = self.page
+        out: dict[str, Any] = {"url": page.url, "depth": page.depth, "hops": page.hops, "status": page.status,
+                               "error_kind": page.error_kind, "error": page.error, "fetched_at": page.fetched_at}
+        if page.kind != EntryKind.PAGE:
+            out["kind"] = page.kind.label
+        for part, name in _OUTPUT_OPTIONAL:
+            value = getattr(self if part is None else getattr(self, part), name)
             if value is not None and value is not False and value != {}:
                 out[name] = value
-        out["indexable"] = self.indexable
+        out["indexable"] = self.parsed.indexable
         return out
 
 
-_OUTPUT_OPTIONAL = ("node", "final_url", "content_type", "bytes", "fetch_ms", "ip", "truncated", "headers", "rendered",
-                    "title", "lang", "fingerprint", "simhash", "text_chars", "n_links", "canonical", "redirect_to",
-                    "noindex", "nofollow", "sitemap", "duplicate_of", "near_duplicate_of", "soft_404", "revisit_s")
+_OUTPUT_OPTIONAL = tuple(
+    [("page", name) for name in ("node", "final_url", "content_type", "bytes", "fetch_ms", "ip", "truncated",
+                                 "headers", "rendered")]
+    + [("parsed", name) for name in ("title", "lang", "fingerprint", "simhash", "text_chars", "n_links", "canonical",
+                                     "redirect_to", "noindex", "nofollow", "sitemap", "duplicate_of",
+                                     "near_duplicate_of", "soft_404")]
+    + [(None, "revisit_s")])
 
 
 # ----------------------------------------------------------------------------- the boundary
-def to_message(record: FetchedPage) -> dict[str, Any]:
-    """The JSON form of a stage record (every field, kinds by label, the body ref as a pair)."""
+def to_message(record: Capture | PageRecord) -> dict[str, Any]:
+    """The JSON form of a stage record: its parts' fields in one flat object (the page's
+    ``url`` on top, where the broker tools read it), kinds by label, the body ref as a pair."""
     out: dict[str, Any] = {}
-    for f in dataclasses.fields(record):
-        value = getattr(record, f.name)
-        if f.name == "kind":
+    for name, value in _flat(record):
+        if name == "kind":
             value = value.label
-        elif f.name == "body":
+        elif name == "body":
             value = None if value is None else [value.offset, value.length]
-        elif f.name == "sitemap_urls":
+        elif name == "sitemap_urls":
             value = [[e.url, e.priority, e.lastmod] for e in value]
         if value is None or value is False or value == [] or value == {}:
             continue
-        out[f.name] = value
+        out[name] = value
     return out
 
 
-def page_from_message(data: Any) -> FetchedPage:
-    """A ``FetchedPage`` from its JSON form; ``MessageError`` if anything is off."""
-    return _build(FetchedPage, data)
+def capture_from_message(data: Any) -> Capture:
+    """A ``Capture`` from its JSON form; ``MessageError`` if anything is off."""
+    return _build(Capture, data)
 
 
 def record_from_message(data: Any) -> PageRecord:
-    record = _build(PageRecord, data)
-    assert isinstance(record, PageRecord)
-    return record
+    return _build(PageRecord, data)
 
 
-def _build(cls: type[FetchedPage], data: Any) -> FetchedPage:
+_PARTS: dict[str, type] = {"page": FetchedPage, "parsed": Parsed, "found": Found}
+
+
+def _flat(record: Any) -> Iterator[tuple[str, Any]]:
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        if f.name in _PARTS:
+            yield from _flat(value)
+        else:
+            yield f.name, value
+
+
+def _names(cls: type) -> set[str]:
+    return set().union(*(_names(_PARTS[f.name]) if f.name in _PARTS else {f.name} for f in dataclasses.fields(cls)))
+
+
+def _assemble(cls: Any, values: dict[str, Any]) -> Any:
+    """The record of class ``cls``, each part built from its own fields' values."""
+    kwargs = {f.name: _assemble(_PARTS[f.name], values) if f.name in _PARTS else values[f.name]
+              for f in dataclasses.fields(cls) if f.name in _PARTS or f.name in values}
+    return cls(**kwargs)
+
+
+def _build(cls: type[_R], data: Any) -> _R:
     if not isinstance(data, dict):
         raise MessageError(f"record must be an object, not {type(data).__name__}")
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(data) - names
+    unknown = set(data) - _names(cls)
     if unknown:
         raise MessageError(f"unknown record fields: {sorted(unknown)[:5]}")
     values: dict[str, Any] = {}
@@ -220,7 +268,8 @@ def _build(cls: type[FetchedPage], data: Any) -> FetchedPage:
             raise MessageError(f"bad record field {name!r}: {exc}") from None
     if "url" not in values:
         raise MessageError("record without url")
-    return cls(**values)
+    record: _R = _assemble(cls, values)
+    return record
 
 
 def _url(value: Any) -> str:
@@ -280,6 +329,13 @@ def _truncated(value: Any) -> bool | str:
     return value if isinstance(value, bool) else _text(value)
 
 
+def _error_kind(value: Any) -> ErrorKind:
+    try:
+        return ErrorKind(value)
+    except ValueError:
+        raise ValueError(f"unknown error kind {value!r}") from None
+
+
 def _kind(value: Any) -> EntryKind:
     if value not in _KIND_BY_LABEL:
         raise ValueError(f"unknown kind {value!r}")
@@ -324,7 +380,7 @@ def _sitemap_urls(value: Any) -> list[SitemapUrl]:
 
 _CHECKS: dict[str, Any] = {
     "url": _url, "depth": _count, "hops": _count, "kind": _kind, "status": _opt(_int),
-    "error_kind": _opt(_text), "error": _opt(_text), "fetched_at": _text, "final_url": _opt(_url),
+    "error_kind": _opt(_error_kind), "error": _opt(_text), "fetched_at": _text, "final_url": _opt(_url),
     "content_type": _opt(_text), "bytes": _opt(_count), "fetch_ms": _opt(_float), "ip": _opt(_text),
     "truncated": _truncated, "headers": _headers, "location": _opt(_text), "rendered": _opt(_text),
     "warc_id": _opt(_text), "node": _opt(_text),

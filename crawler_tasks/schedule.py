@@ -26,8 +26,8 @@ from typing import Any
 import redis
 from celery.schedules import schedstate, schedule
 
-from crawler_tasks.ops.control import NEW, Control, CrawlState
 from crawler_tasks.queues import CONTROL_QUEUE
+from crawler_tasks.runtime.control import NEW, Control, CrawlState
 from crawler_tasks.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)

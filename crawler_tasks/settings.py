@@ -460,12 +460,6 @@ class Settings:
                 raise ConfigError(message)
 
     @property
-    def robots_agent(self) -> str:
-        from crawler_tasks.robots.rules import product_token
-
-        return self.ROBOTS_AGENT or product_token(self.USER_AGENT)
-
-    @property
     def batch_timeout_s(self) -> float:
         return self.BATCH_TIMEOUT_S or 2 * self.LEASE_S
 

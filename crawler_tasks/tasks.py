@@ -2,7 +2,7 @@
 
 Messages carry URLs, lease tokens, batch ids and stage records as JSON (the schema is
 ``records.py``), never objects or page bodies. The chain is fetch -> parse -> enqueue
-(task ``crawler.dedup``); each stage sends the next one itself, because parse must run
+(task ``crawler.enqueue``); each stage sends the next one itself, because parse must run
 on the node that fetched (it reads the batch's spool file there), which is known only
 once a fetch worker has taken the batch. A message that fails validation is refused:
 logged, counted as ``error/message``, and nothing is read, written or deleted for it.
@@ -24,14 +24,14 @@ from celery.signals import worker_process_init
 from crawler_tasks.celery import app
 from crawler_tasks.exceptions import MessageError
 from crawler_tasks.frontier import Lease
-from crawler_tasks.ops.control import CrawlState
-from crawler_tasks.ops.maintenance import run_maintenance
-from crawler_tasks.ops.nodes import ProcessBeat
 from crawler_tasks.ops.snapshot import maybe_checkpoint
 from crawler_tasks.output.jsonl import WorkerStopping, once_written
 from crawler_tasks.output.spool import check_batch_id, drop_message, keep_message, prune_markers
-from crawler_tasks.queues import DEDUP_QUEUE, fetch_queue, parse_queue
-from crawler_tasks.records import FetchedPage, page_from_message, record_from_message, to_message
+from crawler_tasks.queues import ENQUEUE_QUEUE, fetch_queue, parse_queue
+from crawler_tasks.records import Capture, capture_from_message, record_from_message, to_message
+from crawler_tasks.runtime.control import CrawlState
+from crawler_tasks.runtime.maintenance import run_maintenance
+from crawler_tasks.runtime.nodes import ProcessBeat
 from crawler_tasks.settings import get_settings
 from crawler_tasks.stages.enqueue import enqueue_stage
 from crawler_tasks.stages.fetch import fetch_stage
@@ -62,7 +62,7 @@ def get_worker() -> Worker:
 
 def fetch_process(w: Worker) -> ProcessBeat:
     """This process's heartbeat, started by its first fetch task: from then on its leases
-    and parked URLs are its own, handed over at once should it die (ops/nodes.py)."""
+    and parked URLs are its own, handed over at once should it die (runtime/nodes.py)."""
     global _beat
     with _worker_lock:
         if _beat is None:
@@ -164,9 +164,7 @@ def fetch(shard: Any, batch_id: Any, leases: Any) -> int:
         return _refuse("fetch", exc)
     w.control.own_session(shard, batch_id, fetch_process(w).id)
 
-    def emit(pages: list[FetchedPage], group_id: str) -> None:
-        for page in pages:
-            page.node = w.settings.node_name
+    def emit(pages: list[Capture], group_id: str) -> None:
         message = [to_message(p) for p in pages]
         keep_message(w.settings, group_id, "parse", message)   # until its records are written
         parse.apply_async((message, group_id), queue=parse_queue(w.settings.node_name),
@@ -196,7 +194,7 @@ def parse(pages: Any, batch_id: Any) -> int:
     t0 = time.process_time()
     try:
         batch_id = check_batch_id(batch_id)
-        checked = [page_from_message(p) for p in _list(pages, "pages")]
+        checked = [capture_from_message(p) for p in _list(pages, "pages")]
     except MessageError as exc:
         return _refuse("parse", exc)
     with _unacked_if_stopped():
@@ -208,31 +206,37 @@ def parse(pages: Any, batch_id: Any) -> int:
         if not once_written(lambda: w.control.claim_group(batch_id, w.settings.node_name)):
             return _given_up("parse", batch_id)
         message = [to_message(r) for r in records]
-        once_written(lambda: keep_message(w.settings, batch_id, "dedup", message))   # in the parse message's place
-        once_written(lambda: dedup.apply_async((message, batch_id), queue=DEDUP_QUEUE,
-                                               **_summary(f"<{len(records)} records>, {batch_id!r}")))
+        once_written(lambda: keep_message(w.settings, batch_id, "enqueue", message))   # in the parse message's place
+        once_written(lambda: enqueue.apply_async((message, batch_id), queue=ENQUEUE_QUEUE,
+                                                 **_summary(f"<{len(records)} records>, {batch_id!r}")))
         w.count({"cpu_ms/parse": round((time.process_time() - t0) * 1000)})
     return len(records)
 
 
-@app.task(name="crawler.dedup", acks_late=True)
-def dedup(records: Any, batch_id: Any) -> int:
+@app.task(name="crawler.enqueue", acks_late=True)
+def enqueue(records: Any, batch_id: Any) -> int:
     w = get_worker()
     t0 = time.process_time()
     try:
         batch_id = check_batch_id(batch_id)
         checked = [record_from_message(r) for r in _list(records, "records")]
     except MessageError as exc:
-        return _refuse("dedup", exc)
+        return _refuse("enqueue", exc)
     with _unacked_if_stopped():   # as parse: made again whole up to the append of its records
         if not once_written(lambda: w.control.claim_group(batch_id, w.settings.node_name)):
-            return _given_up("dedup", batch_id)
+            return _given_up("enqueue", batch_id)
         enqueued = once_written(lambda: enqueue_stage(w, checked, batch_id))
         drop_message(w.settings, batch_id)   # its records are written
         if random.random() < 1 / PRUNE_MARKERS_EVERY:   # a long crawl's markers do not pile up
             prune_markers(w.settings)
-        w.count({"cpu_ms/dedup": round((time.process_time() - t0) * 1000)})
+        w.count({"cpu_ms/enqueue": round((time.process_time() - t0) * 1000)})
     return enqueued
+
+
+@app.task(name="crawler.dedup", acks_late=True)
+def enqueue_old_name(records: Any, batch_id: Any) -> int:
+    """``crawler.enqueue`` under its name up to 0.1 (``queues.OLD_ENQUEUE_QUEUE``): one release."""
+    return int(enqueue(records, batch_id))
 
 
 @app.task(name="crawler.recrawl", ignore_result=True)

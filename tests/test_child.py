@@ -14,8 +14,8 @@ from celery.beat import ScheduleEntry
 
 from crawler_tasks.celery import app
 from crawler_tasks.ops.child import ForkServer
-from crawler_tasks.ops.control import Control, CrawlState
 from crawler_tasks.ops.runner import REPO_ROOT, CrawlRunner
+from crawler_tasks.runtime.control import Control, CrawlState
 from crawler_tasks.schedule import build_schedule
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,13 +18,13 @@ import redis
 from crawler_tasks.connection import broker_url, global_client, is_cluster_url, shard_client
 from crawler_tasks.dedup.nearindex import NearDupIndex
 from crawler_tasks.exceptions import ConfigError
-from crawler_tasks.frontier import ENQUEUED, SEEN, Discovered, Frontier
+from crawler_tasks.frontier import Discovered, Frontier, Verdict
 from crawler_tasks.keys import GlobalKeys
 from crawler_tasks.ops.child import die_with_parent
-from crawler_tasks.ops.control import Control
 from crawler_tasks.ops.embedded import free_port, redis_server_binary
-from crawler_tasks.ops.maintenance import read_samples, run_maintenance
 from crawler_tasks.records import Action
+from crawler_tasks.runtime.control import Control
+from crawler_tasks.runtime.maintenance import read_samples, run_maintenance
 from crawler_tasks.settings import Settings, reset_settings
 
 SLOTS = 16384
@@ -136,8 +136,8 @@ def test_frontier_contract_on_cluster(csettings):
     f.allocate_bloom()
     hosts = [f"h{i}.test" for i in range(12)]
     items = [Discovered(f"http://{h}/{k}", h, priority=k % 3) for h in hosts for k in range(3)]
-    assert f.put_discovered(items) == [ENQUEUED] * len(items)
-    assert f.put_discovered(items[:5]) == [SEEN] * 5
+    assert f.put_discovered(items) == [Verdict.ENQUEUED] * len(items)
+    assert f.put_discovered(items[:5]) == [Verdict.SEEN] * 5
     assert {f.shard_of(h) for h in hosts} == set(range(4))
     now = 1_000.0
     fetched: list[str] = []
@@ -261,7 +261,7 @@ def test_snapshot_and_restore_on_cluster(csettings):
 
 def test_lost_node_hand_over_on_cluster(csettings, tmp_path):
     """renew.lua and orphan.lua stay in their shard's slot; the node claim in {g}'s."""
-    from crawler_tasks.ops.nodes import hand_over_lost
+    from crawler_tasks.runtime.nodes import hand_over_lost
     from tests.test_nodes import lost_node_setup
 
     a, b, held_a, _ = lost_node_setup(csettings, tmp_path)

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from crawler_tasks.ops.control import Control, CrawlState
+from crawler_tasks.runtime.control import Control, CrawlState
 
 
 def test_a_new_crawl_is_running_and_states_carry_reason_and_time(settings):
@@ -52,7 +52,7 @@ def test_batches_in_flight_end_or_go_stale(settings):
 
 
 def test_moves_leave_only_the_states_they_name(settings):
-    from crawler_tasks.ops.control import NEW
+    from crawler_tasks.runtime.control import NEW
 
     control = Control(settings)
     assert control.move(CrawlState.PAUSED, "by test", (CrawlState.RUNNING,)) == (NEW, False)
@@ -87,8 +87,8 @@ def test_maintenance_waits_for_the_first_seeds_then_finishes_an_exhausted_crawl(
     """The compose order (workers and beat first, then `seed`) used to mark the crawl
     "finished: frontier exhausted" within a second, and the seeds were never fetched."""
     from crawler_tasks.frontier import Frontier
-    from crawler_tasks.ops.maintenance import run_maintenance
-    from crawler_tasks.stages.enqueue import seed_urls
+    from crawler_tasks.ops.seeds import seed_urls
+    from crawler_tasks.runtime.maintenance import run_maintenance
 
     control = Control(settings)
     for _ in range(3):
@@ -161,7 +161,7 @@ def test_limits_and_stop_work_without_the_runner(settings, monkeypatch, capsys):
     import dataclasses
 
     import manage
-    from crawler_tasks.ops.maintenance import run_maintenance
+    from crawler_tasks.runtime.maintenance import run_maintenance
 
     control = Control(settings)
     control.seeded(1)

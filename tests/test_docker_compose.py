@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from crawler_tasks.queues import CONTROL_QUEUE, DEDUP_QUEUE, fetch_queue, parse_queue
+from crawler_tasks.queues import CONTROL_QUEUE, ENQUEUE_QUEUES, fetch_queue, parse_queue
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILES = ["docker-compose.yml", "docker-compose.cluster.yml"]
@@ -69,7 +69,7 @@ def test_workers_consume_every_queue_of_the_crawl(name):
         elif isinstance(command, list) and command[:2] == ["sh", "-c"] and "celery -A crawler_tasks flower" in command[2]:
             roles.add("flower")   # started by a guard that insists on FLOWER_BASIC_AUTH
     expected = {fetch_queue(s) for s in range(shards)} | {parse_queue(env["CRAWLER_NODE_NAME"]),
-                                                          DEDUP_QUEUE, CONTROL_QUEUE}
+                                                          *ENQUEUE_QUEUES, CONTROL_QUEUE}
     assert queues == expected
     assert {"worker", "beat", "flower"} <= roles
     control = [s for s in doc.values() if s.get("command", [""])[0] == "celery"

@@ -18,7 +18,7 @@ from crawler_tasks.dedup.dust import (
 )
 from crawler_tasks.dedup.rules import RuleDrop, UrlRules
 from crawler_tasks.frontier import Discovered, Frontier
-from crawler_tasks.records import PageRecord
+from crawler_tasks.records import FetchedPage, Found, PageRecord, Parsed
 
 H = "http://h.test"
 TEMPLATE = "Home About Contact Calendar of the society: all our events, meetings and talks, by month and year."
@@ -74,10 +74,10 @@ def test_same_content_units():
     assert same_content("aa", None, "bb", "00") == 0
 
 
-def page(url: str, fp: str, **kw) -> PageRecord:
+def page(url: str, fp: str, links: list[str] | None = None, **kw) -> PageRecord:
     """A fetched page whose text is long enough for a simhash (one per text, unless given)."""
     kw.setdefault("simhash", blake2b(fp.encode(), digest_size=8).hexdigest())
-    return PageRecord(url=url, status=200, fingerprint=fp, **kw)
+    return PageRecord(FetchedPage(url=url, status=200), Parsed(fingerprint=fp, **kw), Found(links=links or []))
 
 
 def test_rule_learned_after_k_pairs_then_applied(settings):
@@ -204,7 +204,7 @@ def test_numbered_series_of_distinct_pages_is_never_a_trap(settings):
     for k in range(1, 400, 7):
         batch = [page(f"{H}/releases/3.1.{j}.html", f"r{j}", links=[f"{H}/releases/3.1.{j + 1}.html"])
                  for j in range(k, k + 7)]
-        rules.observe(batch, counters, {r.url: f"Django 3.1.{j} release notes. Fixed {text(j, 3 + j % 40)}."
+        rules.observe(batch, counters, {r.page.url: f"Django 3.1.{j} release notes. Fixed {text(j, 3 + j % 40)}."
                                         for j, r in enumerate(batch, k)})
     assert "dust/trap_shapes" not in counters
     assert rules.judge(f"{H}/releases/3.1.400.html", "h.test", counters) == f"{H}/releases/3.1.400.html"

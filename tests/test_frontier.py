@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 import crawler_tasks.frontier as frontier_module
-from crawler_tasks.frontier import ENQUEUED, OVER_HOST_BUDGET, SEEN, Discovered, Entry, Frontier
+from crawler_tasks.frontier import Discovered, Entry, Frontier, Verdict
 
 
 def d(url: str, depth: int = 0, priority: int = 0, force: bool = False) -> Discovered:
@@ -167,13 +167,13 @@ def test_a_batch_past_redis_argument_limit_is_chunked_and_fully_accounted_for(se
     s = dataclasses.replace(settings, SHARDS=1, BLOOM_EXPECTED_URLS=2_000_000, MAX_PAGES_PER_HOST=0)
     frontier = Frontier(s)
     urls = [f"http://h{i % 997}.test/p{i}" for i in range(200_000)]
-    # repeats of URLs from the first chunk, placed in later chunks: must come back SEEN
+    # repeats of URLs from the first chunk, placed in later chunks: must come back Verdict.SEEN
     batch = urls[:150_000] + urls[:5] + urls[150_000:] + urls[10:12]
     verdicts = frontier.put_discovered([d(u) for u in batch])
     assert len(verdicts) == len(batch)
-    assert set(verdicts) <= {ENQUEUED, SEEN}
-    assert verdicts[150_000:150_005] == [SEEN] * 5 and verdicts[-2:] == [SEEN, SEEN]
-    enqueued = [u for u, v in zip(batch, verdicts) if v == ENQUEUED]
+    assert set(verdicts) <= {Verdict.ENQUEUED, Verdict.SEEN}
+    assert verdicts[150_000:150_005] == [Verdict.SEEN] * 5 and verdicts[-2:] == [Verdict.SEEN, Verdict.SEEN]
+    enqueued = [u for u, v in zip(batch, verdicts) if v == Verdict.ENQUEUED]
     assert len(enqueued) >= 199_000  # all but Bloom false positives (~0.01 % here)
     queued = []
     for shard in range(frontier.shards):
@@ -190,7 +190,7 @@ def test_budgets_hold_across_chunk_boundaries(settings, monkeypatch):
     frontier = Frontier(dataclasses.replace(settings, MAX_PAGES_PER_HOST=5))
     urls = [f"http://a.test/{i}" for i in range(10)] + ["http://a.test/0"]
     verdicts = frontier.put_discovered([d(u) for u in urls])
-    assert verdicts == [ENQUEUED] * 5 + [OVER_HOST_BUDGET] * 5 + [SEEN]
+    assert verdicts == [Verdict.ENQUEUED] * 5 + [Verdict.OVER_HOST_BUDGET] * 5 + [Verdict.SEEN]
     shard = frontier.shard_of("a.test")
     front = frontier.client(shard).lrange(frontier.keys(shard).front(0), 0, -1)
     assert [Entry.decode(raw).url for raw in front] == urls[:5]
@@ -222,11 +222,11 @@ def test_a_fetched_url_stays_parked_until_its_page_is_handed_on(settings):
 
 def test_a_url_fetched_again_skips_the_seen_test_and_the_host_budget(settings):
     frontier = Frontier(dataclasses.replace(settings, MAX_PAGES_PER_HOST=2, SHARDS=1))
-    assert frontier.put_discovered([d("http://a.test/1"), d("http://a.test/2")]) == [ENQUEUED, ENQUEUED]
-    assert frontier.put_discovered([d("http://a.test/3")]) == [OVER_HOST_BUDGET]
+    assert frontier.put_discovered([d("http://a.test/1"), d("http://a.test/2")]) == [Verdict.ENQUEUED, Verdict.ENQUEUED]
+    assert frontier.put_discovered([d("http://a.test/3")]) == [Verdict.OVER_HOST_BUDGET]
     again = Discovered(url="http://a.test/1", host="a.test", again=True)
-    assert frontier.put_discovered([again]) == [ENQUEUED]
-    assert frontier.put_discovered([d("http://a.test/1")]) == [SEEN]
+    assert frontier.put_discovered([again]) == [Verdict.ENQUEUED]
+    assert frontier.put_discovered([d("http://a.test/1")]) == [Verdict.SEEN]
     assert Counter(drain(frontier)) == Counter({"http://a.test/1": 2, "http://a.test/2": 1})
 
 

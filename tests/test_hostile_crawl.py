@@ -97,7 +97,7 @@ def test_a_stopping_crawl_does_not_wait_for_a_trickling_server(hostile, tmp_path
 
 def test_an_over_long_link_is_recorded_once_with_its_reason(settings):
     """A page linking a 100 KB URL: the link is not followed, and one record says why."""
-    from crawler_tasks.records import page_from_message, to_message
+    from crawler_tasks.records import Capture, capture_from_message, to_message
     from crawler_tasks.stages.parse import parse_stage
     from crawler_tasks.stages.worker import Worker
 
@@ -110,13 +110,13 @@ def test_an_over_long_link_is_recorded_once_with_its_reason(settings):
     worker = Worker.create(settings)
     batch = new_batch_id()
     page = FetchedPage(url="http://127.0.0.9/page", status=200, content_type="text/html", fetched_at="x")
-    page.body = write_spool(settings, batch, [body])[0]
-    records = parse_stage(worker, [page_from_message(to_message(page))], batch)
-    long = [r for r in records if r.error_kind == "url_too_long"]
+    capture = Capture(page, write_spool(settings, batch, [body])[0])
+    records = parse_stage(worker, [capture_from_message(to_message(capture))], batch)
+    long = [r.page for r in records if r.page.error_kind == "url_too_long"]
     assert len(long) == 1 and "100017 characters" in (long[0].error or "")
     assert long[0].url.startswith("http://127.0.0.9/aaaa") and len(long[0].url) <= 1024
-    main = next(r for r in records if r.url == "http://127.0.0.9/page")
-    assert main.links == ["http://127.0.0.9/ok"]
+    main = next(r for r in records if r.page.url == "http://127.0.0.9/page")
+    assert main.found.links == ["http://127.0.0.9/ok"]
 
 
 def test_a_page_of_200k_links_follows_its_cap_and_loses_no_record(settings):
@@ -124,7 +124,7 @@ def test_a_page_of_200k_links_follows_its_cap_and_loses_no_record(settings):
     import dataclasses
 
     from crawler_tasks.output.spool import new_batch_id, write_spool
-    from crawler_tasks.records import FetchedPage, page_from_message, record_from_message, to_message
+    from crawler_tasks.records import Capture, FetchedPage, capture_from_message, record_from_message, to_message
     from crawler_tasks.stages.enqueue import enqueue_stage
     from crawler_tasks.stages.parse import parse_stage
     from crawler_tasks.stages.worker import Worker
@@ -136,10 +136,10 @@ def test_a_page_of_200k_links_follows_its_cap_and_loses_no_record(settings):
     pages = [FetchedPage(url="http://127.0.0.9/big", status=200, content_type="text/html", fetched_at="x"),
              FetchedPage(url="http://127.0.0.9/small", status=200, content_type="text/html", fetched_at="x")]
     refs = write_spool(s, batch, [body, b"<html><body><a href='/ok'>ok</a></body></html>"])
-    pages[0].body, pages[1].body = refs
-    records = parse_stage(worker, [page_from_message(to_message(p)) for p in pages], batch)
-    big = next(r for r in records if r.url.endswith("/big"))
-    assert len(big.links) == 50_000 and big.n_links > 50_000
+    captures = [Capture(page, ref) for page, ref in zip(pages, refs, strict=True)]
+    records = parse_stage(worker, [capture_from_message(to_message(c)) for c in captures], batch)
+    big = next(r for r in records if r.page.url.endswith("/big"))
+    assert len(big.found.links) == 50_000 and (big.parsed.n_links or 0) > 50_000
     enqueued = enqueue_stage(worker, [record_from_message(to_message(r)) for r in records], batch)
     assert enqueued == 50_001   # every followed link, in chunks past Redis's argument limit
     lines = (Path(s.OUT_DIR) / "pages.jsonl").read_text().splitlines()

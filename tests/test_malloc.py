@@ -5,14 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from crawler_tasks.ops.malloc import tune_malloc
+from crawler_tasks.runtime.malloc import tune_malloc
 
 # Four megabytes in 100 kB blocks, freed, forty times over: what a parse worker does per
 # page group. Prints the minor page faults of the last 39 rounds.
 _ROUNDS = """
 import resource, sys
 if sys.argv[1] == "tuned":
-    from crawler_tasks.ops.malloc import tune_malloc
+    from crawler_tasks.runtime.malloc import tune_malloc
     assert tune_malloc()
 def group():
     blocks = [bytes([i % 251]) * 100_000 for i in range(40)]

@@ -11,12 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from crawler_tasks.frontier import Discovered, Frontier
 from crawler_tasks.keys import GlobalKeys
 from crawler_tasks.ops import metrics
-from crawler_tasks.ops.metrics import (
-    record_latencies,
-    record_latency,
-    serve_metrics,
-    stop,
-)
+from crawler_tasks.ops.metrics import serve_metrics, stop
+from crawler_tasks.runtime.latency import record_latencies, record_latency
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -10,7 +10,6 @@ import sys
 import time
 import zlib
 
-from crawler_tasks.dedup import dupes
 from crawler_tasks.dedup.minhash import (
     NUM_PERM,
     candidate_pairs,
@@ -23,6 +22,7 @@ from crawler_tasks.dedup.minhash import (
     sketch_shingles,
 )
 from crawler_tasks.fetch.http import FetchResult
+from crawler_tasks.ops import dupes
 from crawler_tasks.output.jsonl import append_jsonl
 from crawler_tasks.output.warc import WarcStore
 

@@ -17,8 +17,8 @@ from kombu import Connection, Exchange, Queue
 from crawler_tasks.celery import broker_options
 from crawler_tasks.exceptions import ConfigError
 from crawler_tasks.keys import GlobalKeys
-from crawler_tasks.ops.nodes import NodeClaim, node_id
 from crawler_tasks.queues import CONTROL_QUEUE, fetch_queue
+from crawler_tasks.runtime.nodes import NodeClaim, node_id
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,8 +124,8 @@ def lost_node_setup(settings, tmp_path):
 
 def test_a_lost_nodes_leases_are_handed_over_at_once(settings, tmp_path, rclient):
     from crawler_tasks.frontier import Frontier
-    from crawler_tasks.ops.control import Control
-    from crawler_tasks.ops.maintenance import run_maintenance
+    from crawler_tasks.runtime.control import Control
+    from crawler_tasks.runtime.maintenance import run_maintenance
 
     a, b, held_a, held_b = lost_node_setup(settings, tmp_path)
     control = Control(a)
@@ -161,7 +161,7 @@ def test_a_lost_nodes_held_host_comes_back_at_its_next_contact(settings, tmp_pat
     goes back to the ready heap at te, not at once."""
     from crawler_tasks.frontier import Discovered, Frontier
     from crawler_tasks.keys import ShardKeys
-    from crawler_tasks.ops.nodes import hand_over_lost
+    from crawler_tasks.runtime.nodes import hand_over_lost
 
     a = dataclasses.replace(settings, NODE_NAME="ha", OUT_DIR=str(tmp_path / "a"), LEASE_S=120)
     f = Frontier(a)

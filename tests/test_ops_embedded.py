@@ -13,11 +13,11 @@ import redis
 
 from crawler_tasks.exceptions import ConfigError
 from crawler_tasks.frontier import Frontier
-from crawler_tasks.ops.control import CrawlState
 from crawler_tasks.ops.embedded import EmbeddedRedis, free_port
-from crawler_tasks.ops.maintenance import Progress
 from crawler_tasks.ops.progress import StatusLine, eta_s, progress_line
 from crawler_tasks.ops.waiting import WaitingHost, WaitReason, classify, short_error, waiting_hosts
+from crawler_tasks.runtime.control import CrawlState
+from crawler_tasks.runtime.maintenance import Progress
 
 
 def test_relative_data_dir_from_another_folder_password_and_no_config(tmp_path, monkeypatch):

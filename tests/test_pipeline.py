@@ -13,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from crawler_tasks.frontier import Frontier
-from crawler_tasks.ops.control import CrawlState
-from crawler_tasks.ops.maintenance import read_progress, run_maintenance
-from crawler_tasks.records import page_from_message, record_from_message, to_message
+from crawler_tasks.ops.seeds import seed_urls
+from crawler_tasks.records import capture_from_message, record_from_message, to_message
 from crawler_tasks.robots.rules import MAX_ROBOTS_BYTES
+from crawler_tasks.runtime.control import CrawlState
+from crawler_tasks.runtime.maintenance import read_progress, run_maintenance
 from crawler_tasks.settings import reset_settings
-from crawler_tasks.stages.enqueue import enqueue_stage, seed_urls
+from crawler_tasks.stages.enqueue import enqueue_stage
 from crawler_tasks.stages.fetch import fetch_stage
 from crawler_tasks.stages.parse import parse_stage
 from crawler_tasks.stages.wake import plan_wake
@@ -37,7 +38,7 @@ def crawl_inline(settings, seeds: list[str], seconds: float = 20.0) -> list[dict
     worker = Worker.create(settings)
 
     def emit(pages, group_id):
-        pages = [page_from_message(to_message(p)) for p in pages]
+        pages = [capture_from_message(to_message(p)) for p in pages]
         records = [record_from_message(to_message(r)) for r in parse_stage(worker, pages, group_id)]
         enqueue_stage(worker, records, group_id)
 
@@ -277,7 +278,7 @@ def test_host_budget_and_query_variant_trap(fast):
         facets = [r for r in recs if "/facet?" in r["url"]]
         assert len(facets) == 5
         assert len(recs) <= 20  # the seed host's budget
-        from crawler_tasks.ops.maintenance import read_progress as rp
+        from crawler_tasks.runtime.maintenance import read_progress as rp
         stats = rp(s).stats
         assert stats["frontier/dropped/query_variants"] == 25
         assert stats["frontier/dropped/host_budget"] > 0
@@ -555,12 +556,12 @@ def test_a_parse_task_redelivered_after_its_spool_was_removed_fetches_its_pages_
 
         def emit(pages, group_id):
             messages = [to_message(p) for p in pages]
-            records = parse_stage(worker, [page_from_message(m) for m in messages], group_id)
+            records = parse_stage(worker, [capture_from_message(m) for m in messages], group_id)
             enqueue_stage(worker, [record_from_message(to_message(r)) for r in records], group_id)
             if not replayed:   # the same task again: its spool is gone now
-                again = parse_stage(worker, [page_from_message(m) for m in messages], group_id)
-                replayed.extend(p.url for p in pages if p.body is not None)
-                assert not {r.url for r in again} & set(replayed)
+                again = parse_stage(worker, [capture_from_message(m) for m in messages], group_id)
+                replayed.extend(p.page.url for p in pages if p.body is not None)
+                assert not {r.page.url for r in again} & set(replayed)
 
         deadline = time.time() + 20
         while time.time() < deadline:
@@ -688,7 +689,7 @@ def test_held_hosts_wait_in_the_heap_not_in_threads(fast):
         worker = Worker.create(s)
 
         def emit(pages, group_id):
-            records = parse_stage(worker, [page_from_message(to_message(p)) for p in pages], group_id)
+            records = parse_stage(worker, [capture_from_message(to_message(p)) for p in pages], group_id)
             enqueue_stage(worker, [record_from_message(to_message(r)) for r in records], group_id)
 
         deadline = time.time() + 30

@@ -27,10 +27,10 @@ import pytest
 
 from crawler_tasks.frontier import Discovered, Frontier
 from crawler_tasks.keys import GlobalKeys, ShardKeys
-from crawler_tasks.ops.control import Control
-from crawler_tasks.ops.maintenance import run_maintenance
-from crawler_tasks.ops.nodes import NodeClaim, ProcessBeat
 from crawler_tasks.records import Action
+from crawler_tasks.runtime.control import Control
+from crawler_tasks.runtime.maintenance import run_maintenance
+from crawler_tasks.runtime.nodes import NodeClaim, ProcessBeat
 from testweb import TestWeb
 
 ROOT = Path(__file__).resolve().parent.parent

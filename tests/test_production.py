@@ -13,9 +13,9 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from crawler_tasks.ops.control import Control, CrawlState
 from crawler_tasks.ops.embedded import EmbeddedRedis
-from crawler_tasks.ops.maintenance import read_progress
+from crawler_tasks.runtime.control import Control, CrawlState
+from crawler_tasks.runtime.maintenance import read_progress
 from crawler_tasks.settings import reset_settings
 from testweb import TestWeb
 
@@ -55,7 +55,7 @@ def test_workers_first_then_seed_revive_pause_and_resume(settings, tmp_path):
         logs.mkdir()
         specs = {"fetch": ["worker", "-Q", "crawl.fetch.0,crawl.fetch.1", "-P", "threads", "-c", "2",
                            "-n", "fetch@%h"],
-                 "process": ["worker", "-Q", "crawl.parse.prod,crawl.dedup", "-P", "solo", "-n", "process@%h"],
+                 "process": ["worker", "-Q", "crawl.parse.prod,crawl.enqueue", "-P", "solo", "-n", "process@%h"],
                  "control": ["worker", "-Q", "crawl.control", "-P", "solo", "-n", "control@%h"]}
         procs: dict[str, subprocess.Popen[bytes]] = {}
 

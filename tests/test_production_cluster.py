@@ -26,10 +26,10 @@ from pathlib import Path
 import redis
 
 from crawler_tasks.keys import ShardKeys
-from crawler_tasks.ops.control import Control, CrawlState
 from crawler_tasks.ops.embedded import EmbeddedRedis
-from crawler_tasks.ops.maintenance import read_progress
 from crawler_tasks.ops.snapshot import list_snapshots
+from crawler_tasks.runtime.control import Control, CrawlState
+from crawler_tasks.runtime.maintenance import read_progress
 from crawler_tasks.settings import Settings, reset_settings
 from tests.test_cluster import Cluster
 from testweb import TestWeb
@@ -83,7 +83,7 @@ class Crawl:
         fetch = ",".join(f"crawl.fetch.{i}" for i in range(self.settings.SHARDS))
         self.start(f"fetch-{node}", node, ["worker", "-Q", fetch, "-P", "threads", "-c", "4",
                                            "-n", f"fetch-{node}@%h", *COMMON])
-        self.start(f"parse-{node}", node, ["worker", "-Q", f"crawl.parse.{node},crawl.dedup", "-P", "solo",
+        self.start(f"parse-{node}", node, ["worker", "-Q", f"crawl.parse.{node},crawl.enqueue", "-P", "solo",
                                            "-n", f"parse-{node}@%h", *COMMON])
         if control:
             self.start("control", node, ["worker", "-Q", "crawl.control", "-P", "solo", "-n", "control@%h", *COMMON])

@@ -149,10 +149,10 @@ def test_once_written_waits_for_redis_instead_of_retrying_the_task():
 
 def test_a_stage_task_killed_after_it_wrote_writes_nothing_twice_when_run_again(settings, tmp_path):
     """manage.py killed (issue 24's 9 duplicate records and 7 duplicate feed lines) after
-    a dedup task appended its group's records, or a parse task wrote its feed lines and
+    an enqueue task appended its group's records, or a parse task wrote its feed lines and
     handed its pages on, and before either acknowledged its message: the resume leaves
     out what they wrote (the torn record's half is kept), drops a message left empty,
-    ends a dropped dedup message's group, and each record is then written once."""
+    ends a dropped enqueue message's group, and each record is then written once."""
     from collections import Counter
 
     import redis
@@ -160,10 +160,10 @@ def test_a_stage_task_killed_after_it_wrote_writes_nothing_twice_when_run_again(
 
     from crawler_tasks import tasks
     from crawler_tasks.celery import app, broker_options
-    from crawler_tasks.ops.control import Control
     from crawler_tasks.output.spool import spool_path
-    from crawler_tasks.queues import DEDUP_QUEUE, parse_queue
-    from crawler_tasks.records import FetchedPage, PageRecord, record_from_message, to_message
+    from crawler_tasks.queues import ENQUEUE_QUEUE, OLD_ENQUEUE_QUEUE, parse_queue
+    from crawler_tasks.records import Capture, FetchedPage, PageRecord, record_from_message, to_message
+    from crawler_tasks.runtime.control import Control
     from crawler_tasks.stages.enqueue import enqueue_stage
     from crawler_tasks.stages.worker import Worker
 
@@ -173,7 +173,7 @@ def test_a_stage_task_killed_after_it_wrote_writes_nothing_twice_when_run_again(
     groups = {name: f"{i + 1:x}-1-0000abcd" for i, name in enumerate(["torn", "written", "handed", "fresh"])}
 
     def recs(host: str, n: int) -> list[PageRecord]:
-        return [PageRecord(url=f"http://{host}.test/{i}", status=200, fetched_at="2026-12-03T09:00:00Z")
+        return [PageRecord(FetchedPage(url=f"http://{host}.test/{i}", status=200, fetched_at="2026-12-03T09:00:00Z"))
                 for i in range(n)]
 
     torn, written, handed = recs("a", 3), recs("d", 1), recs("b", 2)
@@ -191,29 +191,30 @@ def test_a_stage_task_killed_after_it_wrote_writes_nothing_twice_when_run_again(
 
             def send(task, items, group: str) -> None:
                 task.apply_async(([to_message(x) for x in items], group), producer=producer,
-                                 queue=DEDUP_QUEUE if task is tasks.dedup else parse_q)
+                                 queue=parse_q if task is tasks.parse else ENQUEUE_QUEUE if task is tasks.enqueue else OLD_ENQUEUE_QUEUE)
 
             def take(queue: str):
                 return Queue(queue, Exchange(queue), routing_key=queue)(conn.channel()).get(no_ack=False)
 
-            send(tasks.dedup, torn, groups["torn"])
-            send(tasks.dedup, written, groups["written"])
-            assert take(DEDUP_QUEUE) and take(DEDUP_QUEUE)   # both taken, never acknowledged
-            send(tasks.parse, [FetchedPage(url=r.url) for r in handed], groups["handed"])
-            send(tasks.parse, [FetchedPage(url="http://c.test/0")], groups["fresh"])
+            send(tasks.enqueue, torn, groups["torn"])
+            send(tasks.enqueue_old_name, written, groups["written"])   # left by a crawl before 0.2
+            assert take(ENQUEUE_QUEUE) and take(OLD_ENQUEUE_QUEUE)   # both taken, never acknowledged
+            send(tasks.parse, [Capture(FetchedPage(url=r.page.url)) for r in handed], groups["handed"])
+            send(tasks.parse, [Capture(FetchedPage(url="http://c.test/0"))], groups["fresh"])
             assert take(parse_q) and take(parse_q)
-            send(tasks.dedup, handed, groups["handed"])        # the handed-on parse task's hand-off
+            send(tasks.enqueue, handed, groups["handed"])        # the handed-on parse task's hand-off
 
             done = reconcile(s, tmp_path)
             assert (done.requeued, done.written_tasks, done.written_items) == (2, 2, 2 + 1 + 2)
             assert "2 interrupted task(s) already written dropped" in done.summary()
-            queued = {q: [] for q in (DEDUP_QUEUE, parse_q)}
+            queued = {q: [] for q in (ENQUEUE_QUEUE, OLD_ENQUEUE_QUEUE, parse_q)}
             for q in queued:
                 while (message := take(q)) is not None:
                     message.ack()
                     queued[q].append(message.payload[0])
         assert [[m["url"] for m in items] for items, _ in queued[parse_q]] == [["http://c.test/0"]]
-        assert sorted((group, [m["url"] for m in items]) for items, group in queued[DEDUP_QUEUE]) == [
+        assert queued[OLD_ENQUEUE_QUEUE] == []   # the old queue's message was written: dropped
+        assert sorted((group, [m["url"] for m in items]) for items, group in queued[ENQUEUE_QUEUE]) == [
             (groups["torn"], ["http://a.test/2"]), (groups["handed"], ["http://b.test/0", "http://b.test/1"])]
         inflight = set(redis.Redis.from_url(s.REDIS_URL, decode_responses=True).zrange(
             Control(s).keys.inflight, 0, -1))
@@ -222,10 +223,10 @@ def test_a_stage_task_killed_after_it_wrote_writes_nothing_twice_when_run_again(
         assert (tmp_path / "feed.jsonl").read_bytes() == feed   # committed: on its way to pages.jsonl
 
         worker = Worker.create(s)
-        for items, group in queued[DEDUP_QUEUE]:   # the dedup tasks run again
+        for items, group in queued[ENQUEUE_QUEUE]:   # the enqueue tasks run again
             enqueue_stage(worker, [record_from_message(m) for m in items], group)
         urls = Counter(orjson.loads(line)["url"] for line in (tmp_path / "pages.jsonl").read_bytes().splitlines())
-        assert urls == Counter(r.url for r in torn + written + handed)   # each once
+        assert urls == Counter(r.page.url for r in torn + written + handed)   # each once
         assert set(redis.Redis.from_url(s.REDIS_URL, decode_responses=True).zrange(
             Control(s).keys.inflight, 0, -1)) == {groups["fresh"]}
     finally:
@@ -243,12 +244,13 @@ def test_a_stage_message_the_broker_lost_is_sent_again_from_its_kept_copy(settin
 
     from crawler_tasks.celery import broker_options
     from crawler_tasks.output.spool import keep_message, kept_messages
-    from crawler_tasks.queues import DEDUP_QUEUE, parse_queue
+    from crawler_tasks.queues import ENQUEUE_QUEUE, parse_queue
     from crawler_tasks.records import FetchedPage, PageRecord, to_message
 
     broker = settings.REDIS_URL.rsplit("/", 1)[0] + "/3"
     s = dataclasses.replace(settings, SHARDS=1, OUT_DIR=str(tmp_path), BROKER_URL=broker)
-    recs = [PageRecord(url=f"http://a.test/{i}", status=200, fetched_at="2026-12-03T09:00:00Z") for i in range(3)]
+    recs = [PageRecord(FetchedPage(url=f"http://a.test/{i}", status=200, fetched_at="2026-12-03T09:00:00Z"))
+            for i in range(3)]
     (tmp_path / "pages.jsonl").write_bytes(_record_line(recs[0]))   # a record another run wrote
     keep_message(s, "1-1-0000abcd", "dedup", [to_message(r) for r in recs])
     keep_message(s, "2-1-0000abcd", "parse", [to_message(FetchedPage(url="http://b.test/0"))])
@@ -263,7 +265,7 @@ def test_a_stage_message_the_broker_lost_is_sent_again_from_its_kept_copy(settin
                     got.append(message.payload[0])
                 return got
 
-            assert [(batch, [m["url"] for m in items]) for items, batch in drain(DEDUP_QUEUE)] == [
+            assert [(batch, [m["url"] for m in items]) for items, batch in drain(ENQUEUE_QUEUE)] == [
                 ("1-1-0000abcd", ["http://a.test/1", "http://a.test/2"])]
             assert [(batch, [m["url"] for m in items]) for items, batch in drain(parse_queue(s.node_name))] == [
                 ("2-1-0000abcd", ["http://b.test/0"])]

@@ -23,7 +23,7 @@ from crawler_tasks.freshness.policy import History, Plan, Policy, Visit, cell_ra
 from crawler_tasks.freshness.rate import RateEstimate
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.frontier.recrawl import BURST_S, Recrawler, recrawl_lines
-from crawler_tasks.records import PageRecord
+from crawler_tasks.records import FetchedPage, PageRecord, Parsed
 
 BOUNDS = Bounds(1 / 1000.0, 1 / 10.0)
 
@@ -178,8 +178,8 @@ def test_adaptive_rule_revisits_changing_pages_sooner_within_the_plan():
 
 def _record(url: str, fp: str, status: int = 200, depth: int = 1, at: str = "2026-12-03T00:00:00.000000Z",
             headers: dict[str, str] | None = None) -> PageRecord:
-    return PageRecord(url=url, depth=depth, status=status, fingerprint=fp, indexable=status == 200,
-                      fetched_at=at, headers=headers or {})
+    return PageRecord(FetchedPage(url=url, depth=depth, status=status, fetched_at=at, headers=headers or {}),
+                      Parsed(fingerprint=fp, indexable=status == 200))
 
 
 def test_shard_plan_limits_revisits_to_the_budget(settings, rclient):

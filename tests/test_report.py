@@ -14,8 +14,8 @@ import pytest
 
 from crawler_tasks.keys import GlobalKeys
 from crawler_tasks.ops import report
-from crawler_tasks.ops.maintenance import read_samples, record_sample, run_maintenance, safe_value
 from crawler_tasks.ops.report import CrawlInputs, read_inputs, summarize, trap_hosts, write_report
+from crawler_tasks.runtime.maintenance import read_samples, record_sample, run_maintenance, safe_value
 from testweb import TestWeb
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,7 +78,7 @@ def test_maintenance_samples_a_capped_series(settings, rclient):
     import dataclasses
 
     from crawler_tasks.frontier import Discovered, Frontier
-    from crawler_tasks.ops.control import Control
+    from crawler_tasks.runtime.control import Control
 
     s = dataclasses.replace(settings, TIMESERIES_MAX_SAMPLES=3)
     Frontier(s).put_discovered([Discovered("http://a.test/", "a.test")])  # a crawl with work left

@@ -16,11 +16,11 @@ import redis
 from warcio.archiveiterator import ArchiveIterator
 
 from crawler_tasks.keys import shard_of
-from crawler_tasks.ops.control import CrawlState
 from crawler_tasks.ops.embedded import EmbeddedRedis
-from crawler_tasks.ops.maintenance import read_progress
+from crawler_tasks.ops.seeds import seed_urls
+from crawler_tasks.runtime.control import CrawlState
+from crawler_tasks.runtime.maintenance import read_progress
 from crawler_tasks.settings import reset_settings
-from crawler_tasks.stages.enqueue import seed_urls
 from testweb import TestWeb
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +50,7 @@ def test_two_frontier_servers_two_owners(settings, tmp_path):
         common = ["--without-gossip", "--without-mingle", "--without-heartbeat", "-P", "solo", "-l", "INFO"]
         specs = {"owner0": ["worker", "-Q", "crawl.fetch.0", "-n", "owner0@%h"],
                  "owner1": ["worker", "-Q", "crawl.fetch.1", "-n", "owner1@%h"],
-                 "process": ["worker", "-Q", "crawl.parse.nodeA,crawl.dedup", "-n", "process@%h"],
+                 "process": ["worker", "-Q", "crawl.parse.nodeA,crawl.enqueue", "-n", "process@%h"],
                  "control": ["worker", "-Q", "crawl.control", "-n", "control@%h"]}
         logs = tmp_path / "logs"
         logs.mkdir()

@@ -3,13 +3,14 @@ from __future__ import annotations
 import pytest
 
 from crawler_tasks.exceptions import ConfigError
+from crawler_tasks.robots import product_token
 from crawler_tasks.settings import Settings
 
 
 def test_defaults_validate():
     s = Settings()
     s.validate()
-    assert s.robots_agent == "simbot"
+    assert product_token(s.USER_AGENT) == "simbot"   # the robots.txt name workers use by default
     assert s.uses_default_contact
 
 

@@ -10,8 +10,8 @@ from crawler_tasks.connection import global_client
 from crawler_tasks.frontier import Discovered, Entry, Frontier
 from crawler_tasks.frontier.spill import Spiller, list_chunks, read_entries, write_chunk
 from crawler_tasks.keys import GlobalKeys
-from crawler_tasks.ops.control import Control
-from crawler_tasks.ops.maintenance import run_maintenance
+from crawler_tasks.runtime.control import Control
+from crawler_tasks.runtime.maintenance import run_maintenance
 
 
 def test_spill_and_read_back_lose_nothing(settings, tmp_path):

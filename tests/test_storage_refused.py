@@ -126,7 +126,7 @@ def test_a_forced_seed_of_a_queued_url_leaves_it_where_it_waits(settings) -> Non
     """`manage.py seed` forces a URL seen before (the operator asked for it); one that is
     still queued would be queued, and fetched, a second time: it is skipped, named."""
     from crawler_tasks.frontier import Discovered, Frontier
-    from crawler_tasks.stages.enqueue import seed_urls
+    from crawler_tasks.ops.seeds import seed_urls
 
     frontier = Frontier(settings)
     frontier.put_discovered([Discovered(url="http://a.test/queued", host="a.test")])

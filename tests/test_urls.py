@@ -19,7 +19,6 @@ from crawler_tasks.urls.normalize import (
     DEFAULT_TRACKING_PARAMS,
     host_key,
     normalize_url,
-    url_depth_of_path,
 )
 
 RFC_BASE = "http://a/b/c/d;p?q"
@@ -331,26 +330,6 @@ def test_host_key(url: str, key: str) -> None:
     assert host_key(url) == key
 
 
-@pytest.mark.parametrize(
-    ("url", "depth"),
-    [
-        ("http://a.com/", 0),
-        ("http://a.com", 0),
-        ("http://a.com/a", 1),
-        ("http://a.com/a/b/c", 3),
-        ("http://a.com/a/b/c/", 3),
-        ("http://a.com/a//b/", 2),
-        ("http://a.com/a/b?x=/c/d#/e", 2),
-        ("http://[::1]:80/a", 1),
-        ("/a/b", 2),
-        ("a/b", 2),
-        ("", 0),
-    ],
-)
-def test_url_depth_of_path(url: str, depth: int) -> None:
-    assert url_depth_of_path(url) == depth
-
-
 # ------------------------------------------- the libraries do what we rely on
 
 
@@ -469,10 +448,9 @@ def test_resolution_matches_stdlib_urljoin(
 
 
 @given(url=st.one_of(_ANY_TEXT, url_like()))
-def test_host_key_and_depth_never_raise(url: str) -> None:
+def test_host_key_never_raises(url: str) -> None:
     key = host_key(url)
     assert isinstance(key, str) and key == key.lower()
-    assert url_depth_of_path(url) >= 0
 
 
 # ------------------------------------------ WHATWG URL Standard (web-platform-tests)

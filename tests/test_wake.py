@@ -5,7 +5,7 @@ import dataclasses
 import time
 
 from crawler_tasks.frontier import Discovered, Frontier
-from crawler_tasks.ops.control import Control, CrawlState
+from crawler_tasks.runtime.control import Control, CrawlState
 from crawler_tasks.stages.wake import plan_wake
 
 

@@ -11,24 +11,36 @@ from __future__ import annotations
 
 import html
 from collections import deque
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
 from urllib.parse import urldefrag, urljoin, urlsplit
 
 from crawler_tasks.robots import RobotsRules
-from testweb.pages import HREF_RE, PRIVATE_PATH, links_private, node_path, path_node
-from testweb.responses import head_fields
-
-if TYPE_CHECKING:
-    from testweb.web import TestWeb
+from testweb.pages import HREF_RE, PRIVATE_PATH, Link, links_private, node_path, path_node
+from testweb.responses import Resp, head_fields
 
 
-def reachable(web: TestWeb, seeds: list[str], user_agent: str) -> set[str]:
+@dataclass(frozen=True, slots=True)
+class Model:
+    """What the walk reads of a web (``TestWeb.model()``): its hosts, each host's number of
+    generated pages and link graph, its routes, and how it answers."""
+
+    hosts: list[str]
+    pages: list[int]
+    links: list[list[list[Link]]]                       # [host][node] -> links
+    routes: list[dict[str, Resp]]                       # [host] path -> pre-rendered response
+    robots: Callable[[int], RobotsRules]                # host -> its robots.txt rules
+    linked_extras: Callable[[int], list[str]]           # host -> extra routes its home links to
+    classify: Callable[[int, str], tuple[str, Resp | None, int]]   # (host, target) -> (kind, resp, node)
+
+
+def reachable(web: Model, seeds: list[str], user_agent: str) -> set[str]:
     """Absolute URLs (no fragment) of the HTML pages reachable from ``seeds``."""
     hosts = web.hosts
     index = {hp: i for i, hp in enumerate(hosts)}
-    n_pages = web._pages.pages
-    links = web._pages.links
-    routes = web._routes
+    n_pages = web.pages
+    links = web.links
+    routes = web.routes
     overridden = [  # generated nodes an extra route replaces
         {k for k in (path_node(p, n_pages[h]) for p in routes[h]) if k is not None}
         for h in range(len(hosts))
@@ -57,7 +69,7 @@ def reachable(web: TestWeb, seeds: list[str], user_agent: str) -> set[str]:
     def allowed(h: int, target: str) -> bool:
         rule = rules.get(h)
         if rule is None:
-            rule = rules[h] = web._robots(h)
+            rule = rules[h] = web.robots(h)
         return rule.is_allowed(target, user_agent)
 
     def add_page(h: int, k: int, url: str) -> None:
@@ -71,7 +83,7 @@ def reachable(web: TestWeb, seeds: list[str], user_agent: str) -> set[str]:
         if links_private(k):
             push(f"http://{hosts[h]}{PRIVATE_PATH}")
         if k == 0:
-            for route in web._linked_extras(h):
+            for route in web.linked_extras(h):
                 push(f"http://{hosts[h]}{route}")
 
     for seed in seeds:
@@ -89,7 +101,7 @@ def reachable(web: TestWeb, seeds: list[str], user_agent: str) -> set[str]:
         target = parts.path + (f"?{parts.query}" if parts.query else "")
         if not allowed(h, target):
             continue
-        kind, resp, k = web._classify(h, target)
+        kind, resp, k = web.classify(h, target)
         if kind == "page":
             add_page(h, k, key)
         elif kind == "private":

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from crawler_tasks.robots import RobotsRules
 from testweb.pages import PRIVATE_BODY, Pages, node_path, path_node
-from testweb.reach import reachable
+from testweb.reach import Model, reachable
 from testweb.responses import (
     HTML_CT,
     NOT_FOUND,
@@ -167,7 +167,12 @@ class TestWeb:
         robots.txt as testweb.robots says. URLs are absolute, without fragments.
         """
         self._require_started()
-        return reachable(self, self.seeds() if seeds is None else seeds, user_agent)
+        return reachable(self.model(), self.seeds() if seeds is None else seeds, user_agent)
+
+    def model(self) -> Model:
+        """What a crawler would find here, for ``testweb.reach`` to walk without the network."""
+        return Model(self.hosts, self._pages.pages, self._pages.links, self._routes, self._robots,
+                     self._linked_extras, self._classify)
 
     @property
     def requests(self) -> list[RequestRecord]:
@@ -198,7 +203,7 @@ class TestWeb:
         self._extra_paths[host_index].add(path)
         self._routes[host_index][path] = make_resp(status, headers.items(), body)
 
-    # -- routing (also read by testweb.reach) ------------------------------------
+    # -- routing (testweb.reach reads it through model()) --------------------------
 
     def _require_started(self) -> None:
         if not self.hosts:

@@ -61,20 +61,20 @@ class ContentIndex:
 
     def mark_duplicates(self, records: list[PageRecord], counters: Counters) -> None:
         """Exact content dedup: fingerprints sharded by value, first URL wins."""
-        with_fp = [r for r in records if r.fingerprint and r.status == 200]
+        with_fp = [r for r in records if r.parsed.fingerprint and r.page.status == 200]
         if not with_fp:
             return
         pipe = global_client(self.settings).pipeline(transaction=False)
         for rec in with_fp:
-            assert rec.fingerprint is not None
-            key = self.gkeys.fingerprints(int(rec.fingerprint, 16) % self.settings.SHARDS)
-            pipe.hsetnx(key, rec.fingerprint, rec.url)
-            pipe.hget(key, rec.fingerprint)
+            assert rec.parsed.fingerprint is not None
+            key = self.gkeys.fingerprints(int(rec.parsed.fingerprint, 16) % self.settings.SHARDS)
+            pipe.hsetnx(key, rec.parsed.fingerprint, rec.page.url)
+            pipe.hget(key, rec.parsed.fingerprint)
         res = pipe.execute()
         for i, rec in enumerate(with_fp):
             first = res[2 * i + 1]
-            if not res[2 * i] and first and first != rec.url:
-                rec.duplicate_of = first
+            if not res[2 * i] and first and first != rec.page.url:
+                rec.parsed.duplicate_of = first
                 bump(counters, "dedup/duplicate_content")
 
     def hosts_to_probe(self, records: list[PageRecord]) -> list[str]:
@@ -83,9 +83,9 @@ class ContentIndex:
         host is claimed once (its soft-404 entry is empty until the probe's answer)."""
         if not self.settings.SOFT404_PROBE:
             return []
-        signs = {host_key(r.url): r.url.split("://", 1)[0] for r in records
-                 if r.duplicate_of and r.status == 200 and r.kind == EntryKind.PAGE
-                 and host_key(r.duplicate_of) == host_key(r.url)}
+        signs = {host_key(r.page.url): r.page.url.split("://", 1)[0] for r in records
+                 if r.parsed.duplicate_of and r.page.status == 200 and r.page.kind == EntryKind.PAGE
+                 and host_key(r.parsed.duplicate_of) == host_key(r.page.url)}
         out = []
         for shard, hosts in _by_shard(signs, self.settings.SHARDS).items():
             pipe = shard_client(self.settings, shard).pipeline(transaction=False)
@@ -99,47 +99,47 @@ class ContentIndex:
         fingerprint; pages with that same fingerprint are soft 404s, not content."""
         if not self.settings.SOFT404_PROBE:
             return
-        with_fp = [r for r in records if r.fingerprint and r.status == 200]
+        with_fp = [r for r in records if r.parsed.fingerprint and r.page.status == 200]
         groups: dict[int, list[PageRecord]] = {}
         for rec in with_fp:
-            groups.setdefault(shard_of(host_key(rec.url), self.settings.SHARDS), []).append(rec)
+            groups.setdefault(shard_of(host_key(rec.page.url), self.settings.SHARDS), []).append(rec)
         for shard, group in groups.items():
             key = self._shard_keys(shard).soft404
             client = shard_client(self.settings, shard)
-            probes = {host_key(r.url): r.fingerprint for r in group
-                      if r.kind == EntryKind.PROBE and r.fingerprint}
+            probes = {host_key(r.page.url): r.parsed.fingerprint for r in group
+                      if r.page.kind == EntryKind.PROBE and r.parsed.fingerprint}
             if probes:
                 client.hset(key, mapping=probes)  # type: ignore[arg-type]  # redis-py's Mapping key is invariant
-            pages = [r for r in group if r.kind != EntryKind.PROBE]
+            pages = [r for r in group if r.page.kind != EntryKind.PROBE]
             if not pages:
                 continue
-            known = client.hmget(key, [host_key(r.url) for r in pages])
+            known = client.hmget(key, [host_key(r.page.url) for r in pages])
             for rec, fp in zip(pages, known, strict=True):
-                if fp and fp == rec.fingerprint:
-                    rec.soft_404 = True
+                if fp and fp == rec.parsed.fingerprint:
+                    rec.parsed.soft_404 = True
                     bump(counters, "dedup/soft_404")
 
     def mark_near_duplicates(self, records: list[PageRecord], counters: Counters) -> None:
         """simhash within 3 bits of a page seen before: ``near_duplicate_of`` that page.
         Links of near-duplicates are still followed (a false match must not hide a site)."""
-        candidates = [r for r in records if r.simhash and r.status == 200 and not r.duplicate_of
-                      and r.kind == EntryKind.PAGE and not r.soft_404]
+        candidates = [r for r in records if r.parsed.simhash and r.page.status == 200 and not r.parsed.duplicate_of
+                      and r.page.kind == EntryKind.PAGE and not r.parsed.soft_404]
         if not candidates:
             return
-        matches = self.near.check_and_add([(r.url, from_hex(r.simhash or "")) for r in candidates])
+        matches = self.near.check_and_add([(r.page.url, from_hex(r.parsed.simhash or "")) for r in candidates])
         for rec, match in zip(candidates, matches, strict=True):
             if match:
-                rec.near_duplicate_of = match
+                rec.parsed.near_duplicate_of = match
                 bump(counters, "dedup/near_duplicate")
 
     def count_host_duplicates(self, records: list[PageRecord]) -> None:
         """Per host: pages parsed and how many duplicated content (the trap signal)."""
         pages: dict[str, list[int]] = {}
         for rec in records:
-            if rec.fingerprint and rec.status == 200 and rec.kind == EntryKind.PAGE:
-                n = pages.setdefault(host_key(rec.url), [0, 0])
+            if rec.parsed.fingerprint and rec.page.status == 200 and rec.page.kind == EntryKind.PAGE:
+                n = pages.setdefault(host_key(rec.page.url), [0, 0])
                 n[0] += 1
-                n[1] += bool(rec.duplicate_of or rec.near_duplicate_of)
+                n[1] += bool(rec.parsed.duplicate_of or rec.parsed.near_duplicate_of)
         for shard, hosts in _by_shard(pages, self.settings.SHARDS).items():
             pipe = shard_client(self.settings, shard).pipeline(transaction=False)
             key = self._shard_keys(shard).dup_stats

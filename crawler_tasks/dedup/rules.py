@@ -228,12 +228,13 @@ class UrlRules:
         """Count the batch's evidence for rules and judge its pages per shape (``texts``:
         url -> main text of the batch's pages, for the template and known-text tests):
         one pipeline of reads and one of writes per shard for the whole batch."""
-        shaped = [r for r in records if r.status == 200 and r.kind == EntryKind.PAGE and not r.error_kind]
+        shaped = [r for r in records
+                  if r.page.status == 200 and r.page.kind == EntryKind.PAGE and not r.page.error_kind]
         by_host: dict[str, tuple[list[PageRecord], list[PageRecord]]] = {}
         for rec in shaped:
-            lists = by_host.setdefault(_origin_host(rec.url), ([], []))
+            lists = by_host.setdefault(_origin_host(rec.page.url), ([], []))
             lists[1].append(rec)
-            if rec.fingerprint and not rec.soft_404:
+            if rec.parsed.fingerprint and not rec.parsed.soft_404:
                 lists[0].append(rec)
         if not by_host:
             return
@@ -242,12 +243,13 @@ class UrlRules:
         for host, (group, with_shape) in by_host.items():
             k, shard = self._keys(host)
             pipe = self._pipeline(reads, shard)
-            names = list(dict.fromkeys(name for rec in with_shape for name, _ in _shapes_of(rec.url)))
-            plan = _HostPlan(host, group, with_shape, k, shard, [applicable(r.url) for r in group], names, len(pipe))
+            names = list(dict.fromkeys(name for rec in with_shape for name, _ in _shapes_of(rec.page.url)))
+            plan = _HostPlan(host, group, with_shape, k, shard, [applicable(r.page.url) for r in group], names,
+                             len(pipe))
             linked: dict[str, None] = {}
             if texts:
                 for rec in with_shape:
-                    for link in rec.links[:MAX_WALK_LINKS]:
+                    for link in rec.found.links[:MAX_WALK_LINKS]:
                         if link not in plan.link_shapes:
                             plan.link_shapes[link] = found = frozenset(name for name, _ in _shapes_of(link))
                             linked.update(dict.fromkeys(found))
@@ -257,7 +259,7 @@ class UrlRules:
             pipe.hmget(k.shapes(host), [f"r:{name}" for name in names] or ["r:"])
             pipe.hmget(k.shapes(host), [f"{f}:{name}" for name in plan.linked for f in _COUNT_FIELDS] or ["n:"])
             for rec, cands in zip(group, plan.targets, strict=True):
-                pipe.hmget(k.dust_urls(host), [f"u:{t}" for _, t in cands] + [f"v:{rec.url}"])
+                pipe.hmget(k.dust_urls(host), [f"u:{t}" for _, t in cands] + [f"v:{rec.page.url}"])
             plans.append(plan)
         read = {shard: pipe.execute() for shard, pipe in reads.items()}
         writes: dict[int, Pipeline] = {}
@@ -321,7 +323,7 @@ class UrlRules:
         pairs: dict[str, int] = {}
         refuted: set[str] = set()
         for rec, cands, values in zip(plan.recs, plan.targets, stored, strict=True):
-            mine = f"{rec.fingerprint} {rec.simhash or ''}"
+            mine = f"{rec.parsed.fingerprint} {rec.parsed.simhash or ''}"
             units: dict[str, int] = {}
             against: set[str] = set()
 
@@ -330,21 +332,21 @@ class UrlRules:
                 if not other:
                     return
                 fp, _, sim = other.partition(" ")
-                n = same_content(rec.fingerprint or "", rec.simhash, fp, sim or None)
+                n = same_content(rec.parsed.fingerprint or "", rec.parsed.simhash, fp, sim or None)
                 if not n:
                     against.add(rule)
-                elif rec.simhash:   # a thin text (a pager's chrome) tells no pages apart
+                elif rec.parsed.simhash:   # a thin text (a pager's chrome) tells no pages apart
                     units[rule] = max(units.get(rule, 0), n)
 
             for (rule, target), value in zip(cands, values, strict=False):  # values ends with the v: field
                 weigh(rule, known.get(target) or value)
-            variant = variants.get(rec.url) or values[-1]
+            variant = variants.get(rec.page.url) or values[-1]
             if variant:
                 rule, _, other = variant.partition(" ")
                 weigh(rule, other)
-            for other, n in ((rec.duplicate_of, EXACT_UNITS), (rec.near_duplicate_of, NEAR_UNITS)):
-                if other and other != rec.url and _origin_host(other) == host and rec.simhash:
-                    for rule in candidate_rules(rec.url, other):
+            for other, n in ((rec.parsed.duplicate_of, EXACT_UNITS), (rec.parsed.near_duplicate_of, NEAR_UNITS)):
+                if other and other != rec.page.url and _origin_host(other) == host and rec.parsed.simhash:
+                    for rule in candidate_rules(rec.page.url, other):
                         units[rule] = max(units.get(rule, 0), n)
             for rule in against:
                 units.pop(rule, None)
@@ -352,9 +354,9 @@ class UrlRules:
             for rule, n in units.items():
                 evidence[rule] = evidence.get(rule, 0) + n
                 pairs[rule] = pairs.get(rule, 0) + 1
-            known[rec.url] = mine
+            known[rec.page.url] = mine
             if n_urls + len(known) <= s.DUST_MAX_URLS_PER_HOST:
-                writes.hset(urls_key, f"u:{rec.url}", mine)
+                writes.hset(urls_key, f"u:{rec.page.url}", mine)
                 for rule, target in cands:
                     variants.setdefault(target, f"{rule} {mine}")
                     writes.hsetnx(urls_key, f"v:{target}", f"{rule} {mine}")
@@ -384,15 +386,16 @@ class UrlRules:
         ring = {name: Ring.load(rings.get(name)) for name in plan.shape_names}
         skip = (set(self._host(plan.host).traps) | poor) if texts else set()
         for rec in plan.shaped:
-            text = texts.get(rec.url)
-            links = rec.links[:MAX_WALK_LINKS]
-            mine = _shapes_of(rec.url)
+            text = texts.get(rec.page.url)
+            links = rec.found.links[:MAX_WALK_LINKS]
+            mine = _shapes_of(rec.page.url)
             sketch = None if text is None else PageSketch.of(
                 text, _links_that_count(links, plan.link_shapes, skip | {name for name, _ in mine}))
-            walk = s.TRAP_WALK_PAGES and walks(rec.url, links)
+            walk = s.TRAP_WALK_PAGES and walks(rec.page.url, links)
             for name, facet in mine:
-                verdict = page_yield(duplicate=bool(rec.duplicate_of), near_duplicate=bool(rec.near_duplicate_of),
-                                     soft_404=rec.soft_404, empty=not rec.fingerprint, ring=ring[name], sketch=sketch)
+                verdict = page_yield(duplicate=bool(rec.parsed.duplicate_of),
+                                     near_duplicate=bool(rec.parsed.near_duplicate_of), soft_404=rec.parsed.soft_404,
+                                     empty=not rec.parsed.fingerprint, ring=ring[name], sketch=sketch)
                 tally = counted.setdefault(name, {})
                 for f in ("n", _YIELD_FIELD.get(verdict), "w" if walk else None):
                     if f:

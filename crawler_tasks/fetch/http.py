@@ -38,6 +38,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
+from typing import NamedTuple
 from urllib.parse import quote, urlsplit
 
 import brotli
@@ -311,6 +312,29 @@ class _BoundedResolver:
                 self._pool = None
 
 
+class Origin(NamedTuple):
+    """Where a connection goes, and the key of the idle connection kept for it."""
+
+    scheme: str
+    host: str   # ASCII (IDNA) host name
+    port: int
+
+
+@dataclass(slots=True)
+class _Request:
+    """One GET on its way, as the private steps of an exchange share it."""
+
+    origin: Origin
+    ip: str                  # the vetted address: a kept connection to another one is not reused
+    request: bytes           # the request head, as sent
+    deadline: float          # monotonic s: the one deadline of the exchange
+    result: FetchResult      # filled as the answer comes
+    cap: int                 # body bytes kept
+    decoded_cap: int         # bytes after content decoding
+    cancel: Cancel | None    # the crawl stops: end the exchange
+    gap_s: float             # the host's delay, before a request again on a new connection
+
+
 class Fetcher:
     """One per worker process; thread-safe (a connection serves one exchange at a time)."""
 
@@ -319,7 +343,7 @@ class Fetcher:
         self._resolver = _BoundedResolver(resolver, min(settings.CONNECT_TIMEOUT_S, settings.TOTAL_TIMEOUT_S))
         self.dns = DnsCache(overrides=parse_resolve_overrides(settings.RESOLVE), resolver=self._resolver)
         # one idle keep-alive connection per origin (scheme, ASCII host, port)
-        self._idle: OrderedDict[tuple[str, str, int], _Conn] = OrderedDict()
+        self._idle: OrderedDict[Origin, _Conn] = OrderedDict()
         self._lock = threading.Lock()
         # the verdict on each address, which depends on nothing but the settings
         # (parsing an address with ipaddress costs ~0.1 ms a turn otherwise)
@@ -384,14 +408,13 @@ class Fetcher:
             result.request_headers = list(headers.items())
             request = ("".join([f"GET {target} HTTP/1.1\r\n",
                                 *(f"{k}: {v}\r\n" for k, v in result.request_headers), "\r\n"])).encode("latin-1", "replace")
-            key = (scheme, host, port, ip)
             early = not_before - time.time()
             if early > 0:
                 _pause(early, cancel)
                 result.started, deadline = time.time(), time.monotonic() + s.TOTAL_TIMEOUT_S
-            self._exchange(key, request, deadline, result, max_body_bytes or s.MAX_BODY_BYTES,
-                           max_decoded_bytes or s.MAX_DECODED_BYTES, cancel,
-                           s.MIN_DELAY_S if gap_s is None else gap_s)
+            self._exchange(_Request(Origin(scheme, host, port), ip, request, deadline, result,
+                                    max_body_bytes or s.MAX_BODY_BYTES, max_decoded_bytes or s.MAX_DECODED_BYTES,
+                                    cancel, s.MIN_DELAY_S if gap_s is None else gap_s))
         except _Fail as exc:
             result.error_kind, result.error = exc.kind, exc.message
         except AddressRefused as exc:
@@ -403,14 +426,13 @@ class Fetcher:
         result.ended = result.ended or time.time()
         return result
 
-    def _exchange(self, key: tuple[str, str, int, str], request: bytes, deadline: float,
-                  result: FetchResult, cap: int, decoded_cap: int, cancel: Cancel | None, gap_s: float) -> None:
-        if cancel is not None and cancel.is_set():   # not even a connection
+    def _exchange(self, r: _Request) -> None:
+        if r.cancel is not None and r.cancel.is_set():   # not even a connection
             raise _aborted()
-        conn = self._take(key)
+        conn = self._take(r.origin, r.ip)
         if conn is not None:
             try:
-                self._guarded(conn, key, request, deadline, result, cap, decoded_cap, cancel)
+                self._guarded(conn, r)
                 return
             except _Fail as exc:
                 conn.close()
@@ -419,25 +441,25 @@ class Fetcher:
                 # hung up on before any answer: the server had closed the idle connection
                 # (or it refuses the request). Once more on a new one, but the server saw a
                 # request: the host's delay first, as before any request to it
-                if time.monotonic() + gap_s >= deadline:
+                if time.monotonic() + r.gap_s >= r.deadline:
                     raise
-                _pause(gap_s, cancel)
-        conn = self._connect(key, deadline)
+                _pause(r.gap_s, r.cancel)
+        conn = self._connect(r.origin, r.ip, r.deadline)
         try:
-            self._guarded(conn, key, request, deadline, result, cap, decoded_cap, cancel)
+            self._guarded(conn, r)
         except _Fail:
             conn.close()
             raise
 
-    def _guarded(self, conn: _Conn, key: tuple[str, str, int, str], request: bytes, deadline: float,
-                 result: FetchResult, cap: int, decoded_cap: int, cancel: Cancel | None) -> None:
+    def _guarded(self, conn: _Conn, r: _Request) -> None:
         """One round trip that ``cancel`` can end; whatever it read is void then."""
+        cancel = r.cancel
         if cancel is None:
-            self._round_trip(conn, key, request, deadline, result, cap, decoded_cap)
+            self._round_trip(conn, r)
             return
         cancel.enter(conn)
         try:
-            self._round_trip(conn, key, request, deadline, result, cap, decoded_cap)
+            self._round_trip(conn, r)
         except _Fail:
             if conn.aborted:
                 raise _aborted() from None
@@ -454,7 +476,7 @@ class Fetcher:
         origins = []
         for scheme in ("http", "https"):
             try:
-                origins.append(_split(f"{scheme}://{authority}/")[:3])
+                origins.append(Origin(*_split(f"{scheme}://{authority}/")[:3]))
             except _Fail:
                 return
         with self._lock:
@@ -462,16 +484,15 @@ class Fetcher:
         for conn in conns:
             conn.close()
 
-    def _take(self, key: tuple[str, str, int, str]) -> _Conn | None:
+    def _take(self, origin: Origin, ip: str) -> _Conn | None:
         with self._lock:
-            conn = self._idle.pop(key[:3], None)
-        if conn is not None and (conn.ip != key[3] or not conn.alive()):  # the name moved, or the peer hung up
+            conn = self._idle.pop(origin, None)
+        if conn is not None and (conn.ip != ip or not conn.alive()):  # the name moved, or the peer hung up
             conn.close()
             return None
         return conn
 
-    def _give_back(self, key: tuple[str, str, int, str], conn: _Conn) -> None:
-        origin = key[:3]
+    def _give_back(self, origin: Origin, conn: _Conn) -> None:
         with self._lock:
             old = self._idle.pop(origin, None)
             self._idle[origin] = conn
@@ -479,9 +500,9 @@ class Fetcher:
         for c in ([old] if old else []) + evicted:
             c.close()
 
-    def _connect(self, key: tuple[str, str, int, str], deadline: float) -> _Conn:
+    def _connect(self, origin: Origin, ip: str, deadline: float) -> _Conn:
         s = self.settings
-        scheme, host, port, ip = key
+        scheme, host, port = origin
         left = deadline - time.monotonic()
         if left <= 0:
             raise _Fail(ErrorKind.DEADLINE, f"exchange deadline of {s.TOTAL_TIMEOUT_S:g} s passed during DNS")
@@ -519,24 +540,24 @@ class Fetcher:
                 raise _Fail(ErrorKind.PROTOCOL, f"{_os_reason(exc)} in the TLS handshake") from None
         return conn
 
-    def _round_trip(self, conn: _Conn, key: tuple[str, str, int, str], request: bytes, deadline: float,
-                    result: FetchResult, cap: int, decoded_cap: int) -> None:
+    def _round_trip(self, conn: _Conn, r: _Request) -> None:
         s = self.settings
-        conn.start(deadline, s.READ_TIMEOUT_S, s.TOTAL_TIMEOUT_S)
+        result, decoded_cap = r.result, r.decoded_cap
+        conn.start(r.deadline, s.READ_TIMEOUT_S, s.TOTAL_TIMEOUT_S)
         conn.phase = "sending the request"
         conn.arm()
         try:
-            conn.sock.sendall(request)
+            conn.sock.sendall(r.request)
         except TimeoutError:
             raise conn.timed_out() from None
         except OSError as exc:
             raise _Fail(ErrorKind.PROTOCOL, f"{_os_reason(exc)} while sending the request",
                         unanswered=True) from None
         version, keep_alive = self._read_head(conn, result)
-        reusable = self._read_body(conn, result, cap, version, keep_alive)
+        reusable = self._read_body(conn, result, r.cap, version, keep_alive)
         result.ended = time.time()   # the answer's end, which the host's delay runs from (not the decoding's)
         if reusable and not conn.buf:  # bytes past the body would pose as the next answer
-            self._give_back(key, conn)
+            self._give_back(r.origin, conn)
         else:
             conn.close()
         result.content, cut = decode_body(result.body, result.header("content-encoding"), decoded_cap)

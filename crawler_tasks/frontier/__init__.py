@@ -16,6 +16,7 @@ import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from enum import IntEnum
 from pathlib import Path
 from typing import TypeVar
 
@@ -49,9 +50,22 @@ MAX_REFILL_MOVES = 2000
 ADD_CHUNK_URLS = 10_000
 
 
-# put_discovered verdicts
-ENQUEUED, SEEN, OVER_HOST_BUDGET, QUERY_TRAP = 1, 0, 2, 3
-VERDICT_NAMES = {SEEN: "seen", OVER_HOST_BUDGET: "host_budget", QUERY_TRAP: "query_variants"}
+class Verdict(IntEnum):
+    """What ``put_discovered`` did with a URL; the values are add.lua's replies."""
+
+    SEEN = 0               # the URL-seen test said seen before
+    ENQUEUED = 1
+    OVER_HOST_BUDGET = 2   # the host has its MAX_PAGES_PER_HOST queued or fetched
+    QUERY_TRAP = 3         # the path has its MAX_QUERY_VARIANTS
+
+    @property
+    def reason(self) -> str:
+        """The ``frontier/dropped/<reason>`` counter of a URL not enqueued."""
+        return _DROP_REASONS[self]
+
+
+_DROP_REASONS = {Verdict.SEEN: "seen", Verdict.ENQUEUED: "enqueued", Verdict.OVER_HOST_BUDGET: "host_budget",
+                 Verdict.QUERY_TRAP: "query_variants"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +145,8 @@ class Lease:
 
 
 def _completion(lease: Lease, reply: object) -> Completion:
-    """complete.lua's reply: 1 done, 0 lease lost, 2 held (then the next head and token)."""
+    """complete.lua's reply: 1 given back, 2 held (then the next head and token), -1 the
+    lease was lost (nothing changed)."""
     out = list(reply)  # type: ignore[call-overload]
     if int(out[0]) == 2:
         return Completion(True, Lease(lease.shard, lease.host, out[1], out[2]))
@@ -142,7 +157,7 @@ class Frontier:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         # who renews leases and parks fetched URLs through this client: a fetch worker
-        # process names itself (ops/nodes.py ProcessBeat) so that its death hands them over
+        # process names itself (runtime/nodes.py ProcessBeat) so that its death hands them over
         self.owner = settings.node_name
         self.shards = settings.SHARDS
         self.levels = settings.PRIORITY_LEVELS
@@ -176,17 +191,16 @@ class Frontier:
         return shard_of(host, self.shards)
 
     # -- adding -----------------------------------------------------------------------
-    def put_discovered(self, items: Iterable[Discovered]) -> list[int]:
+    def put_discovered(self, items: Iterable[Discovered]) -> list[Verdict]:
         """Add URLs not seen before to their shard's front queue.
 
-        Returns, per item in input order, ENQUEUED (1), SEEN (0: the URL-seen test said
-        it was seen before; a Bloom false positive is possible for non-forced items, at
-        the configured rate), OVER_HOST_BUDGET (2) or QUERY_TRAP (3). A shard's URLs go
+        Returns, per item in input order, its ``Verdict`` (SEEN: a Bloom false positive
+        is possible for non-forced items, at the configured rate). A shard's URLs go
         in calls of ADD_CHUNK_URLS, in input order; each call is atomic, the batch is not.
         """
         items = list(items)
         by_shard = group_by(range(len(items)), lambda i: self.shard_of(items[i].host))
-        result = [SEEN] * len(items)
+        result = [Verdict.SEEN] * len(items)
         top = self.levels - 1
         s = self.settings
         for shard, all_indexes in by_shard.items():
@@ -206,7 +220,7 @@ class Frontier:
                              h1, h2, item.host, qkey]
                 verdicts = self._run(shard, "add", keys, args)
                 for i, verdict in zip(indexes, verdicts, strict=True):  # type: ignore[call-overload]
-                    result[i] = int(verdict)
+                    result[i] = Verdict(int(verdict))
         return result
 
     # -- leasing ----------------------------------------------------------------------

@@ -60,9 +60,9 @@ HONEST_SHARE = 0.8
 
 def page_weight(rec: PageRecord) -> float:
     """A page's value in the revisit plan."""
-    if not (rec.indexable or rec.status == 304):
+    if not (rec.parsed.indexable or rec.page.status == 304):
         return WEIGHT_OTHER
-    return WEIGHT_SEED if rec.depth == 0 else WEIGHT_PAGE
+    return WEIGHT_SEED if rec.page.depth == 0 else WEIGHT_PAGE
 
 
 def _level(weight: float, levels: int) -> int:
@@ -120,17 +120,17 @@ class Recrawler:
         returns counters."""
         now = time.time() if now is None else now
         counters = {"recrawl/changed": 0, "recrawl/unchanged": 0, "recrawl/revisits": 0, "recrawl/not_modified": 0}
-        visited = [r for r in records if r.status in (200, 304) and r.kind != EntryKind.PROBE]
-        by_shard = group_by(visited, lambda rec: self.frontier.shard_of(host_key(rec.url)))
+        visited = [r for r in records if r.page.status in (200, 304) and r.page.kind != EntryKind.PROBE]
+        by_shard = group_by(visited, lambda rec: self.frontier.shard_of(host_key(rec.page.url)))
         for shard, group in by_shard.items():
             k = self.frontier.keys(shard)
             client = shard_client(self.settings, shard)
-            hosts = [host_key(r.url) for r in group]
+            hosts = [host_key(r.page.url) for r in group]
             pipe = client.pipeline(transaction=False)
-            pipe.hmget(k.history, [r.url for r in group])
+            pipe.hmget(k.history, [r.page.url for r in group])
             pipe.hmget(k.host_rates, [f"{h} {f}" for h in hosts for f in "ce"])
             pipe.hmget(k.recrawl, ["mu", "uniform_s"])
-            pipe.hmget(k.claims, [r.url for r in group])
+            pipe.hmget(k.claims, [r.page.url for r in group])
             old, pooled, (mu, uniform_s), claims = pipe.execute()
             pipe = client.pipeline(transaction=False)
             for i, (rec, raw) in enumerate(zip(group, old, strict=True)):
@@ -139,19 +139,20 @@ class Recrawler:
                 plan = Plan(self.policy, self.bounds, self.settings.RECRAWL_INITIAL_S, mu=float(mu or 0),
                             objective=self.objective, uniform_s=float(uniform_s or 0),
                             prior_rate=pooled_rate(host_c, host_e, 1.0 / self.settings.RECRAWL_INITIAL_S))
-                if rec.status == 304:
+                if rec.page.status == 304:
                     changed = False
                     counters["recrawl/not_modified"] += 1
                 else:
-                    changed = bool(prev.visits) and (rec.fingerprint or "") != prev.fingerprint
-                visit = Visit(_epoch(rec.fetched_at) or now, changed, _epoch(rec.headers.get("last-modified")))
+                    changed = bool(prev.visits) and (rec.parsed.fingerprint or "") != prev.fingerprint
+                visit = Visit(_epoch(rec.page.fetched_at) or now, changed,
+                              _epoch(rec.page.headers.get("last-modified")))
                 hist, due_at = revisit(plan, prev, visit, page_weight(rec))
-                hist.etag = rec.headers.get("etag") or (prev.etag if rec.status == 304 else "")
-                hist.last_modified = rec.headers.get("last-modified") or (
-                    prev.last_modified if rec.status == 304 else "")
-                hist.fingerprint = prev.fingerprint if rec.status == 304 else (rec.fingerprint or "")
+                hist.etag = rec.page.headers.get("etag") or (prev.etag if rec.page.status == 304 else "")
+                hist.last_modified = rec.page.headers.get("last-modified") or (
+                    prev.last_modified if rec.page.status == 304 else "")
+                hist.fingerprint = prev.fingerprint if rec.page.status == 304 else (rec.parsed.fingerprint or "")
                 if claims[i]:   # a sitemap said it changed: did it?
-                    pipe.hdel(k.claims, rec.url)
+                    pipe.hdel(k.claims, rec.page.url)
                     pipe.hincrby(k.host_rates, f"{hosts[i]} n", 1)
                     pipe.hincrby(k.host_rates, f"{hosts[i]} y", int(changed))
                 if prev.visits:
@@ -164,8 +165,8 @@ class Recrawler:
                         pipe.hincrby(k.rates, prev.cell, -1)
                     pipe.hincrby(k.rates, hist.cell, 1)
                 rec.revisit_s = round(hist.interval_s, 3)
-                pipe.hset(k.history, rec.url, hist.encode())
-                pipe.zadd(k.due, {f"{_level(hist.weight, self.settings.PRIORITY_LEVELS)} {rec.url}": due_at})
+                pipe.hset(k.history, rec.page.url, hist.encode())
+                pipe.zadd(k.due, {f"{_level(hist.weight, self.settings.PRIORITY_LEVELS)} {rec.page.url}": due_at})
             pipe.execute()
         return counters
 

@@ -137,10 +137,10 @@ def serve() -> int:
     # what crawler_tasks.tasks imports, not the module itself: its state (a CPU clock
     # reading, the stage state) must be made in each process, so each imports it anew;
     # nor the app, made from the settings in the environment that comes next
-    import crawler_tasks.ops.maintenance  # noqa: F401
     import crawler_tasks.ops.snapshot  # noqa: F401
     import crawler_tasks.output.spool  # noqa: F401
     import crawler_tasks.records  # noqa: F401
+    import crawler_tasks.runtime.maintenance  # noqa: F401
     import crawler_tasks.stages.enqueue  # noqa: F401
     import crawler_tasks.stages.fetch  # noqa: F401
     import crawler_tasks.stages.parse  # noqa: F401

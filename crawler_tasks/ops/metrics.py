@@ -30,17 +30,15 @@ anything else               ``crawler_stat_total{name}`` (a new counter is never
 
 Plus gauges from ``maintenance.read_progress`` and the frontier: queue sizes and
 host counts per shard, batches in flight, crawl state, Bloom fill; and the fetch
-latency histogram kept by ``record_latency`` in ``<prefix>:{g}:latency``.
+latency histogram kept by ``runtime.latency`` in ``<prefix>:{g}:latency``.
 """
 from __future__ import annotations
 
 import logging
-import math
 import socket
 import threading
 import time
-from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -58,60 +56,17 @@ from prometheus_client.utils import floatToGoString
 from crawler_tasks.connection import global_client
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.keys import GlobalKeys
-from crawler_tasks.ops.control import CrawlState
-from crawler_tasks.ops.maintenance import read_progress
+from crawler_tasks.runtime.control import CrawlState
+from crawler_tasks.runtime.latency import INF_FIELD, LATENCY_BUCKETS
+from crawler_tasks.runtime.maintenance import read_progress
 from crawler_tasks.settings import Settings
 
 log = logging.getLogger(__name__)
 
-# Fetch latency buckets, seconds: from a fast local page to TOTAL_TIMEOUT_S (30 s).
-LATENCY_BUCKETS: tuple[float, ...] = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-_INF_FIELD = "le:+Inf"
 # BITCOUNT of a large Bloom filter blocks Redis for a while (~0.1 s per 100 MB):
 # recompute the fill at most this often.
 BLOOM_REFRESH_S = 60.0
 STOP_POLL_S = 0.05        # how often the server loop looks for a stop (a crawl exit waits for it)
-
-
-def _bucket_field(seconds: float) -> str:
-    for le in LATENCY_BUCKETS:
-        if seconds <= le:
-            return f"le:{le:g}"
-    return _INF_FIELD
-
-
-def record_latencies(client: Any, key_prefix: str, seconds: Iterable[float]) -> int:
-    """Count fetch durations into the latency hash in one round trip (a batch's worth).
-
-    ``client`` is a Redis client or a pipeline (then nothing is executed here, so it
-    can ride along with the stage's other counters). Negative or non-finite values
-    are ignored. Returns how many were counted."""
-    buckets: Counter[str] = Counter()
-    total = 0.0
-    n = 0
-    for s in seconds:
-        if s is None or not math.isfinite(s) or s < 0:
-            continue
-        buckets[_bucket_field(s)] += 1
-        total += s
-        n += 1
-    if not n:
-        return 0
-    key = GlobalKeys(key_prefix).latency
-    own = not isinstance(client, redis.client.Pipeline)
-    pipe = client.pipeline(transaction=False) if own else client
-    for name, count in buckets.items():
-        pipe.hincrby(key, name, count)
-    pipe.hincrby(key, "count", n)
-    pipe.hincrbyfloat(key, "sum", total)
-    if own:
-        pipe.execute()
-    return n
-
-
-def record_latency(client: Any, key_prefix: str, seconds: float) -> None:
-    """Count one fetch duration (see ``record_latencies`` for a whole batch)."""
-    record_latencies(client, key_prefix, [seconds])
 
 
 def _counter(name: str, doc: str, labels: list[str] | None = None) -> CounterMetricFamily:
@@ -207,7 +162,7 @@ class CrawlCollector:
         for le in LATENCY_BUCKETS:
             cumulative += int(raw.get(f"le:{le:g}", 0))
             buckets.append((floatToGoString(le), cumulative))
-        cumulative += int(raw.get(_INF_FIELD, 0))
+        cumulative += int(raw.get(INF_FIELD, 0))
         buckets.append(("+Inf", cumulative))   # _count is this bucket, consistent with the others
         return HistogramMetricFamily("crawler_fetch_latency_seconds", "Duration of fetches (request to body)",
                                      buckets=buckets, sum_value=float(raw.get("sum", 0.0)))
@@ -303,11 +258,8 @@ def stop(server: WSGIServer) -> None:
 
 
 __all__ = [
-    "LATENCY_BUCKETS",
     "CrawlCollector",
     "make_registry",
-    "record_latencies",
-    "record_latency",
     "serve_metrics",
     "stop",
 ]

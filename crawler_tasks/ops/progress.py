@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 from typing import TextIO
 
-from crawler_tasks.ops.maintenance import Progress
+from crawler_tasks.runtime.maintenance import Progress
 
 # Seconds between two progress lines when the output is not a terminal.
 PLAIN_EVERY_S = 10.0

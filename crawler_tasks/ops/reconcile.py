@@ -41,18 +41,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import orjson
 
-from crawler_tasks.broker import Leftovers, send_stage_message, settle_leftovers
+from crawler_tasks.broker import Leftovers, settle_leftovers
 from crawler_tasks.connection import broker_url
 from crawler_tasks.frontier import Discovered, Entry, Frontier
 from crawler_tasks.frontier.reclaim import forget, give_back, queue_heads, queued_among, remember_queued, unseen_among
-from crawler_tasks.ops.control import Control
 from crawler_tasks.output.jsonl import FEED_FILE, PAGES_FILE
 from crawler_tasks.output.spool import drop_message, kept_messages, prune_markers, remove_spool
-from crawler_tasks.queues import DEDUP_QUEUE, fetch_queue, parse_queue
+from crawler_tasks.queues import ENQUEUE_QUEUE, ENQUEUE_QUEUES, fetch_queue, parse_queue
 from crawler_tasks.records import EntryKind
+from crawler_tasks.runtime.control import Control
 from crawler_tasks.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -288,24 +289,25 @@ def reconcile(settings: Settings, out_dir: Path, now: float | None = None) -> Re
     parse_q = parse_queue(settings.node_name)
 
     def written(taken: dict[str, set[str]], queued: dict[str, set[str]]) -> dict[str, set[str]]:
-        """A taken dedup message wrote the records in pages.jsonl; a taken parse message
-        wrote its feed lines and handed its pages on once they are recorded or in a dedup
-        message."""
+        """A taken enqueue message wrote the records in pages.jsonl; a taken parse message
+        wrote its feed lines and handed its pages on once they are recorded or in an
+        enqueue message."""
         recorded = recorded_among(pages, set().union(*taken.values()))
-        return {DEDUP_QUEUE: recorded, parse_q: recorded | taken.get(DEDUP_QUEUE, set())
-                | queued.get(DEDUP_QUEUE, set())}
+        handed = set().union(*(taken.get(q, set()) | queued.get(q, set()) for q in ENQUEUE_QUEUES))
+        return {q: recorded for q in ENQUEUE_QUEUES} | {parse_q: recorded | handed}
 
     # imported here: Celery costs a crawl's start a tenth of a second
     from crawler_tasks.celery import broker_options
 
-    leftovers = settle_leftovers(broker_url(settings), {parse_q, DEDUP_QUEUE},
+    leftovers = settle_leftovers(broker_url(settings), {parse_q, *ENQUEUE_QUEUES},
                                  {fetch_queue(i) for i in range(settings.SHARDS)},
                                  None if settings.CONTINUOUS else written, broker_options(settings))
     out.requeued, out.dropped_sessions, out.written_items = leftovers.requeued, leftovers.dropped, leftovers.trimmed
     control = Control(settings)
-    for batch_id in leftovers.done.get(DEDUP_QUEUE, []):   # as the task would have, after its records
-        control.end_batch(batch_id)
-        drop_message(settings, batch_id)
+    for q in ENQUEUE_QUEUES:   # as the task would have, after its records
+        for batch_id in leftovers.done.get(q, []):
+            control.end_batch(batch_id)
+            drop_message(settings, batch_id)
     out.resent = _resend_lost(settings, pages, leftovers, broker_options(settings))
     for batch_id in leftovers.done.get(parse_q, []):       # its pages were handed on
         remove_spool(settings, batch_id)
@@ -330,7 +332,8 @@ def reconcile(settings: Settings, out_dir: Path, now: float | None = None) -> Re
         for host, entries in by_host.items():
             out.forgotten += forget(frontier, shard, host, [raw for raw in entries if Entry.decode(raw).url in done],
                                     now)
-    out.feed_moved = _move_uncommitted_feed(feed, pages, leftovers.urls.get(DEDUP_QUEUE, set()))
+    out.feed_moved = _move_uncommitted_feed(feed, pages, set().union(*(leftovers.urls.get(q, set())
+                                                                       for q in ENQUEUE_QUEUES)))
     return out
 
 
@@ -341,14 +344,15 @@ def _resend_lost(settings: Settings, pages: Path, leftovers: Leftovers, options:
     lost = {batch_id: kept for batch_id, kept in kept_messages(settings).items() if batch_id not in leftovers.batches}
     urls = {item.get("url") for _, items in lost.values() for item in items if isinstance(item, dict)}
     recorded = recorded_among(pages, {url for url in urls if isinstance(url, str)})
-    queues = {"parse": parse_queue(settings.node_name), "dedup": DEDUP_QUEUE}
+    queues = {"parse": parse_queue(settings.node_name), "enqueue": ENQUEUE_QUEUE,
+              "dedup": ENQUEUE_QUEUE}   # kept by a worker of the last release, whose enqueue task had that name
     sent = 0
     for batch_id, (task, items) in lost.items():
         left = [item for item in items if isinstance(item, dict) and item.get("url") not in recorded]
         if task not in queues or not left:
             drop_message(settings, batch_id)
             continue
-        send_stage_message(broker_url(settings), task, left, batch_id, queues[task], options)
+        _send_stage_message(broker_url(settings), task, left, batch_id, queues[task], options)
         leftovers.urls.setdefault(queues[task], set()).update(item["url"] for item in left if "url" in item)
         sent += 1
     return sent
@@ -409,3 +413,15 @@ def _move_uncommitted_feed(feed: Path, pages: Path, handed_on: set[str]) -> int:
         return 0
     log.warning("moved %d uncommitted feed line(s) to %s", moved, feed.name + UNCOMMITTED_SUFFIX)
     return moved
+
+
+def _send_stage_message(url: str, task: str, items: list[Any], batch_id: str, queue: str,
+                        transport_options: dict[str, Any] | None = None) -> None:
+    """Queue a stage message (``crawler.parse`` or ``crawler.enqueue``) as a worker sends it."""
+    from kombu import Connection
+
+    from crawler_tasks.celery import app
+
+    with Connection(url, transport_options=transport_options or {}) as conn:
+        app.send_task(f"crawler.{task}", args=(items, batch_id), queue=queue, connection=conn,
+                      argsrepr=f"(<{len(items)} items>, {batch_id!r})", kwargsrepr="{}")

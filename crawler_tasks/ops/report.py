@@ -30,9 +30,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from crawler_tasks.frontier.recrawl import recrawl_lines
-from crawler_tasks.ops.control import Control
-from crawler_tasks.ops.maintenance import read_samples
 from crawler_tasks.output.jsonl import PAGES_FILE
+from crawler_tasks.runtime.control import Control
+from crawler_tasks.runtime.maintenance import read_samples
 from crawler_tasks.settings import Settings
 
 REPORT_FILE = "report.html"

@@ -18,10 +18,9 @@ from typing import Any
 
 import redis
 
-from crawler_tasks.connection import bytes_client, main_url, shard_url
+from crawler_tasks.connection import bytes_client, main_url, redact, shard_url
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.keys import ShardKeys
-from crawler_tasks.ops.control import Control
 from crawler_tasks.ops.snapshot import (
     _MUST_MATCH,
     _SHARD_TAG,
@@ -36,9 +35,9 @@ from crawler_tasks.ops.snapshot import (
     _decode,
     _info,
     _match,
-    _safe_url,
     _servers,
 )
+from crawler_tasks.runtime.control import Control
 from crawler_tasks.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -295,11 +294,11 @@ def restore(settings: Settings, path: str | os.PathLike, *, replace: bool = Fals
         if present and not replace:
             raise SnapshotError(
                 f"keys with prefix {settings.KEY_PREFIX + ':'!r} already exist on "
-                + ", ".join(_safe_url(u) for u in present)
+                + ", ".join(redact(u) for u in present)
                 + "; stop that crawl and restore with replace=True (manage.py restore --replace) to overwrite it")
         for url in present:
             n = _delete_prefix(loader.client(url), settings.KEY_PREFIX)
-            log.warning("restore: deleted %d keys with prefix %r on %s", n, settings.KEY_PREFIX, _safe_url(url))
+            log.warning("restore: deleted %d keys with prefix %r on %s", n, settings.KEY_PREFIX, redact(url))
         for head, rec in _records(path):
             if head is not None or rec is None:
                 continue

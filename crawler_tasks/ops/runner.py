@@ -39,9 +39,7 @@ from crawler_tasks.connection import broker_url, global_client, ping_once, redac
 from crawler_tasks.exceptions import ConfigError, CrawlerError
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.ops.child import ForkedProc, ForkServer, die_with_parent
-from crawler_tasks.ops.control import Control, CrawlState
 from crawler_tasks.ops.embedded import EmbeddedRedis, error_line, log_tail, private_dir, write_private
-from crawler_tasks.ops.maintenance import Progress, read_progress, settle
 from crawler_tasks.ops.messages import listed
 from crawler_tasks.ops.metrics import serve_metrics
 from crawler_tasks.ops.metrics import stop as stop_metrics
@@ -49,11 +47,13 @@ from crawler_tasks.ops.outdir import OutputLock, previous_outputs
 from crawler_tasks.ops.progress import StatusLine, eta_s, progress_line
 from crawler_tasks.ops.reconcile import forget_recorded, reconcile, roll_back
 from crawler_tasks.ops.restore import restore
+from crawler_tasks.ops.seeds import seed_urls
 from crawler_tasks.ops.snapshot import latest_snapshot
 from crawler_tasks.ops.waiting import WaitingHost, WaitReason, describe, waiting_hosts
-from crawler_tasks.queues import CONTROL_QUEUE, DEDUP_QUEUE, fetch_queue, parse_queue
+from crawler_tasks.queues import CONTROL_QUEUE, ENQUEUE_QUEUES, fetch_queue, parse_queue
+from crawler_tasks.runtime.control import Control, CrawlState
+from crawler_tasks.runtime.maintenance import Progress, read_progress, settle
 from crawler_tasks.settings import Settings
-from crawler_tasks.stages.enqueue import seed_urls
 from crawler_tasks.stages.gate import UrlGate
 
 log = logging.getLogger(__name__)
@@ -357,7 +357,7 @@ class CrawlRunner:
                                                  "-c", str(s.FETCH_CONCURRENCY),
                                                  "-n", f"fetch{i}-{tag}@%h"] + common)
                  for i in range(self.workers)]
-        specs += [(f"worker-process-{i}", celery + ["worker", "-Q", f"{parse_queue(s.node_name)},{DEDUP_QUEUE}", "-P", "solo",
+        specs += [(f"worker-process-{i}", celery + ["worker", "-Q", ",".join([parse_queue(s.node_name), *ENQUEUE_QUEUES]), "-P", "solo",
                                                     "-n", f"process{i}-{tag}@%h"] + common)
                   for i in range(self.parsers)]
         specs += [
@@ -514,7 +514,7 @@ class CrawlRunner:
                 self._say(f"{forgotten} fetched URL(s) already recorded, which the restart had put back, dropped")
 
             try:
-                requeued = requeue_unacked(broker_url(s), {parse_queue(s.node_name), DEDUP_QUEUE}, restarted_at)
+                requeued = requeue_unacked(broker_url(s), {parse_queue(s.node_name), *ENQUEUE_QUEUES}, restarted_at)
             except Exception as exc:  # noqa: BLE001 - the crawl goes on; those tasks come back after the visibility timeout
                 self._say(f"warning: the tasks the crash interrupted wait for the visibility timeout: {exc}")
                 requeued = 0

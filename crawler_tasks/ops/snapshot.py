@@ -60,7 +60,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
@@ -117,17 +116,6 @@ class SnapshotInfo:
 
 
 # ----------------------------------------------------------------------------- helpers
-def _safe_url(url: str) -> str:
-    """A Redis URL without its password, for messages."""
-    parts = urlsplit(url)
-    if parts.password is None and parts.username is None:
-        return url
-    netloc = parts.hostname or ""
-    if parts.port:
-        netloc += f":{parts.port}"
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-
-
 def _match(prefix: str) -> str:
     """SCAN pattern for ``<prefix>:*`` with glob characters in the prefix escaped."""
     return re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + ":*"

@@ -7,19 +7,14 @@ from __future__ import annotations
 import dataclasses
 import time
 from datetime import UTC, datetime
-from typing import NamedTuple
 
 from crawler_tasks.counters import Counters, bump
 from crawler_tasks.dedup.rules import RuleDrop
-from crawler_tasks.frontier import ENQUEUED, SEEN, VERDICT_NAMES, Discovered, Entry, Frontier
-from crawler_tasks.frontier.reclaim import queued_among, unseen_among
-from crawler_tasks.ops.control import Control
-from crawler_tasks.ops.messages import quote
+from crawler_tasks.frontier import Discovered, Verdict
 from crawler_tasks.output.jsonl import append_jsonl, once_written, pages_path
 from crawler_tasks.output.spool import written_marker
-from crawler_tasks.records import EntryKind, ErrorKind, PageRecord
+from crawler_tasks.records import EntryKind, ErrorKind, FetchedPage, PageRecord
 from crawler_tasks.settings import Settings
-from crawler_tasks.stages.gate import UrlGate
 from crawler_tasks.stages.worker import Worker
 
 RECENT_LASTMOD_S = 30 * 86_400.0
@@ -32,7 +27,8 @@ def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
     counters: Counters = {}
     discovered: list[Discovered] = []
     redirects: dict[int, PageRecord] = {}   # index in discovered -> the redirect's record
-    claims = [(e.url, e.lastmod) for rec in records for e in rec.sitemap_urls if e.lastmod] if s.CONTINUOUS else []
+    claims = ([(e.url, e.lastmod) for rec in records for e in rec.found.sitemap_urls if e.lastmod]
+              if s.CONTINUOUS else [])
     if claims:   # before the entries go: a sitemap's lastmod is evidence of change
         bump(counters, "recrawl/sitemap_due", w.recrawler.sitemap_claims(claims))
     drops: list[RuleDrop] = []
@@ -46,24 +42,24 @@ def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
     if discovered:
         discovered = _demote_trap_hosts(w, discovered, counters)
         for i, verdict in enumerate(w.frontier.put_discovered(discovered)):
-            if verdict == ENQUEUED:
+            if verdict == Verdict.ENQUEUED:
                 enqueued += 1
                 continue
-            bump(counters, f"frontier/dropped/{VERDICT_NAMES.get(verdict, verdict)}")
+            bump(counters, f"frontier/dropped/{verdict.reason}")
             redirected = redirects.get(i)
-            if redirected is not None and verdict == SEEN and redirected.hops > 0:
+            if redirected is not None and verdict == Verdict.SEEN and redirected.page.hops > 0:
                 # a chain that comes back to a URL already seen: a loop, say so
-                redirected.error_kind, redirected.error = (ErrorKind.REDIRECTS,
-                                                           f"redirect loop: {redirected.redirect_to} already seen")
+                redirected.page.error_kind, redirected.page.error = (
+                    ErrorKind.REDIRECTS, f"redirect loop: {redirected.parsed.redirect_to} already seen")
         bump(counters, "frontier/enqueued", enqueued)
     for rec in records:
-        if rec.error_kind:
-            bump(counters, f"records/error/{rec.error_kind}")
+        if rec.page.error_kind:
+            bump(counters, f"records/error/{rec.page.error_kind}")
     if s.CONTINUOUS:
         for name, n in w.recrawler.record_visits(records).items():
             bump(counters, name, n)
     if drops:   # one record per URL a learned rule dropped, naming the rule and its evidence
-        dropped = [PageRecord(url=d.url, depth=d.depth, error_kind=ErrorKind.FILTERED, error=d.reason)
+        dropped = [PageRecord(FetchedPage(url=d.url, depth=d.depth, error_kind=ErrorKind.FILTERED, error=d.reason))
                    for d in w.rules.first_drops(drops, w.frontier.bloom)]
         bump(counters, "records/error/filtered", len(dropped))
         records = [*records, *dropped]
@@ -71,7 +67,7 @@ def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
     marker = written_marker(s, batch_id, "pages")   # all or none, once per batch, made again while the disk refuses
     once_written(lambda: append_jsonl(pages_path(s), lines, marker))
     bump(counters, "records/written", len(records))
-    bump(counters, "records/indexable", sum(1 for r in records if r.indexable))
+    bump(counters, "records/indexable", sum(1 for r in records if r.parsed.indexable))
 
     def close_batch() -> None:
         w.count(counters)
@@ -86,31 +82,31 @@ def _discoveries(w: Worker, rec: PageRecord, counters: Counters,
     """The record's links, sitemap entries and canonical; its redirect target apart.
     Links and sitemap entries that a learned rule drops go to ``drops``."""
     s, gate = w.settings, w.gate
+    page, parsed, found = rec.page, rec.parsed, rec.found
     out: list[Discovered | None] = []
-    depth = rec.depth
+    depth = page.depth
     if _follows_links(rec):
-        out += [gate.admit(url, depth + 1, counters, normalized=True, drops=drops) for url in rec.links]
+        out += [gate.admit(url, depth + 1, counters, normalized=True, drops=drops) for url in found.links]
     # sitemap entries are not forced: a sitemap usually lists pages the links reach too,
     # and only the Bloom filter knows those (an exact test would fetch each of them twice)
     out += [gate.admit(e.url, 0, counters, check_depth=False, drops=drops,
-                       priority=_sitemap_level(s, e.priority, e.lastmod)) for e in rec.sitemap_urls]
+                       priority=_sitemap_level(s, e.priority, e.lastmod)) for e in found.sitemap_urls]
     out += [gate.admit(url, 0, counters, check_depth=False, kind=EntryKind.SITEMAP)
-            for url in rec.sitemaps]
-    if rec.canonical and rec.canonical != rec.url:
-        out.append(gate.admit(rec.canonical, depth, counters))
+            for url in found.sitemaps]
+    if parsed.canonical and parsed.canonical != page.url:
+        out.append(gate.admit(parsed.canonical, depth, counters))
     redirect = None
-    if rec.redirect_to:
-        hops = rec.hops + 1
+    if parsed.redirect_to:
+        hops = page.hops + 1
         if hops > s.MAX_REDIRECTS:
-            rec.error_kind, rec.error = ErrorKind.REDIRECTS, f"more than {s.MAX_REDIRECTS} redirects"
+            page.error_kind, page.error = ErrorKind.REDIRECTS, f"more than {s.MAX_REDIRECTS} redirects"
             bump(counters, "filter/redirects")
-        elif rec.redirect_to == rec.url:
-            rec.error_kind, rec.error = ErrorKind.REDIRECTS, "redirect to itself"
+        elif parsed.redirect_to == page.url:
+            page.error_kind, page.error = ErrorKind.REDIRECTS, "redirect to itself"
         else:  # a sitemap's redirect is still a sitemap
-            kind = EntryKind.SITEMAP if rec.kind == EntryKind.SITEMAP else EntryKind.PAGE
-            redirect = gate.admit(rec.redirect_to, depth, counters, hops=hops, kind=kind,
+            kind = EntryKind.SITEMAP if page.kind == EntryKind.SITEMAP else EntryKind.PAGE
+            redirect = gate.admit(parsed.redirect_to, depth, counters, hops=hops, kind=kind,
                                   check_depth=kind != EntryKind.SITEMAP)
-    rec.links, rec.sitemap_urls, rec.sitemaps = [], [], []
     return [d for d in out if d is not None], redirect
 
 
@@ -119,9 +115,10 @@ def _follows_links(rec: PageRecord) -> bool:
     mirror links its own copies). A copy of a page of its own host is followed: the main
     text of a pager's pages can be the same chrome while their links name other items
     (the links already seen cost a URL-seen test)."""
-    if rec.soft_404:
+    duplicate_of = rec.parsed.duplicate_of
+    if rec.parsed.soft_404:
         return False
-    return not rec.duplicate_of or rec.duplicate_of.split("/", 3)[2:3] == rec.url.split("/", 3)[2:3]
+    return not duplicate_of or duplicate_of.split("/", 3)[2:3] == rec.page.url.split("/", 3)[2:3]
 
 
 def _sitemap_level(s: Settings, priority: float | None, lastmod: str | None = None) -> int:
@@ -150,47 +147,3 @@ def _demote_trap_hosts(w: Worker, discovered: list[Discovered], counters: Counte
     top = w.settings.PRIORITY_LEVELS - 1
     bump(counters, "frontier/demoted_duplicate_host", sum(d.host in trap for d in discovered))
     return [dataclasses.replace(d, priority=top) if d.host in trap else d for d in discovered]
-
-
-class Seeded(NamedTuple):
-    added: int
-    rejected: list[str]   # a message per URL refused
-    waiting: list[str]    # URLs already queued (or fetched and on their way to a record): left as they are
-
-
-def seed_urls(settings: Settings, urls: list[str], frontier: Frontier | None = None) -> Seeded:
-    """Pass seed URLs through the gate and force-add them (fetched again if fetched
-    before: the operator asked), but for those still waiting in the frontier."""
-    frontier = frontier or Frontier(settings)
-    gate = UrlGate(settings)
-    items, rejected = [], []
-    for raw in urls:
-        counters: Counters = {}
-        item = gate.admit(raw, 0, counters, force=True)
-        if item is None:
-            reason = next(iter(counters), "filter/malformed").split("/", 1)[1]
-            rejected.append(f"{quote(raw)}: " + ("not a crawlable http(s) URL" if reason == "malformed"
-                                                 else f"filtered ({reason})"))
-            continue
-        items.append(item)
-    waiting = _waiting(frontier, {item.url for item in items})
-    items = [item for item in items if item.url not in waiting]
-    added = sum(v == ENQUEUED for v in frontier.put_discovered(items)) if items else 0
-    if added:   # after the add: the crawl starts (or a finish is cancelled) with its seeds queued
-        Control(settings).seeded(added)
-    return Seeded(added, rejected, sorted(waiting))
-
-
-def _waiting(frontier: Frontier, urls: set[str]) -> set[str]:
-    """Which of ``urls`` wait in the frontier (queued, or fetched and on their way to a
-    record): a forced seed of one of them would be queued, and fetched, a second time.
-    Only URLs the URL-seen test knows are looked for (the queues are read whole)."""
-    seen = urls - unseen_among(frontier, urls)
-    if not seen:
-        return set()
-    found: set[str] = set()
-    for shard in range(frontier.settings.SHARDS):
-        found |= queued_among(frontier, shard, seen)
-        parked: list[str] = frontier.client(shard).zrange(frontier.keys(shard).handoff, 0, -1)  # type: ignore[assignment]
-        found |= {url for url in (Entry.decode(raw).url for raw in parked) if url in seen}
-    return found

@@ -22,7 +22,7 @@ from crawler_tasks.parse.page import Analysis, analyse
 from crawler_tasks.parse.sandbox import ParseFailed, ParseSandbox
 from crawler_tasks.parse.sitemaps import parse_sitemap
 from crawler_tasks.parse.text import PageText
-from crawler_tasks.records import EntryKind, ErrorKind, FetchedPage, PageRecord, SitemapUrl
+from crawler_tasks.records import Capture, EntryKind, ErrorKind, FetchedPage, Found, PageRecord, SitemapUrl
 from crawler_tasks.stages.worker import Worker, log_once
 from crawler_tasks.urls.normalize import MAX_LINK_CHARS, host_key
 
@@ -34,36 +34,35 @@ MAX_SHOWN_URL_CHARS = 1024
 UNBUDGETED_PARSE_S = 1.0
 
 
-def parse_stage(w: Worker, pages: list[FetchedPage], batch_id: str) -> list[PageRecord]:
+def parse_stage(w: Worker, pages: list[Capture], batch_id: str) -> list[PageRecord]:
     """Parse the batch's pages; the spool file is removed at the end."""
     data = b""
-    if any(page.body is not None for page in pages):
+    if any(cap.body is not None for cap in pages):
         try:
             data = read_spool(w.settings, batch_id)
         except OSError as exc:
             pages = _fetch_again(w, pages, batch_id, exc)
     records: list[PageRecord] = []
     extra: list[PageRecord] = []   # over-long links: one record each, so an operator sees why
-    texts: dict[str, tuple[PageText, Anchors]] = {}
-    for page in pages:
-        rec = PageRecord.from_page(page)
-        ref, rec.body = rec.body, None
+    texts: dict[str, tuple[PageText, Anchors, str | None]] = {}   # and the page's WARC response record
+    for cap in pages:
+        rec, ref = PageRecord(cap.page), cap.body
+        page = rec.page
         if ref is not None:
             body = data[ref.offset:ref.offset + ref.length]
             try:
                 if len(body) != ref.length:
                     raise OSError(f"spool file of batch {batch_id} missing or short")
-                if rec.kind == EntryKind.SITEMAP:
+                if page.kind == EntryKind.SITEMAP:
                     _parse_sitemap_into(rec, body)
                 else:
-                    texts[rec.url] = _parse_into(w, rec, body, extra)
+                    texts[page.url] = (*_parse_into(w, rec, body, extra), cap.warc_id)
             except Exception as exc:  # noqa: BLE001 - bad input is a per-URL error, never a dead worker
-                log_once(f"parse/{type(exc).__name__}", "cannot parse %s", rec.url)
-                rec.error_kind, rec.error = ErrorKind.PARSE, f"{type(exc).__name__}: {exc}"
+                log_once(f"parse/{type(exc).__name__}", "cannot parse %s", page.url)
+                page.error_kind, page.error = ErrorKind.PARSE, f"{type(exc).__name__}: {exc}"
                 w.count({f"error/{type(exc).__name__}": 1})
-        if rec.location:
-            rec.redirect_to = w.normalize(rec.location, rec.url)
-            rec.location = None
+        if cap.location:
+            rec.parsed.redirect_to = w.normalize(cap.location, page.url)
         records.append(rec)
     records += extra
     counters: Counters = {}
@@ -73,20 +72,20 @@ def parse_stage(w: Worker, pages: list[FetchedPage], batch_id: str) -> list[Page
         w.frontier.put_discovered([Discovered(url=u, host=host_key(u), kind=EntryKind.PROBE) for u in probes])
         bump(counters, "dedup/soft_404_probes", len(probes))
     # same-content URL pairs teach the host's URL rules; texts judge its URL shapes
-    w.rules.observe(records, counters, {url: text.text for url, (text, _) in texts.items()})
+    w.rules.observe(records, counters, {url: text.text for url, (text, _, _) in texts.items()})
     feed = []
     for rec in records:
-        rec.indexable = _indexable(rec)
-        warc_id, rec.warc_id = rec.warc_id, None
-        if rec.url not in texts:
+        page, parsed = rec.page, rec.parsed
+        parsed.indexable = _indexable(rec)
+        if page.url not in texts:
             continue
-        text, anchors = texts[rec.url]
+        text, anchors, warc_id = texts[page.url]
         if w.settings.WARC_METADATA and anchors:
-            w.warc.write_metadata(rec.url, warc_id, [a[0] for a in anchors], rec.fetched_at)
-        if rec.indexable:
-            feed.append(feed_record(text, url=rec.url, fetched_at=rec.fetched_at, fingerprint=rec.fingerprint,
-                                    simhash=rec.simhash, canonical=rec.canonical, content_type=rec.content_type,
-                                    outlinks=anchors) | {"node": w.settings.node_name})
+            w.warc.write_metadata(page.url, warc_id, [a[0] for a in anchors], page.fetched_at)
+        if parsed.indexable:
+            feed.append(feed_record(text, url=page.url, fetched_at=page.fetched_at, fingerprint=parsed.fingerprint,
+                                    simhash=parsed.simhash, canonical=parsed.canonical,
+                                    content_type=page.content_type, outlinks=anchors) | {"node": w.settings.node_name})
     once_written(w.warc.flush)   # made again while the disk refuses: the records stay pending meanwhile
     if feed:
         w.feed.emit(feed, written_marker(w.settings, batch_id, "feed"))
@@ -96,17 +95,17 @@ def parse_stage(w: Worker, pages: list[FetchedPage], batch_id: str) -> list[Page
     return records
 
 
-def _fetch_again(w: Worker, pages: list[FetchedPage], batch_id: str, exc: OSError) -> list[FetchedPage]:
+def _fetch_again(w: Worker, pages: list[Capture], batch_id: str, exc: OSError) -> list[Capture]:
     """A task run again after its spool was removed (a retry of a Redis error in sending
     its records on, or a redelivery after a Redis restart lost its first run): the pages
     with a body go back to the frontier to be fetched again, or their links would be
     lost; the rest go on."""
     log.warning("spool file of batch %s unreadable (%s): its pages are fetched again", batch_id, exc)
-    again = [page for page in pages if page.body is not None]
+    again = [cap.page for cap in pages if cap.body is not None]
     w.frontier.put_discovered([Discovered(url=page.url, host=host_key(page.url), depth=page.depth, hops=page.hops,
                                           kind=page.kind, again=True) for page in again])
     w.count({"parse/fetched_again": len(again)})
-    return [page for page in pages if page.body is None]
+    return [cap for cap in pages if cap.body is None]
 
 
 def _indexable(rec: PageRecord) -> bool:
@@ -119,23 +118,25 @@ def _indexable(rec: PageRecord) -> bool:
     site, out of scope, never fetched, or with other content) stays in the feed with
     ``canonical`` set for the indexer to key on; it drops out only when it duplicates
     content already taken, which is what a canonical target with the same text means."""
-    return bool(rec.status == 200 and rec.fingerprint and not rec.noindex
-                and rec.truncated not in ("time", "disconnect") and not rec.duplicate_of and not rec.near_duplicate_of
-                and not rec.soft_404 and rec.kind == EntryKind.PAGE)
+    page, parsed = rec.page, rec.parsed
+    return bool(page.status == 200 and parsed.fingerprint and not parsed.noindex
+                and page.truncated not in ("time", "disconnect") and not parsed.duplicate_of
+                and not parsed.near_duplicate_of and not parsed.soft_404 and page.kind == EntryKind.PAGE)
 
 
 def _parse_sitemap_into(rec: PageRecord, body: bytes) -> None:
-    sitemap = parse_sitemap(body, rec.url)
-    rec.sitemap = sitemap.kind
+    page = rec.page
+    sitemap = parse_sitemap(body, page.url)
+    rec.parsed.sitemap = sitemap.kind
     if sitemap.error:
-        rec.error_kind, rec.error = ErrorKind.SITEMAP, sitemap.error
+        page.error_kind, page.error = ErrorKind.SITEMAP, sitemap.error
     if sitemap.truncated:
-        rec.truncated = rec.truncated or "sitemap-limit"
+        page.truncated = page.truncated or "sitemap-limit"
     if sitemap.kind == "sitemapindex":
-        rec.sitemaps = [e.url for e in sitemap.entries]
+        rec.found = Found(sitemaps=[e.url for e in sitemap.entries])
     else:
-        rec.sitemap_urls = [SitemapUrl(e.url, e.priority, e.lastmod) for e in sitemap.entries]
-    rec.n_links = len(sitemap.entries)
+        rec.found = Found(sitemap_urls=[SitemapUrl(e.url, e.priority, e.lastmod) for e in sitemap.entries])
+    rec.parsed.n_links = len(sitemap.entries)
 
 
 def _sandboxed(sandbox: ParseSandbox, body: bytes, url: str, args: tuple[Any, ...],
@@ -155,46 +156,47 @@ def _parse_into(w: Worker, rec: PageRecord, body: bytes, extra: list[PageRecord]
     """Fill the record from the HTML; returns the page's text and outlinks (with anchor
     text and rel) for the indexer feed, which must not travel through the broker."""
     s = w.settings
-    options: dict[str, Any] = dict(content_type=rec.content_type, headers=rec.headers, agent=s.robots_agent,
+    page, out = rec.page, rec.parsed
+    options: dict[str, Any] = dict(content_type=page.content_type, headers=page.headers, agent=w.robots_agent,
                                    max_text_chars=s.MAX_TEXT_CHARS, drop_params=w.gate.drop,
                                    max_elements=s.PARSE_MAX_ELEMENTS, max_depth=s.PARSE_MAX_DEPTH,
                                    max_attrs=s.PARSE_MAX_ATTRS)
     args = (options, s.TEXT_MODE, s.MAX_TEXT_CHARS, s.SIMHASH_MAX_CHARS if s.NEAR_DUPLICATES else 0)
     if w.sandbox is None:
-        result = analyse(body, rec.url, *args)
+        result = analyse(body, page.url, *args)
     else:
         try:
-            result = _sandboxed(w.sandbox, body, rec.url, args, w.count)
+            result = _sandboxed(w.sandbox, body, page.url, args, w.count)
         except ParseFailed as exc:
-            rec.error_kind, rec.error = ErrorKind.PARSE_LIMIT, str(exc)
+            page.error_kind, page.error = ErrorKind.PARSE_LIMIT, str(exc)
             w.count({"parse/stopped": 1})
-            return PageText(url=rec.url), []
+            return PageText(url=page.url), []
     parsed, text = result.parsed, result.text
     if text.error:
         w.count({"parse/text_error": 1})
     if parsed.too_long:
         shown = parsed.too_long[:MAX_SHOWN_URL_CHARS]
-        extra.append(PageRecord(
-            url=shown if shown.startswith(("http://", "https://")) and shown.isprintable() else rec.url + "#long-link",
-            depth=rec.depth + 1, fetched_at=rec.fetched_at, error_kind=ErrorKind.URL_TOO_LONG,
-            error=f"a link of {len(parsed.too_long)} characters on {rec.url} was not followed (the limit is "
-                  f"{MAX_LINK_CHARS}; url shows its first {MAX_SHOWN_URL_CHARS})"))
-    if parsed.limited and not rec.error_kind:
-        rec.error_kind, rec.error = ErrorKind.PARSE_LIMIT, f"parse budget cut the page: {parsed.limited}"
-    rec.title = parsed.title or text.title
-    rec.fingerprint = result.fingerprint or None
+        extra.append(PageRecord(FetchedPage(
+            url=shown if shown.startswith(("http://", "https://")) and shown.isprintable() else page.url + "#long-link",
+            depth=page.depth + 1, fetched_at=page.fetched_at, error_kind=ErrorKind.URL_TOO_LONG,
+            error=f"a link of {len(parsed.too_long)} characters on {page.url} was not followed (the limit is "
+                  f"{MAX_LINK_CHARS}; url shows its first {MAX_SHOWN_URL_CHARS})")))
+    if parsed.limited and not page.error_kind:
+        page.error_kind, page.error = ErrorKind.PARSE_LIMIT, f"parse budget cut the page: {parsed.limited}"
+    out.title = parsed.title or text.title
+    out.fingerprint = result.fingerprint or None
     if s.NEAR_DUPLICATES and result.simhash_words >= s.SIMHASH_MIN_WORDS:
-        rec.simhash = to_hex(result.simhash)
-    rec.text_chars = len(text.text)
-    rec.canonical = parsed.canonical
-    rec.noindex = parsed.noindex
-    rec.lang = text.lang or text.lang_declared or parsed.lang or None
-    if parsed.meta_refresh and parsed.meta_refresh != rec.url:
-        rec.redirect_to = parsed.meta_refresh
+        out.simhash = to_hex(result.simhash)
+    out.text_chars = len(text.text)
+    out.canonical = parsed.canonical
+    out.noindex = parsed.noindex
+    out.lang = text.lang or text.lang_declared or parsed.lang or None
+    if parsed.meta_refresh and parsed.meta_refresh != page.url:
+        out.redirect_to = parsed.meta_refresh
     links: list[str] = []
     anchors: Anchors = []
     if parsed.nofollow:
-        rec.nofollow = True
+        out.nofollow = True
     else:
         seen: set[str] = set()
         for link in parsed.links:
@@ -203,9 +205,9 @@ def _parse_into(w: Worker, rec: PageRecord, body: bytes, extra: list[PageRecord]
             seen.add(link.url)
             links.append(link.url)
             anchors.append((link.url, link.text, ["nofollow"] if link.nofollow else []))
-    rec.n_links = len(links)
+    out.n_links = len(links)
     if len(links) > s.MAX_OUTLINKS_PER_PAGE:   # followed: the first ones; the feed keeps them all
         w.count({"parse/outlinks_dropped": len(links) - s.MAX_OUTLINKS_PER_PAGE})
         links = links[: s.MAX_OUTLINKS_PER_PAGE]
-    rec.links = links
+    rec.found = Found(links=links)
     return text, anchors

@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass
 
 from crawler_tasks.frontier import Frontier, Lease
-from crawler_tasks.ops.control import Control, CrawlState
 from crawler_tasks.output.spool import new_batch_id
+from crawler_tasks.runtime.control import Control, CrawlState
 from crawler_tasks.settings import Settings
 
 

@@ -18,12 +18,13 @@ from crawler_tasks.fetch.politeness import PolitenessPolicy
 from crawler_tasks.fetch.pool import ExchangePool
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.frontier.recrawl import Recrawler
-from crawler_tasks.ops.control import Control
 from crawler_tasks.output.jsonl import FeedWriter
 from crawler_tasks.output.warc import WarcStore
 from crawler_tasks.parse.sandbox import ParseSandbox
 from crawler_tasks.render.policy import RenderPolicy
 from crawler_tasks.robots.cache import RobotsCache
+from crawler_tasks.robots.rules import product_token
+from crawler_tasks.runtime.control import Control
 from crawler_tasks.settings import Settings
 from crawler_tasks.stages.gate import UrlGate
 
@@ -48,6 +49,7 @@ class Worker:
     render: RenderPolicy
     rules: UrlRules
     exchanges: ExchangePool   # the threads that run host turns, shared by the fetch sessions
+    robots_agent: str         # our name in robots.txt: ROBOTS_AGENT, or USER_AGENT's product token
 
     @classmethod
     def create(cls, settings: Settings) -> "Worker":
@@ -60,7 +62,8 @@ class Worker:
                    UrlGate(settings, rules), politeness_policy(settings),
                    ContentIndex(settings), FeedWriter(settings), Recrawler(settings, frontier),
                    ParseSandbox(settings.PARSE_TIMEOUT_S, settings.PARSE_MEMORY_MB) if settings.PARSE_TIMEOUT_S else None,
-                   RenderPolicy(settings), rules, ExchangePool.for_settings(settings))
+                   RenderPolicy(settings), rules, ExchangePool.for_settings(settings),
+                   settings.ROBOTS_AGENT or product_token(settings.USER_AGENT))
 
     def count(self, counters: Counters) -> None:
         self.control.count(counters)

@@ -10,10 +10,9 @@ from crawler_tasks.urls.normalize import (
     Resolver,
     host_key,
     normalize_url,
-    url_depth_of_path,
 )
 
 __all__ = [
     "DEFAULT_SESSION_PARAMS", "DEFAULT_TRACKING_PARAMS", "MAX_LINK_CHARS", "Resolver", "host_key",
-    "normalize_url", "url_depth_of_path",
+    "normalize_url",
 ]

@@ -57,7 +57,6 @@ __all__ = [
     "Resolver",
     "host_key",
     "normalize_url",
-    "url_depth_of_path",
 ]
 
 # Query parameters that only identify the campaign or click and never change
@@ -192,23 +191,6 @@ def host_key(url: str) -> str:
     start = norm.index("://") + 3
     end = norm.find("/", start)
     return norm[start:end] if end >= 0 else norm[start:]
-
-
-def url_depth_of_path(url: str) -> int:
-    """Count the non-empty path segments, for depth filters (``/a//b/`` -> 2).
-
-    Accepts a full URL or a bare path; never raises.
-    """
-    if not isinstance(url, str):
-        return 0
-    s = url.split("#", 1)[0].split("?", 1)[0]
-    m = _SCHEME_RE.match(s)
-    if m is not None:
-        s = s[m.end():]
-    if s.startswith("//"):
-        slash = s.find("/", 2)
-        s = s[slash:] if slash >= 0 else ""
-    return sum(1 for seg in s.split("/") if seg)
 
 
 MAX_LINK_CHARS = 4096  # longer hrefs are junk or traps; skipping them is cheaper than storing them

@@ -87,11 +87,11 @@ def count_page(page: FetchedPage, counters: Counters, *, pages_counted: bool = F
         bump(counters, f"fetch/error/{page.error_kind}")
 
 
-def page_of(entry: Entry, res: FetchResult | None, *, error_kind: str | None = None,
+def page_of(entry: Entry, node: str, res: FetchResult | None, *, error_kind: ErrorKind | None = None,
             error: str | None = None) -> FetchedPage:
-    """The turn's record: the exchange's answer, or why there was none."""
+    """The turn's record: the exchange's answer, or why there was none; ``node`` fetched it."""
     page = FetchedPage(url=entry.url, depth=entry.depth, hops=entry.hops, kind=entry.kind,
-                       error_kind=error_kind, error=error)
+                       error_kind=error_kind, error=error, node=node)
     if res is None:
         page.fetched_at = warc_date(time.time())
         return page
@@ -100,5 +100,4 @@ def page_of(entry: Entry, res: FetchResult | None, *, error_kind: str | None = N
     page.fetch_ms, page.ip, page.truncated = round(res.duration_s * 1000, 1), res.ip, res.truncated or False
     page.error_kind, page.error = res.error_kind, res.error
     page.headers = {name: value for name, value in ((n, res.header(n)) for n in KEEP_HEADERS) if value is not None}
-    page.location = res.location
     return page

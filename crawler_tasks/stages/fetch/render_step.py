@@ -12,10 +12,10 @@ from crawler_tasks.fetch.politeness import HostState, request_gap
 from crawler_tasks.frontier import Lease
 from crawler_tasks.output.warc import warc_date
 from crawler_tasks.records import ErrorKind
+from crawler_tasks.stages.fetch.context import TurnContext
 
 if TYPE_CHECKING:
     from crawler_tasks.stages.fetch.outcome import Turn
-    from crawler_tasks.stages.fetch.turn import TurnContext
 
 
 def maybe_render(ctx: TurnContext, lease: Lease, state: HostState, res: FetchResult, turn: Turn) -> None:
@@ -51,7 +51,7 @@ def _browser_fetch(ctx: TurnContext, lease: Lease, state: HostState, last: list[
         return None
     if s.OBEY_ROBOTS:
         entry = w.robots.get(w.frontier, lease.host)
-        if entry is None or not entry.rules.is_allowed(url, s.robots_agent):
+        if entry is None or not entry.rules.is_allowed(url, w.robots_agent):
             ctx.bump("render/refused/robots", 1)
             return None
     gap = request_gap(w.policy, state)

@@ -7,7 +7,6 @@ host's delay). ``first_contact`` runs right after a host's robots.txt was read.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from crawler_tasks.counters import Counters
@@ -17,11 +16,9 @@ from crawler_tasks.frontier import Entry, Lease
 from crawler_tasks.output.warc import warc_digest
 from crawler_tasks.records import Action, EntryKind, ErrorKind
 from crawler_tasks.robots.cache import RULES, UNREACHABLE, Check
+from crawler_tasks.stages.fetch.context import TurnContext
 from crawler_tasks.stages.fetch.outcome import Turn, aborted, after_exchange, page_of
 from crawler_tasks.stages.worker import Worker
-
-if TYPE_CHECKING:
-    from crawler_tasks.stages.fetch.turn import TurnContext
 
 MAX_SITEMAPS_PER_HOST = 20
 
@@ -33,7 +30,7 @@ def robots_step(ctx: TurnContext, lease: Lease, state: HostState, entry: Entry, 
     w, s = ctx.w, ctx.w.settings
     if not s.OBEY_ROBOTS:
         return None
-    answer = w.robots.check(w.frontier, w.fetcher, entry.url, s.robots_agent, cancel=ctx.halt,
+    answer = w.robots.check(w.frontier, w.fetcher, entry.url, w.robots_agent, cancel=ctx.halt,
                             not_before=not_before,
                             before_hop=lambda prev: _pace_hop(ctx, lease.host, state, prev))
     if answer.exchange is not None:  # this turn went to robots.txt
@@ -44,7 +41,7 @@ def robots_step(ctx: TurnContext, lease: Lease, state: HostState, entry: Entry, 
         if res.status:
             ctx.bump(f"robots/status/{res.status}", 1)
         if answer.entry.kind == RULES:
-            state.crawl_delay_s, skip = crawl_delay_verdict(w.policy, answer.entry.rules.crawl_delay(s.robots_agent))
+            state.crawl_delay_s, skip = crawl_delay_verdict(w.policy, answer.entry.rules.crawl_delay(w.robots_agent))
             if skip:
                 return Turn(time.time() + w.policy.park_s, Action.KEEP, last=True)
         turn = after_exchange(w.policy, state, res, Action.KEEP)
@@ -60,7 +57,7 @@ def robots_step(ctx: TurnContext, lease: Lease, state: HostState, entry: Entry, 
         return Turn(max(answer.entry.expires, time.time() + s.MIN_DELAY_S), Action.KEEP, last=True)
     if answer.check == Check.DISALLOWED:
         return Turn(time.time(), Action.DONE,
-                    page_of(entry, None, error_kind=ErrorKind.ROBOTS, error="disallowed by robots.txt"))
+                    page_of(entry, s.node_name, None, error_kind=ErrorKind.ROBOTS, error="disallowed by robots.txt"))
     return None
 
 

@@ -31,12 +31,13 @@ from crawler_tasks.counters import Counters, bump
 from crawler_tasks.fetch.http import Cancel
 from crawler_tasks.fetch.politeness import HostState, request_gap
 from crawler_tasks.frontier import Lease
-from crawler_tasks.ops.control import CrawlState
-from crawler_tasks.records import Action, FetchedPage
+from crawler_tasks.records import Action, Capture
+from crawler_tasks.runtime.control import CrawlState
+from crawler_tasks.stages.fetch.context import TurnContext
 from crawler_tasks.stages.fetch.finish import End, archive_turn, finish_turn
-from crawler_tasks.stages.fetch.groups import Group, flush_group
+from crawler_tasks.stages.fetch.groups import Group, Taken, flush_group
 from crawler_tasks.stages.fetch.outcome import Turn
-from crawler_tasks.stages.fetch.turn import TurnContext, take_turn
+from crawler_tasks.stages.fetch.turn import take_turn
 from crawler_tasks.stages.fetch.view import crawl_view
 from crawler_tasks.stages.worker import Worker, log_once
 
@@ -53,7 +54,7 @@ _DRY_TICK_S = 0.02        # on a shorter tick: its links come back from parse in
 _IDLE_END_S = 0.5         # a session with no host and nothing ready this long ends (at once if none is soon)
 _CANCELLING = frozenset({CrawlState.STOPPING, CrawlState.FINISHED})   # cut the exchanges in flight
 
-Emit = Callable[[list[FetchedPage], str], None]
+Emit = Callable[[list[Capture], str], None]
 
 
 @dataclass(slots=True)
@@ -70,8 +71,7 @@ class _Done:
     """A finished turn, for the loop: its page, and the host if the session keeps it."""
 
     host: str
-    page: FetchedPage | None = None
-    body: bytes = b""
+    taken: Taken | None = None
     parked: str | None = None
     held: Held | None = None   # None: the host left the session
     dry: bool = False
@@ -194,9 +194,9 @@ class FetchSession:
     def _arrived(self, item: _Done, group: Group) -> None:
         with self.lock:
             self.flying.pop(item.host, None)
-        if item.page is not None:
-            group.add(item.page, item.body, item.parked)
-            self.pool.keep_bytes(len(item.body))
+        if item.taken is not None:
+            group.add(item.taken, item.parked)
+            self.pool.keep_bytes(len(item.taken.body))
         again = self.again.pop(item.host, None)
         held = item.held or again
         if held is None:
@@ -353,8 +353,8 @@ class FetchSession:
             if not end.done.ok:
                 self._bump("frontier/lease_lost")
             if turn.page is not None:
-                turn.page.warc_id = record_id
-                done.page, done.body, done.parked = turn.page, turn.body, end.parked
+                location = turn.exchange.location if turn.exchange is not None else None
+                done.taken, done.parked = Taken(turn.page, turn.body, record_id, location), end.parked
             if end.done.held is not None and end.spent:   # the page budget is spent: no next turn
                 w.frontier.give_back([(end.done.held, turn.te)])
             elif end.done.held is not None:

@@ -10,37 +10,22 @@ hops and a rendering browser's requests, each paced at the host's delay.
 """
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from crawler_tasks.counters import Counters
 from crawler_tasks.dedup.rules import RuleDrop
-from crawler_tasks.fetch.http import Cancel
 from crawler_tasks.fetch.netsafety import AddressRefused, ResolveError
 from crawler_tasks.fetch.politeness import HostState, request_gap
-from crawler_tasks.frontier import ENQUEUED, Discovered, Entry, Lease
+from crawler_tasks.frontier import Discovered, Entry, Lease, Verdict
 from crawler_tasks.output.warc import warc_digest
 from crawler_tasks.parse.html import is_html
 from crawler_tasks.parse.sitemaps import MAX_SITEMAP_BYTES
 from crawler_tasks.records import Action, EntryKind, ErrorKind
+from crawler_tasks.stages.fetch.context import TurnContext
 from crawler_tasks.stages.fetch.outcome import Turn, aborted, after_exchange, page_of, retry_action
 from crawler_tasks.stages.fetch.render_step import maybe_render
 from crawler_tasks.stages.fetch.robots_step import robots_step
-from crawler_tasks.stages.worker import Worker
-
-
-@dataclass(slots=True)
-class TurnContext:
-    """What a turn needs of its session."""
-
-    w: Worker
-    halt: Cancel                        # the crawl stops: exchanges in flight end now
-    stop: threading.Event               # the session stops: no more waiting
-    bump: Callable[[str, int], None]    # a session counter
-    renew: Callable[[str], None]        # extend one held host's lease (a long turn)
 
 
 def take_turn(ctx: TurnContext, lease: Lease, state: HostState, not_before: float) -> Turn:
@@ -51,7 +36,8 @@ def take_turn(ctx: TurnContext, lease: Lease, state: HostState, not_before: floa
     try:  # refuse private targets before anything, robots.txt included, is sent
         ip = w.fetcher.check_host(urlsplit(entry.url).hostname or "")
     except AddressRefused as exc:
-        return Turn(time.time(), Action.DONE, page_of(entry, None, error_kind=ErrorKind.REFUSED, error=exc.reason))
+        page = page_of(entry, s.node_name, None, error_kind=ErrorKind.REFUSED, error=exc.reason)
+        return Turn(time.time(), Action.DONE, page)
     except ResolveError:
         pass  # the request below records the DNS failure and the retry policy applies
     if not (s.PER_IP_POLITENESS and ip):
@@ -95,8 +81,9 @@ def _learned_rules_step(ctx: TurnContext, lease: Lease, state: HostState, entry:
         queued = ctx.w.frontier.put_discovered([Discovered(url=spelled, host=lease.host, depth=entry.depth)])
         ctx.bump("dust/dropped_queued", 1)
         why = (f"a variant of {spelled} by this host's learned URL rules"
-               + (" (queued in its place)" if queued[0] == ENQUEUED else ""))
-    return Turn(time.time(), Action.DONE, page_of(entry, None, error_kind=ErrorKind.FILTERED, error=why))
+               + (" (queued in its place)" if queued[0] == Verdict.ENQUEUED else ""))
+    page = page_of(entry, ctx.w.settings.node_name, None, error_kind=ErrorKind.FILTERED, error=why)
+    return Turn(time.time(), Action.DONE, page)
 
 
 def _request_step(ctx: TurnContext, lease: Lease, state: HostState, entry: Entry, not_before: float) -> Turn:
@@ -119,7 +106,7 @@ def _request_step(ctx: TurnContext, lease: Lease, state: HostState, entry: Entry
         turn.exchange, turn.digest = res, warc_digest(res.body)
     if action == Action.RETRY:
         return turn
-    turn.page = page_of(entry, res)
+    turn.page = page_of(entry, s.node_name, res)
     ok = res.status is not None and 200 <= res.status < 300
     if ok and (entry.kind == EntryKind.SITEMAP or is_html(res.content_type, res.content[:512])):
         turn.body = res.content

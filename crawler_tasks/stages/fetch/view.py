@@ -7,7 +7,7 @@ import threading
 import time
 import weakref
 
-from crawler_tasks.ops.control import Control, ControlView
+from crawler_tasks.runtime.control import Control, ControlView
 from crawler_tasks.stages.worker import Worker
 
 _FRESH_S = 0.125   # half the sessions' control tick

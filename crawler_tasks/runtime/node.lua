@@ -1,4 +1,4 @@
--- Claim or renew a node name for one machine (ops/nodes.py).
+-- Claim or renew a node name for one machine (runtime/nodes.py).
 -- KEYS[1] = <prefix>:{g}:node:<name>, KEYS[2] = <prefix>:{g}:nodes (names claimed)
 -- ARGV[1] = this machine's node id, ARGV[2] = time to live in ms, ARGV[3] = the name
 -- Returns "" when the name is ours (claimed or renewed), else the id that holds it.

@@ -39,7 +39,7 @@ from crawler_tasks.connection import global_client
 from crawler_tasks.exceptions import ConfigError
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.keys import GlobalKeys
-from crawler_tasks.ops.control import Control
+from crawler_tasks.runtime.control import Control
 from crawler_tasks.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -28,8 +28,8 @@ from crawler_tasks.connection import global_client, placement_warning
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.frontier.spill import Spiller
 from crawler_tasks.keys import GlobalKeys
-from crawler_tasks.ops.control import Control, CrawlState
-from crawler_tasks.ops.nodes import hand_over_lost, hand_over_lost_processes
+from crawler_tasks.runtime.control import Control, CrawlState
+from crawler_tasks.runtime.nodes import hand_over_lost, hand_over_lost_processes
 from crawler_tasks.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,8 @@ from warcio.archiveiterator import ArchiveIterator
 
 from crawler_tasks.dedup.minhash import clusters, sketch
 from crawler_tasks.fetch.http import decode_body
-from crawler_tasks.parse.html import is_html, parse_html
+from crawler_tasks.parse.encoding import is_html
+from crawler_tasks.parse.html import parse_html
 from crawler_tasks.settings import Settings
 
 
