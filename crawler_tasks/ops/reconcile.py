@@ -48,7 +48,15 @@ import orjson
 from crawler_tasks.broker import Leftovers, settle_leftovers
 from crawler_tasks.connection import broker_url
 from crawler_tasks.frontier import Discovered, Entry, Frontier
-from crawler_tasks.frontier.reclaim import forget, give_back, queue_heads, queued_among, remember_queued, unseen_among
+from crawler_tasks.frontier.reclaim import (
+    forget,
+    give_back,
+    queue_heads,
+    queued_among,
+    remember_queued,
+    unseen_among,
+    waiting_among,
+)
 from crawler_tasks.output.jsonl import FEED_FILE, PAGES_FILE
 from crawler_tasks.output.spool import drop_message, kept_messages, prune_markers, remove_spool
 from crawler_tasks.queues import ENQUEUE_QUEUE, ENQUEUE_QUEUES, fetch_queue, parse_queue
@@ -339,11 +347,14 @@ def reconcile(settings: Settings, out_dir: Path, now: float | None = None) -> Re
 
 def _resend_lost(settings: Settings, pages: Path, leftovers: Leftovers, options: dict) -> int:
     """Stage messages kept on this node (spool.keep_message) whose batch no queue holds
-    were lost by the broker: sent again without the items already recorded (a batch left
-    with none is done: its kept message goes). Returns how many were sent."""
+    were lost by the broker: sent again without the items already recorded, or waiting
+    in the frontier to be fetched again (a batch left with none is done: its kept message
+    goes). Returns how many were sent."""
     lost = {batch_id: kept for batch_id, kept in kept_messages(settings).items() if batch_id not in leftovers.batches}
-    urls = {item.get("url") for _, items in lost.values() for item in items if isinstance(item, dict)}
-    recorded = recorded_among(pages, {url for url in urls if isinstance(url, str)})
+    urls = {url for _, items in lost.values() for item in items if isinstance(item, dict)
+            and isinstance(url := item.get("url"), str)}
+    # after a restore, pages fetched since the checkpoint wait in its queues: fetched again, not sent
+    recorded = recorded_among(pages, urls) | waiting_among(Frontier(settings), urls)
     queues = {"parse": parse_queue(settings.node_name), "enqueue": ENQUEUE_QUEUE,
               "dedup": ENQUEUE_QUEUE}   # kept by a worker of the last release, whose enqueue task had that name
     sent = 0

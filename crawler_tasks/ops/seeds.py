@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from crawler_tasks.counters import Counters
-from crawler_tasks.frontier import Entry, Frontier, Verdict
-from crawler_tasks.frontier.reclaim import queued_among, unseen_among
+from crawler_tasks.frontier import Frontier, Verdict
+from crawler_tasks.frontier.reclaim import waiting_among
 from crawler_tasks.ops.messages import quote
 from crawler_tasks.runtime.control import Control
 from crawler_tasks.settings import Settings
@@ -35,24 +35,9 @@ def seed_urls(settings: Settings, urls: list[str], frontier: Frontier | None = N
                                                  else f"filtered ({reason})"))
             continue
         items.append(item)
-    waiting = _waiting(frontier, {item.url for item in items})
+    waiting = waiting_among(frontier, {item.url for item in items})
     items = [item for item in items if item.url not in waiting]
     added = sum(v == Verdict.ENQUEUED for v in frontier.put_discovered(items)) if items else 0
     if added:   # after the add: the crawl starts (or a finish is cancelled) with its seeds queued
         Control(settings).seeded(added)
     return Seeded(added, rejected, sorted(waiting))
-
-
-def _waiting(frontier: Frontier, urls: set[str]) -> set[str]:
-    """Which of ``urls`` wait in the frontier (queued, or fetched and on their way to a
-    record): a forced seed of one of them would be queued, and fetched, a second time.
-    Only URLs the URL-seen test knows are looked for (the queues are read whole)."""
-    seen = urls - unseen_among(frontier, urls)
-    if not seen:
-        return set()
-    found: set[str] = set()
-    for shard in range(frontier.settings.SHARDS):
-        found |= queued_among(frontier, shard, seen)
-        parked: list[str] = frontier.client(shard).zrange(frontier.keys(shard).handoff, 0, -1)  # type: ignore[assignment]
-        found |= {url for url in (Entry.decode(raw).url for raw in parked) if url in seen}
-    return found
