@@ -307,6 +307,11 @@ def test_stop_word_share_byte_path_matches_the_word_regex(parts: list[str], cut:
 
     text = "".join(parts)
     for sample in (text, text.encode("ascii", "ignore").decode()):
-        assert boilerplate._stop_share(sample) == pytest.approx(regex_share(sample), abs=1e-12)
-        assert boilerplate._sample_stop_share(sample.split("\n"), cut) == pytest.approx(regex_share(sample[:cut]),
-                                                                                         abs=1e-12)
+        stop, words = boilerplate._stop_counts(sample)
+        assert (stop / words if words else 0.0) == pytest.approx(regex_share(sample), abs=1e-12)
+        lines = sample.split("\n")
+        counts: list[tuple[int, int] | None] = [None] * len(lines)
+        assert boilerplate._sample_stop_share(lines, counts, cut) == pytest.approx(regex_share(sample[:cut]),
+                                                                                   abs=1e-12)
+        for line, kept in zip(lines, counts, strict=True):   # kept for the blocks' classes: the same counts
+            assert kept is None or kept == boilerplate._stop_counts(line)

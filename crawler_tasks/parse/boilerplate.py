@@ -96,10 +96,11 @@ def trim_boilerplate(text: str, link_texts: Collection[str]) -> str:
     blocks = [i for i, line in enumerate(lines) if line.strip()]
     if len(blocks) < _MIN_BLOCKS:
         return text
-    english = _sample_stop_share(lines, _LANG_SAMPLE_CHARS) >= _ENGLISH_STOP_SHARE
-    kinds = [_classify(lines[i], link_texts, english) for i in blocks]
-    linked = [kind == _Kind.BAD and _is_link_text(lines[i], link_texts) for i, kind in zip(blocks, kinds, strict=True)]
-    kinds = _smooth(kinds)
+    counts: list[tuple[int, int] | None] = [None] * len(lines)   # each line's words counted once
+    english = _sample_stop_share(lines, counts, _LANG_SAMPLE_CHARS) >= _ENGLISH_STOP_SHARE
+    classed = [_classify(lines[i], i, counts, link_texts, english) for i in blocks]
+    linked = [link for _, link in classed]
+    kinds = _smooth([kind for kind, _ in classed])
     good = [n for n, kind in enumerate(kinds) if kind == _Kind.GOOD]
     if not good:
         return text  # nothing reads as prose: a list, a table, code; left as it is
@@ -138,39 +139,41 @@ def _marker_key(line: str) -> str:
     return _DIGITS_RE.sub("#", " ".join(line.lower().split()))
 
 
-def _classify(line: str, link_texts: Collection[str], english: bool) -> _Kind:
+def _classify(line: str, i: int, counts: list[tuple[int, int] | None], link_texts: Collection[str],
+              english: bool) -> tuple[_Kind, bool]:
+    """The block's kind, and whether it is link text (BAD for that reason)."""
     block = " ".join(line.split())
     length = len(block)
     link = _link_chars(block, link_texts)
     if link > _LINK_SHARE_MAX * length:
-        return _Kind.BAD
+        return _Kind.BAD, True
     if length < _SHORT:
-        return _Kind.SHORT
+        return _Kind.SHORT, False
     if not english:
-        return _Kind.GOOD if length >= _LONG else _Kind.NEAR
-    share = _stop_share(block)
+        return (_Kind.GOOD if length >= _LONG else _Kind.NEAR), False
+    # the line's words are the collapsed block's: whitespace is no word character
+    stop, words = counts[i] or _stop_counts(line)
+    share = stop / words if words else 0.0
     if share >= _STOP_SHARE:
-        return _Kind.GOOD if length >= _LONG else _Kind.NEAR
+        return (_Kind.GOOD if length >= _LONG else _Kind.NEAR), False
     if share >= _STOP_SHARE_LOW:
-        return _Kind.NEAR
-    return _Kind.BAD
+        return _Kind.NEAR, False
+    return _Kind.BAD, False
 
 
-def _stop_share(text: str) -> float:
-    stop, words = _stop_counts(text)
-    return stop / words if words else 0.0
-
-
-def _sample_stop_share(lines: list[str], max_chars: int) -> float:
+def _sample_stop_share(lines: list[str], counts: list[tuple[int, int] | None], max_chars: int) -> float:
     """The stop-word share of the text's first ``max_chars`` characters, line by line
     (no word spans a newline), so a line with a non-ASCII character costs the regex
-    for itself only."""
+    for itself only; whole lines' counts are kept in ``counts``."""
     stop = words = 0
     left = max_chars
-    for line in lines:
+    for i, line in enumerate(lines):
         if left <= 0:
             break
-        line_stop, line_words = _stop_counts(line[:left])
+        if len(line) <= left:
+            line_stop, line_words = counts[i] = _stop_counts(line)
+        else:
+            line_stop, line_words = _stop_counts(line[:left])
         stop, words, left = stop + line_stop, words + line_words, left - len(line) - 1
     return stop / words if words else 0.0
 
@@ -182,11 +185,6 @@ def _stop_counts(text: str) -> tuple[int, int]:
         return sum(map(_STOP_WORD_BYTES.__contains__, ascii_words)), len(ascii_words)
     words = _WORD_RE.findall(text.lower())
     return sum(map(_STOP_WORDS.__contains__, words)), len(words)
-
-
-def _is_link_text(line: str, link_texts: Collection[str]) -> bool:
-    block = " ".join(line.split())
-    return _link_chars(block, link_texts) > _LINK_SHARE_MAX * len(block)
 
 
 def _link_chars(block: str, link_texts: Collection[str]) -> int:
