@@ -315,3 +315,4 @@ def test_stop_word_share_byte_path_matches_the_word_regex(parts: list[str], cut:
                                                                                    abs=1e-12)
         for line, kept in zip(lines, counts, strict=True):   # kept for the blocks' classes: the same counts
             assert kept is None or kept == boilerplate._stop_counts(line)
+            assert not boilerplate._collapsed(line) or " ".join(line.split()) == line

@@ -142,7 +142,7 @@ def _marker_key(line: str) -> str:
 def _classify(line: str, i: int, counts: list[tuple[int, int] | None], link_texts: Collection[str],
               english: bool) -> tuple[_Kind, bool]:
     """The block's kind, and whether it is link text (BAD for that reason)."""
-    block = " ".join(line.split())
+    block = line if _collapsed(line) else " ".join(line.split())
     length = len(block)
     link = _link_chars(block, link_texts)
     if link > _LINK_SHARE_MAX * length:
@@ -159,6 +159,12 @@ def _classify(line: str, i: int, counts: list[tuple[int, int] | None], link_text
     if share >= _STOP_SHARE_LOW:
         return _Kind.NEAR, False
     return _Kind.BAD, False
+
+
+def _collapsed(line: str) -> bool:
+    """Whether ``" ".join(line.split())`` is the line itself (tested for the common
+    case only: printable ASCII, whose one whitespace character is the space)."""
+    return line.isascii() and line.isprintable() and "  " not in line and line[:1] != " " and line[-1:] != " "
 
 
 def _sample_stop_share(lines: list[str], counts: list[tuple[int, int] | None], max_chars: int) -> float:
