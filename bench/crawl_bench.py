@@ -31,13 +31,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 ROLES = (("crawl.fetch", "fetch"), ("crawl.parse", "parse"), ("crawl.control", "control"), (" beat", "beat"),
-         ("redis-server", "redis"), ("manage.py", "runner"), ("crawler_tasks.ops.child", "runner"),
+         ("redis-", "redis"), ("manage.py", "runner"), ("crawler_tasks.ops.child", "runner"),
          ("scrapy", "scrapy"))
 
 
 def role_of(cmdline: list[str], parent_cmdline: list[str] | None = None) -> str:
     """fetch, parse, parse sandbox (a parse worker's forked child: same command line),
-    control, beat, redis, runner (manage.py and its fork server), scrapy, other."""
+    control, beat, redis (and its snapshot forks), runner (manage.py and its fork server), scrapy, other."""
     cmd = " ".join(cmdline)
     role = next((name for key, name in ROLES if key in cmd), "other")
     if role == "parse" and parent_cmdline == cmdline:
