@@ -30,31 +30,53 @@ from crawler_tasks.ops.child import die_with_parent  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def role_of(cmdline: list[str]) -> str:
+ROLES = (("crawl.fetch", "fetch"), ("crawl.parse", "parse"), ("crawl.control", "control"), (" beat", "beat"),
+         ("redis-", "redis"), ("manage.py", "runner"), ("crawler_tasks.ops.child", "runner"),
+         ("scrapy", "scrapy"))
+
+
+def role_of(cmdline: list[str], parent_cmdline: list[str] | None = None) -> str:
+    """fetch, parse, parse sandbox (a parse worker's forked child: same command line),
+    control, beat, redis (and its snapshot forks), runner (manage.py and its fork server), scrapy, other."""
     cmd = " ".join(cmdline)
-    for role in ("crawl.fetch", "crawl.parse", "crawl.control", " beat", "redis-server", "manage.py"):
-        if role in cmd:
-            return role.strip()
-    return "other"
+    role = next((name for key, name in ROLES if key in cmd), "other")
+    if role == "parse" and parent_cmdline == cmdline:
+        return "parse sandbox"
+    return role
 
 
-def sample_tree(pid: int, cpu_by_pid: dict[int, tuple[str, float]]) -> int:
-    """RSS of the whole tree now; records each process's CPU seconds so far."""
+def sample_tree(pid: int, cpu_by_pid: dict[int, tuple[str, float]], rss_by_role: dict[str, int] | None = None) -> int:
+    """RSS of the whole tree now; records each process's CPU seconds so far (the last
+    sample of a process that exits is what it is counted for) and, when given, adds each
+    role's RSS now to ``rss_by_role``."""
     try:
         root = psutil.Process(pid)
         procs = [root] + root.children(recursive=True)
     except psutil.NoSuchProcess:
         return 0
+    cmdlines: dict[int, list[str]] = {}
     total = 0
     for p in procs:
         try:
             with p.oneshot():
-                total += p.memory_info().rss
+                rss = p.memory_info().rss
                 t = p.cpu_times()
-                cpu_by_pid[p.pid] = (role_of(p.cmdline()), t.user + t.system)
+                cmdlines[p.pid] = p.cmdline()
+                role = role_of(cmdlines[p.pid], cmdlines.get(p.ppid()))
         except psutil.NoSuchProcess:
-            pass
+            continue
+        total += rss
+        cpu_by_pid[p.pid] = (role, t.user + t.system)
+        if rss_by_role is not None:
+            rss_by_role[role] = rss_by_role.get(role, 0) + rss
     return total
+
+
+def cpu_by_role(cpu_by_pid: dict[int, tuple[str, float]]) -> dict[str, float]:
+    roles: dict[str, float] = {}
+    for role, secs in cpu_by_pid.values():
+        roles[role] = roles.get(role, 0.0) + secs
+    return roles
 
 
 def main() -> int:
@@ -91,10 +113,15 @@ def main() -> int:
         stop = threading.Event()
         cpu_by_pid: dict[int, tuple[str, float]] = {}
 
+        peak_by_role: dict[str, int] = {}
+
         def sample() -> None:
             nonlocal peak
             while not stop.is_set():
-                peak = max(peak, sample_tree(crawl.pid, cpu_by_pid))
+                now: dict[str, int] = {}
+                peak = max(peak, sample_tree(crawl.pid, cpu_by_pid, now))
+                for role, rss in now.items():
+                    peak_by_role[role] = max(peak_by_role.get(role, 0), rss)
                 time.sleep(0.5)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -119,15 +146,15 @@ def main() -> int:
         print(f"settings             {' '.join(args.set) or 'defaults'}")
         print(f"CPU s per page       {cpu / max(len(fetched), 1) * 1000:.2f} ms (crawl tree: workers, beat, redis)")
         print(f"peak RSS crawl tree  {peak / 2**20:.0f} MiB")
-        roles: dict[str, float] = {}
-        for role, secs in cpu_by_pid.values():
-            roles[role] = roles.get(role, 0.0) + secs
+        roles = cpu_by_role(cpu_by_pid)
         n = max(len(fetched), 1)
         stats_line = [ln for ln in err.splitlines() if ln.strip().startswith("stage CPU")]
         if stats_line:
             print(stats_line[0].strip())
         print("CPU ms per page by role (sampled every 0.5 s): " +
               ", ".join(f"{role} {secs / n * 1000:.2f}" for role, secs in sorted(roles.items())))
+        print("peak RSS MiB by role (sampled every 0.5 s): " +
+              ", ".join(f"{role} {rss / 2**20:.0f}" for role, rss in sorted(peak_by_role.items())))
         return 0 if crawl.returncode == 0 else 1
     finally:
         web.terminate()

@@ -64,7 +64,7 @@ from crawler_tasks.settings import Settings  # noqa: E402
 from testweb.evidence import InFlight, Politeness, check_politeness, in_flight, read_log  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from crawl_bench import sample_tree  # noqa: E402
+from crawl_bench import cpu_by_role, sample_tree  # noqa: E402
 
 BENCH = ROOT / "bench"
 SPIDER = BENCH / "scrapy_spider.py"
@@ -94,6 +94,8 @@ class Run:
     peak_pss: int = 0
     server: ServerView | None = None  # what the test web saw (web-shaped scenario)
     load: float = 0.0  # the machine's 1-minute load average at exit: others' work slows both sides
+    cpu_by_role: dict[str, float] = field(default_factory=dict)  # CPU s per role (sampled; bench/crawl_bench.py)
+    peak_rss_by_role: dict[str, int] = field(default_factory=dict)  # each role's peak RSS (summed over its processes)
 
     @property
     def pages(self) -> int:
@@ -388,6 +390,8 @@ class Measure:
     peak_rss: int  # of the process tree, sampled
     written: list[tuple[float, int]]  # (time, lines in the watched file), sampled
     peak_pss: int = 0  # of the process tree, sampled every PSS_SAMPLE_EVERY RSS samples
+    cpu_by_role: dict[str, float] = field(default_factory=dict)
+    peak_rss_by_role: dict[str, int] = field(default_factory=dict)
 
 
 def tree_pss(pid: int) -> int:
@@ -434,6 +438,8 @@ def measured(cmd: list[str], env: dict[str, str], log: Path, watch: Path, timeou
         stop = threading.Event()
         counter = LineCounter(watch)
         written: list[tuple[float, int]] = []
+        cpu_by_pid: dict[int, tuple[str, float]] = {}
+        peak_by_role: dict[str, int] = {}
 
         timed_out = False
 
@@ -447,7 +453,10 @@ def measured(cmd: list[str], env: dict[str, str], log: Path, watch: Path, timeou
                     proc.send_signal(signal.SIGTERM)
                 elif late >= 30:
                     stop_tree(proc.pid, signal.SIGKILL)
-                peak = max(peak, sample_tree(proc.pid, {}))
+                now: dict[str, int] = {}
+                peak = max(peak, sample_tree(proc.pid, cpu_by_pid, now))
+                for role, rss in now.items():
+                    peak_by_role[role] = max(peak_by_role.get(role, 0), rss)
                 written.append((time.time(), counter.count()))
                 n += 1
                 if n % PSS_SAMPLE_EVERY == 0:
@@ -466,7 +475,8 @@ def measured(cmd: list[str], env: dict[str, str], log: Path, watch: Path, timeou
         stop.set()
         sampler.join()
         written.append((t0 + wall, counter.count()))
-    return Measure(proc.returncode, t0, wall, usage.ru_utime + usage.ru_stime, peak, written, peak_pss)
+    return Measure(proc.returncode, t0, wall, usage.ru_utime + usage.ru_stime, peak, written, peak_pss,
+                   cpu_by_role(cpu_by_pid), peak_by_role)
 
 
 def clean_env() -> dict[str, str]:
@@ -504,7 +514,8 @@ def run_ours(args: argparse.Namespace, seeds: list[str], cap: int, delay: float,
             fetched = datetime.strptime(rec["fetched_at"], "%Y-%m-%dT%H:%M:%S.%fZ")
             times.append(fetched.replace(tzinfo=UTC).timestamp())
             hosts[urlsplit(rec["url"]).netloc] += 1
-    return Run("ours", m.start, m.wall_s, m.cpu_s, m.peak_rss, sorted(times), hosts, m.written, m.peak_pss)
+    return Run("ours", m.start, m.wall_s, m.cpu_s, m.peak_rss, sorted(times), hosts, m.written, m.peak_pss,
+               cpu_by_role=m.cpu_by_role, peak_rss_by_role=m.peak_rss_by_role)
 
 
 def run_scrapy(args: argparse.Namespace, python: Path, seeds: list[str], cap: int, delay: float,
@@ -528,7 +539,8 @@ def run_scrapy(args: argparse.Namespace, python: Path, seeds: list[str], cap: in
             rec = json.loads(line)
             times.append(rec["t"])
             hosts[urlsplit(rec["url"]).netloc] += 1
-    return Run("scrapy", m.start, m.wall_s, m.cpu_s, m.peak_rss, sorted(times), hosts, m.written, m.peak_pss)
+    return Run("scrapy", m.start, m.wall_s, m.cpu_s, m.peak_rss, sorted(times), hosts, m.written, m.peak_pss,
+               cpu_by_role=m.cpu_by_role, peak_rss_by_role=m.peak_rss_by_role)
 
 
 def alternate(args: argparse.Namespace, python: Path, make_web: Callable[[], Web], cap: int,
@@ -592,6 +604,20 @@ def many_hosts(args: argparse.Namespace, python: Path) -> None:
         ("CPU ms/page", ".2f", lambda r: r.cpu_ms_per_page, True),
         ("peak RSS MiB", ".0f", lambda r: r.peak_rss / 2**20, True),
     ], ours, theirs)
+    by_role(ours, theirs)
+
+
+def by_role(ours: list[Run], theirs: list[Run], pages: Callable[[Run], int] = lambda r: r.pages) -> None:
+    """CPU ms a page and peak RSS of each role (medians over runs; CPU sampled every
+    RSS_SAMPLE_S, so a process's last fraction of a second may be missing)."""
+    for side, runs in (("ours", ours), ("scrapy", theirs)):
+        roles = sorted({role for r in runs for role in r.cpu_by_role})
+        cpu = ", ".join(f"{role} {med(runs, lambda r, x=role: r.cpu_by_role.get(x, 0.0) / max(pages(r), 1) * 1000):.2f}"
+                        for role in roles)
+        rss = ", ".join(f"{role} {med(runs, lambda r, x=role: r.peak_rss_by_role.get(x, 0) / 2**20):.0f}"
+                        for role in roles)
+        print(f"  {side} CPU ms/page by role: {cpu}")
+        print(f"  {side} peak RSS MiB by role: {rss}")
 
 
 def few_hosts(args: argparse.Namespace, python: Path) -> None:
@@ -765,6 +791,7 @@ def web_shape(args: argparse.Namespace, python: Path) -> None:
             ("last exchange to exit s", ".1f", lambda r: r.start + r.wall_s - served(r).last_end, True),
             ("load average at exit", ".1f", lambda r: r.load, False),
         ], ours, theirs)
+        by_role(ours, theirs, lambda r: served(r).pages)
         for side, runs in (("ours", ours), ("scrapy", theirs)):
             p = [served(r).politeness for r in runs]
             print(f"  politeness, {side} (sum over runs): {sum(x.violations for x in p)} violations: "

@@ -288,3 +288,31 @@ def test_article_in_a_container_named_like_furniture_is_kept() -> None:
     p = extract_text(html, "u")
     assert p.text.startswith("Library stays open") and p.text.count("The council voted") == 4
     assert "About us" not in p.text
+
+
+@hsettings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(["the", "Of", "AND", "x_y", "a1", "don’t", "İn", "ΣΑΣ", "naïve", "—", ", ", ".", " ",
+                                 "\n", "\t", "\u00a0", "über", "It's", "9", "_"]), max_size=80),
+       st.integers(0, 400))
+def test_stop_word_share_byte_path_matches_the_word_regex(parts: list[str], cut: int) -> None:
+    """The ASCII byte-table path and the line-by-line language sample count exactly the
+    words and stop words that \\w+ over the lower-cased text counts."""
+    import re
+
+    from crawler_tasks.parse import boilerplate
+
+    def regex_share(text: str) -> float:
+        words = re.findall(r"\w+", text.lower())
+        return sum(w in boilerplate._STOP_WORDS for w in words) / len(words) if words else 0.0
+
+    text = "".join(parts)
+    for sample in (text, text.encode("ascii", "ignore").decode()):
+        stop, words = boilerplate._stop_counts(sample)
+        assert (stop / words if words else 0.0) == pytest.approx(regex_share(sample), abs=1e-12)
+        lines = sample.split("\n")
+        counts: list[tuple[int, int] | None] = [None] * len(lines)
+        assert boilerplate._sample_stop_share(lines, counts, cut) == pytest.approx(regex_share(sample[:cut]),
+                                                                                   abs=1e-12)
+        for line, kept in zip(lines, counts, strict=True):   # kept for the blocks' classes: the same counts
+            assert kept is None or kept == boilerplate._stop_counts(line)
+            assert not boilerplate._collapsed(line) or " ".join(line.split()) == line
