@@ -184,7 +184,8 @@ def test_kill_9_of_a_child(victim: str, web: TestWeb, clean: float, tmp_path: Pa
     assert proc.returncode == 0, err[-3000:]
     f = figures(f"kill -9 {victim}", out, web, time.monotonic() - t0,
                 said(err, "restart", "exited", "crawl finished", "Error"))
-    check(f, clean, len(web.reachable()), MAX_IN_FLIGHT + counter(out, "frontier/handoff_returned"))
+    check(f, clean, len(web.reachable()), MAX_IN_FLIGHT + counter(out, "frontier/handoff_returned")
+          + counter(out, "frontier/group_returned"))
 
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
@@ -231,8 +232,9 @@ def test_redis_data_lost_then_restore_latest(web: TestWeb, clean: float, tmp_pat
     rolled = re.search(r"; (\d+) record\(s\) of pages fetched since then", err)
     f = figures("Redis lost, restore", out, web, time.monotonic() - t0, said(err, "restored", "resume:", "crawl finished"))
     handed_back = re.search(r"(\d+) fetched URL\(s\) not handed on", err)
+    left = re.search(r"(\d+) page\(s\) of lost tasks left to be fetched again", err)
     check(f, clean, len(web.reachable()), MAX_IN_FLIGHT + len(unrecorded) + (int(rolled[1]) if rolled else 0)
-          + (int(handed_back[1]) if handed_back else 0))
+          + (int(handed_back[1]) if handed_back else 0) + (int(left[1]) if left else 0))
 
 
 def test_two_crawls_on_one_out(web: TestWeb, clean: float, tmp_path: Path) -> None:

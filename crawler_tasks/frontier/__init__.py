@@ -39,7 +39,7 @@ def _script(name: str) -> str:
 
 _SCRIPTS = {name: _script(name) for name in ("add", "lease", "complete", "renew", "expire", "ipclaim",
                                              "recrawl", "spill", "hostload", "ack", "handoff", "reclaim",
-                                             "forget", "orphan", "unparsed")}
+                                             "forget", "orphan", "unparsed", "recount")}
 
 # Most front-queue URLs moved into back queues by one wake, per shard.
 MAX_REFILL_MOVES = 2000
@@ -354,6 +354,14 @@ class Frontier:
         k = self.keys(shard)
         return int(self._run(shard, "ack", [k.handoff, k.queued, k.handoff_owner, k.parsing],  # type: ignore[call-overload]
                              [group_id, *entries]))
+
+    def recount_queued(self, shard: int) -> int:
+        """Set the shard's queued counter from its keys while no host of it is active
+        (``recount.lua``). Returns the error corrected (0 when none or not checked)."""
+        k = self.keys(shard)
+        keys = [k.queued, k.active, k.handoff, k.overflow, k.spilled, *k.fronts(self.levels),
+                *(k.spill_staging(level) for level in range(self.levels))]
+        return int(self._run(shard, "recount", keys, []) or 0)  # type: ignore[call-overload]
 
     def return_groups(self, group_ids: list[str], now: float | None = None) -> int:
         """Page groups a lost node never parsed: their fetched URLs are queued again.

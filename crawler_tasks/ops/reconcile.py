@@ -85,6 +85,7 @@ class Reconciled:
     forgotten: int = 0           # queued URLs already recorded: not fetched again
     feed_moved: int = 0          # uncommitted feed lines moved aside
     resent: int = 0              # stage messages the broker lost, sent again from their kept copy
+    refetched: int = 0           # their pages not sent but fetched again (waiting, or unknown after a restore)
     notes: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
@@ -92,6 +93,7 @@ class Reconciled:
             (self.leases, "host lease(s) reclaimed"), (self.handoffs, "fetched URL(s) not handed on requeued"),
             (self.requeued, "interrupted task(s) queued again"),
             (self.resent, "task(s) the broker lost sent again"),
+            (self.refetched, "page(s) of lost tasks left to be fetched again"),
             (self.written_tasks, "interrupted task(s) already written dropped"),
             (self.written_items, "already written page(s) or record(s) left out of interrupted tasks"),
             (self.forgotten, "queued URL(s) already recorded dropped"),
@@ -316,7 +318,7 @@ def reconcile(settings: Settings, out_dir: Path, now: float | None = None) -> Re
         for batch_id in leftovers.done.get(q, []):
             control.end_batch(batch_id)
             drop_message(settings, batch_id)
-    out.resent = _resend_lost(settings, pages, leftovers, broker_options(settings))
+    out.resent, out.refetched = _resend_lost(settings, pages, leftovers, broker_options(settings))
     for batch_id in leftovers.done.get(parse_q, []):       # its pages were handed on
         remove_spool(settings, batch_id)
     out.written_tasks = sum(map(len, leftovers.done.values()))
@@ -345,16 +347,21 @@ def reconcile(settings: Settings, out_dir: Path, now: float | None = None) -> Re
     return out
 
 
-def _resend_lost(settings: Settings, pages: Path, leftovers: Leftovers, options: dict) -> int:
+def _resend_lost(settings: Settings, pages: Path, leftovers: Leftovers, options: dict) -> tuple[int, int]:
     """Stage messages kept on this node (spool.keep_message) whose batch no queue holds
-    were lost by the broker: sent again without the items already recorded, or waiting
-    in the frontier to be fetched again (a batch left with none is done: its kept message
-    goes). Returns how many were sent."""
+    were lost by the broker: sent again without the items already recorded, or to be
+    fetched again (waiting in the frontier, or unknown to it after a restore). A batch
+    left with none is done: its kept message goes and it is no longer in flight.
+    Returns (messages sent, pages left to be fetched again)."""
     lost = {batch_id: kept for batch_id, kept in kept_messages(settings).items() if batch_id not in leftovers.batches}
     urls = {url for _, items in lost.values() for item in items if isinstance(item, dict)
             and isinstance(url := item.get("url"), str)}
-    # after a restore, pages fetched since the checkpoint wait in its queues: fetched again, not sent
-    recorded = recorded_among(pages, urls) | waiting_among(Frontier(settings), urls)
+    # after a restore, pages fetched since the checkpoint wait in its queues, or are unknown to
+    # it and found again: fetched again, not sent
+    frontier = Frontier(settings)
+    recorded = recorded_among(pages, urls)
+    again = (waiting_among(frontier, urls) | unseen_among(frontier, urls)) - recorded
+    recorded |= again
     queues = {"parse": parse_queue(settings.node_name), "enqueue": ENQUEUE_QUEUE,
               "dedup": ENQUEUE_QUEUE}   # kept by a worker of the last release, whose enqueue task had that name
     sent = 0
@@ -362,11 +369,12 @@ def _resend_lost(settings: Settings, pages: Path, leftovers: Leftovers, options:
         left = [item for item in items if isinstance(item, dict) and item.get("url") not in recorded]
         if task not in queues or not left:
             drop_message(settings, batch_id)
+            Control(settings).end_batch(batch_id)
             continue
         _send_stage_message(broker_url(settings), task, left, batch_id, queues[task], options)
         leftovers.urls.setdefault(queues[task], set()).update(item["url"] for item in left if "url" in item)
         sent += 1
-    return sent
+    return sent, len(again)
 
 
 def forget_recorded(settings: Settings, out_dir: Path, now: float | None = None) -> int:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import NamedTuple
 
 import redis
 
@@ -43,6 +44,13 @@ UNATTENDED_S = 15.0
 _TRANSITION = (Path(__file__).parent / "transition.lua").read_text()
 _GROUP_CLAIM = (Path(__file__).parent / "groupclaim.lua").read_text()
 _GROUP_DROP = (Path(__file__).parent / "groupdrop.lua").read_text()
+
+
+class Stale(NamedTuple):
+    """Page groups (their ids) and sessions that outlived their deadline."""
+
+    groups: list[str]
+    sessions: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,17 +232,24 @@ class Control:
         groups, sessions = pipe.execute()
         return int(groups) + int(sessions)
 
-    def drop_stale_batches(self, now: float) -> int:
-        """Forget groups and sessions past their deadline (their worker died; its hosts come
-        back when their leases expire)."""
+    def drop_stale_batches(self, now: float) -> Stale:
+        """Forget groups and sessions past their deadline (their worker died; a session's
+        hosts come back when their leases expire). A stale page group is given up, as a
+        lost node's are: the caller queues its URLs again, and its parse or enqueue
+        message, should it turn up later, is skipped (``claim_group``)."""
         self.client.zremrangebyscore(self.keys.exchanges, "-inf", now)
-        n = 0
-        for key in (self.keys.inflight, self.keys.sessions):
-            stale = self.client.zrangebyscore(key, "-inf", now)
-            if stale:
-                self.client.zrem(key, *stale)
-            n += len(stale)
-        return n
+        groups: list[str] = self.client.zrangebyscore(self.keys.inflight, "-inf", now)  # type: ignore[assignment]
+        sessions: list[str] = self.client.zrangebyscore(self.keys.sessions, "-inf", now)  # type: ignore[assignment]
+        pipe = self.client.pipeline(transaction=True)
+        if groups:
+            pipe.zrem(self.keys.inflight, *groups)
+            pipe.hdel(self.keys.group_owner, *groups)
+            pipe.sadd(self.keys.groups_given_up, *groups)
+        if sessions:
+            pipe.zrem(self.keys.sessions, *sessions)
+        if groups or sessions:
+            pipe.execute()
+        return Stale(groups, len(sessions))
 
     def forget_batches(self) -> None:
         """After a restore: no group or session of the old processes is still running."""

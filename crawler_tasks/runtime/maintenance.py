@@ -187,11 +187,19 @@ def run_maintenance(settings: Settings, frontier: Frontier | None = None, now: f
     if returned:
         control.count({"frontier/handoff_returned": returned})
         log.warning("%d fetched URLs never reached parse (a fetch worker died); queued again", returned)
+    drift = sum(frontier.recount_queued(s) for s in range(settings.SHARDS))
+    if drift:
+        control.count({"frontier/queued_recounted": drift})
+        log.warning("queued-URL counters were off by %d with no host active (a checkpoint read while the "
+                    "crawl ran can restore them so); set from the queues", drift)
     stale = control.drop_stale_batches(now)
+    refetch = frontier.return_groups(stale.groups, now)   # before they are forgotten as finished
     forget_finished_groups(frontier, control)
-    if stale:
-        log.warning("%d batches did not finish within %.0f s; their hosts return when leases expire",
-                    stale, settings.batch_timeout_s)
+    if stale.groups or stale.sessions:
+        control.count({"frontier/group_returned": refetch})
+        log.warning("%d page groups and %d sessions did not finish within %.0f s (their worker died): %d fetched "
+                    "URLs queued again, the sessions' hosts return when their leases expire",
+                    len(stale.groups), stale.sessions, settings.batch_timeout_s, refetch)
     if expired:
         control.count({"frontier/lease_expired": expired})
         log.warning("%d host leases expired (a worker died or hung); hosts put back", expired)
