@@ -1,10 +1,10 @@
 """Thin Celery tasks: validate the message, call a stage, hand on to the next one.
 
-Messages carry URLs, lease tokens, batch ids and stage records as JSON (the schema is
+Messages carry URLs, lease tokens, session and page group ids and stage records as JSON (the schema is
 ``records.py``), never objects or page bodies. The chain is fetch -> parse -> enqueue
 (task ``crawler.enqueue``); each stage sends the next one itself, because parse must run
-on the node that fetched (it reads the batch's spool file there), which is known only
-once a fetch worker has taken the batch. A message that fails validation is refused:
+on the node that fetched (it reads the group's spool file there), which is known only
+once a fetch worker has taken the session. A message that fails validation is refused:
 logged, counted as ``error/message``, and nothing is read, written or deleted for it.
 """
 from __future__ import annotations
@@ -36,7 +36,7 @@ from crawler_tasks.settings import get_settings
 from crawler_tasks.stages.enqueue import enqueue_stage
 from crawler_tasks.stages.fetch import fetch_stage
 from crawler_tasks.stages.parse import parse_stage
-from crawler_tasks.stages.wake import Batch, plan_wake
+from crawler_tasks.stages.wake import SessionStart, plan_wake
 from crawler_tasks.stages.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -98,11 +98,11 @@ def _refuse(task: str, exc: MessageError) -> int:
     return 0
 
 
-def _given_up(task: str, batch_id: str) -> int:
+def _given_up(task: str, group_id: str) -> int:
     """A page group given up when its node was lost (its pages are fetched again): its
     message, taken by a worker that died or left queued for the lost node, turned up."""
     log.warning("%s of page group %s skipped: it was given up when its node was lost, and its pages are "
-                "fetched again", task, batch_id)
+                "fetched again", task, group_id)
     get_worker().count({f"frontier/group_given_up/{task}": 1})
     return 0
 
@@ -127,10 +127,10 @@ def _list(value: Any, what: str) -> list[Any]:
     return value
 
 
-def send_batch(batch: Batch) -> None:
-    leases = [[lease.host, lease.raw, lease.token] for lease in batch.leases]
-    fetch.apply_async((batch.shard, batch.batch_id, leases), queue=fetch_queue(batch.shard),
-                      **_summary(f"{batch.shard}, {batch.batch_id!r}, <{len(leases)} leases>"))
+def send_session(start: SessionStart) -> None:
+    leases = [[lease.host, lease.raw, lease.token] for lease in start.leases]
+    fetch.apply_async((start.shard, start.session_id, leases), queue=fetch_queue(start.shard),
+                      **_summary(f"{start.shard}, {start.session_id!r}, <{len(leases)} leases>"))
 
 
 def _summary(args: str) -> dict[str, str]:
@@ -142,15 +142,15 @@ def _summary(args: str) -> dict[str, str]:
 @app.task(name="crawler.wake", ignore_result=True)
 def wake() -> int:
     w = get_worker()
-    batches = plan_wake(w.settings, w.frontier)
-    for batch in batches:
-        send_batch(batch)
-    return len(batches)
+    starts = plan_wake(w.settings, w.frontier)
+    for start in starts:
+        send_session(start)
+    return len(starts)
 
 
 @app.task(name="crawler.fetch", acks_late=True, autoretry_for=_REDIS_DOWN,
           retry_backoff=True, retry_backoff_max=30, max_retries=10)
-def fetch(shard: Any, batch_id: Any, leases: Any) -> int:
+def fetch(shard: Any, session_id: Any, leases: Any) -> int:
     """Acknowledged when done, although the frontier's leases, not the message, carry
     a session: an early ack frees the worker's prefetch window as a session starts, and
     a -c 2 worker then took a third session it could not start (measured: 3 of 4 on one
@@ -158,11 +158,11 @@ def fetch(shard: Any, batch_id: Any, leases: Any) -> int:
     were handed over long before, so it only takes ready hosts like any session."""
     w = get_worker()
     try:
-        batch_id = check_batch_id(batch_id)
+        session_id = check_batch_id(session_id)
         checked = _leases(shard, leases)
     except MessageError as exc:
         return _refuse("fetch", exc)
-    w.control.own_session(shard, batch_id, fetch_process(w).id)
+    w.control.own_session(shard, session_id, fetch_process(w).id)
 
     def emit(pages: list[Capture], group_id: str) -> None:
         message = [to_message(p) for p in pages]
@@ -170,7 +170,7 @@ def fetch(shard: Any, batch_id: Any, leases: Any) -> int:
         parse.apply_async((message, group_id), queue=parse_queue(w.settings.node_name),
                           **_summary(f"<{len(pages)} pages>, {group_id!r}"))
 
-    handed = fetch_stage(w, checked[0].shard if checked else shard, checked, batch_id, emit)
+    handed = fetch_stage(w, checked[0].shard if checked else shard, checked, session_id, emit)
     w.count({"cpu_ms/fetch": _process_cpu_ms()})
     return handed
 
@@ -189,54 +189,54 @@ def _unacked_if_stopped() -> Iterator[None]:
 
 
 @app.task(name="crawler.parse", acks_late=True)
-def parse(pages: Any, batch_id: Any) -> int:
+def parse(pages: Any, group_id: Any) -> int:
     w = get_worker()
     t0 = time.process_time()
     try:
-        batch_id = check_batch_id(batch_id)
+        group_id = check_batch_id(group_id)
         checked = [capture_from_message(p) for p in _list(pages, "pages")]
     except MessageError as exc:
         return _refuse("parse", exc)
     with _unacked_if_stopped():
         # made again whole while the storage refuses, up to its first output (the feed);
         # from there on each write is made again in place, never the stage
-        records = once_written(lambda: parse_stage(w, checked, batch_id))
+        records = once_written(lambda: parse_stage(w, checked, group_id))
         # claimed here, not first: a parse task blocked on a restarting Redis at its start was
         # also queued again by the runner's recovery (requeue_unacked), and ran twice
-        if not once_written(lambda: w.control.claim_group(batch_id, w.settings.node_name)):
-            return _given_up("parse", batch_id)
+        if not once_written(lambda: w.control.claim_group(group_id, w.settings.node_name)):
+            return _given_up("parse", group_id)
         message = [to_message(r) for r in records]
-        once_written(lambda: keep_message(w.settings, batch_id, "enqueue", message))   # in the parse message's place
-        once_written(lambda: enqueue.apply_async((message, batch_id), queue=ENQUEUE_QUEUE,
-                                                 **_summary(f"<{len(records)} records>, {batch_id!r}")))
+        once_written(lambda: keep_message(w.settings, group_id, "enqueue", message))   # in the parse message's place
+        once_written(lambda: enqueue.apply_async((message, group_id), queue=ENQUEUE_QUEUE,
+                                                 **_summary(f"<{len(records)} records>, {group_id!r}")))
         w.count({"cpu_ms/parse": round((time.process_time() - t0) * 1000)})
     return len(records)
 
 
 @app.task(name="crawler.enqueue", acks_late=True)
-def enqueue(records: Any, batch_id: Any) -> int:
+def enqueue(records: Any, group_id: Any) -> int:
     w = get_worker()
     t0 = time.process_time()
     try:
-        batch_id = check_batch_id(batch_id)
+        group_id = check_batch_id(group_id)
         checked = [record_from_message(r) for r in _list(records, "records")]
     except MessageError as exc:
-        return _refuse("enqueue", exc)
+        return _refuse("dedup", exc)
     with _unacked_if_stopped():   # as parse: made again whole up to the append of its records
-        if not once_written(lambda: w.control.claim_group(batch_id, w.settings.node_name)):
-            return _given_up("enqueue", batch_id)
-        enqueued = once_written(lambda: enqueue_stage(w, checked, batch_id))
-        drop_message(w.settings, batch_id)   # its records are written
+        if not once_written(lambda: w.control.claim_group(group_id, w.settings.node_name)):
+            return _given_up("dedup", group_id)
+        enqueued = once_written(lambda: enqueue_stage(w, checked, group_id))
+        drop_message(w.settings, group_id)   # its records are written
         if random.random() < 1 / PRUNE_MARKERS_EVERY:   # a long crawl's markers do not pile up
             prune_markers(w.settings)
-        w.count({"cpu_ms/enqueue": round((time.process_time() - t0) * 1000)})
+        w.count({"cpu_ms/dedup": round((time.process_time() - t0) * 1000)})
     return enqueued
 
 
 @app.task(name="crawler.dedup", acks_late=True)
-def enqueue_old_name(records: Any, batch_id: Any) -> int:
+def enqueue_old_name(records: Any, group_id: Any) -> int:
     """``crawler.enqueue`` under its name up to 0.1 (``queues.OLD_ENQUEUE_QUEUE``): one release."""
-    return int(enqueue(records, batch_id))
+    return int(enqueue(records, group_id))
 
 
 @app.task(name="crawler.recrawl", ignore_result=True)

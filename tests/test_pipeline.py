@@ -46,7 +46,7 @@ def crawl_inline(settings, seeds: list[str], seconds: float = 20.0) -> list[dict
     while time.time() < deadline:
         batches = plan_wake(settings, worker.frontier)
         for b in batches:
-            fetch_stage(worker, b.shard, b.leases, b.batch_id, emit)
+            fetch_stage(worker, b.shard, b.leases, b.session_id, emit)
         if settings.CONTINUOUS:
             worker.recrawler.requeue_due()
         if not batches:
@@ -567,7 +567,7 @@ def test_a_parse_task_redelivered_after_its_spool_was_removed_fetches_its_pages_
         while time.time() < deadline:
             batches = plan_wake(fast, worker.frontier)
             for b in batches:
-                fetch_stage(worker, b.shard, b.leases, b.batch_id, emit)
+                fetch_stage(worker, b.shard, b.leases, b.session_id, emit)
             if not batches and run_maintenance(fast, worker.frontier).state == CrawlState.FINISHED:
                 break
             time.sleep(0.02)
@@ -696,7 +696,7 @@ def test_held_hosts_wait_in_the_heap_not_in_threads(fast):
         while time.time() < deadline:
             batches = plan_wake(s, worker.frontier)
             for b in batches:
-                fetch_stage(worker, b.shard, b.leases, b.batch_id, emit)
+                fetch_stage(worker, b.shard, b.leases, b.session_id, emit)
             if not batches and run_maintenance(s, worker.frontier).state == CrawlState.FINISHED:
                 break
             time.sleep(0.02)

@@ -1,5 +1,5 @@
-"""Enqueue stage (the URL dedup): every URL found by a batch passes the URL gate
-(``stages.gate``), then the URL-seen test, into the frontier; the batch's records go to
+"""Enqueue stage (the URL dedup): every URL found by a page group passes the URL gate
+(``stages.gate``), then the URL-seen test, into the frontier; the group's records go to
 ``pages.jsonl``.
 """
 from __future__ import annotations
@@ -20,9 +20,9 @@ from crawler_tasks.stages.worker import Worker
 RECENT_LASTMOD_S = 30 * 86_400.0
 
 
-def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
+def enqueue_stage(w: Worker, records: list[PageRecord], group_id: str) -> int:
     """Filter and enqueue new links, sitemap entries and redirect targets, write
-    pages.jsonl, close the batch. Returns URLs enqueued."""
+    pages.jsonl, close the group. Returns URLs enqueued."""
     s = w.settings
     counters: Counters = {}
     discovered: list[Discovered] = []
@@ -64,16 +64,16 @@ def enqueue_stage(w: Worker, records: list[PageRecord], batch_id: str) -> int:
         bump(counters, "records/error/filtered", len(dropped))
         records = [*records, *dropped]
     lines = [rec.output() for rec in records]
-    marker = written_marker(s, batch_id, "pages")   # all or none, once per batch, made again while the disk refuses
+    marker = written_marker(s, group_id, "pages")   # all or none, once per batch, made again while the disk refuses
     once_written(lambda: append_jsonl(pages_path(s), lines, marker))
     bump(counters, "records/written", len(records))
     bump(counters, "records/indexable", sum(1 for r in records if r.parsed.indexable))
 
-    def close_batch() -> None:
+    def close_group() -> None:
         w.count(counters)
-        w.control.end_batch(batch_id)
+        w.control.end_batch(group_id)
 
-    once_written(close_batch)   # the records are out: a retry of the task would write them twice
+    once_written(close_group)   # the records are out: a retry of the task would write them twice
     return enqueued
 
 

@@ -1,9 +1,9 @@
 """Parse stage: HTML -> title, text fingerprints, normalized outlinks; sitemaps -> URLs.
 
-It runs on the node that fetched (it reads the batch's spool file), so it also does the
+It runs on the node that fetched (it reads the page group's spool file), so it also does the
 content dedup (exact fingerprint, soft 404s, simhash near-duplicates) and emits
 indexable pages with their text to the indexer feed: text never crosses the broker.
-Policy: a page that cannot be parsed gets ``error_kind="parse"`` and the batch goes on.
+Policy: a page that cannot be parsed gets ``error_kind="parse"`` and the group goes on.
 """
 from __future__ import annotations
 
@@ -34,14 +34,14 @@ MAX_SHOWN_URL_CHARS = 1024
 UNBUDGETED_PARSE_S = 1.0
 
 
-def parse_stage(w: Worker, pages: list[Capture], batch_id: str) -> list[PageRecord]:
-    """Parse the batch's pages; the spool file is removed at the end."""
+def parse_stage(w: Worker, pages: list[Capture], group_id: str) -> list[PageRecord]:
+    """Parse the page group; the spool file is removed at the end."""
     data = b""
     if any(cap.body is not None for cap in pages):
         try:
-            data = read_spool(w.settings, batch_id)
+            data = read_spool(w.settings, group_id)
         except OSError as exc:
-            pages = _fetch_again(w, pages, batch_id, exc)
+            pages = _fetch_again(w, pages, group_id, exc)
     records: list[PageRecord] = []
     extra: list[PageRecord] = []   # over-long links: one record each, so an operator sees why
     texts: dict[str, tuple[PageText, Anchors, str | None]] = {}   # and the page's WARC response record
@@ -52,7 +52,7 @@ def parse_stage(w: Worker, pages: list[Capture], batch_id: str) -> list[PageReco
             body = data[ref.offset:ref.offset + ref.length]
             try:
                 if len(body) != ref.length:
-                    raise OSError(f"spool file of batch {batch_id} missing or short")
+                    raise OSError(f"spool file of group {group_id} missing or short")
                 if page.kind == EntryKind.SITEMAP:
                     _parse_sitemap_into(rec, body)
                 else:
@@ -88,19 +88,19 @@ def parse_stage(w: Worker, pages: list[Capture], batch_id: str) -> list[PageReco
                                     content_type=page.content_type, outlinks=anchors) | {"node": w.settings.node_name})
     once_written(w.warc.flush)   # made again while the disk refuses: the records stay pending meanwhile
     if feed:
-        w.feed.emit(feed, written_marker(w.settings, batch_id, "feed"))
+        w.feed.emit(feed, written_marker(w.settings, group_id, "feed"))
         bump(counters, "feed/records", len(feed))
     once_written(partial(w.count, counters))   # the feed is out: a retry of the task would write it twice
-    remove_spool(w.settings, batch_id)   # last: a retry after a Redis error parses the pages again
+    remove_spool(w.settings, group_id)   # last: a retry after a Redis error parses the pages again
     return records
 
 
-def _fetch_again(w: Worker, pages: list[Capture], batch_id: str, exc: OSError) -> list[Capture]:
+def _fetch_again(w: Worker, pages: list[Capture], group_id: str, exc: OSError) -> list[Capture]:
     """A task run again after its spool was removed (a retry of a Redis error in sending
     its records on, or a redelivery after a Redis restart lost its first run): the pages
     with a body go back to the frontier to be fetched again, or their links would be
     lost; the rest go on."""
-    log.warning("spool file of batch %s unreadable (%s): its pages are fetched again", batch_id, exc)
+    log.warning("spool file of group %s unreadable (%s): its pages are fetched again", group_id, exc)
     again = [cap.page for cap in pages if cap.body is not None]
     w.frontier.put_discovered([Discovered(url=page.url, host=host_key(page.url), depth=page.depth, hops=page.hops,
                                           kind=page.kind, again=True) for page in again])

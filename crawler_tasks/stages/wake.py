@@ -18,11 +18,11 @@ from crawler_tasks.settings import Settings
 
 
 @dataclass(frozen=True, slots=True)
-class Batch:
+class SessionStart:
     """A new fetch session: its shard, id and first leased hosts."""
 
     shard: int
-    batch_id: str
+    session_id: str
     leases: list[Lease]
 
 
@@ -30,7 +30,7 @@ class Batch:
 MIN_SESSION_HOSTS = 4
 
 
-def plan_wake(settings: Settings, frontier: Frontier, now: float | None = None) -> list[Batch]:
+def plan_wake(settings: Settings, frontier: Frontier, now: float | None = None) -> list[SessionStart]:
     """Lease ready hosts for new fetch sessions, within the session and page budgets."""
     now = time.time() if now is None else now
     control = Control(settings)
@@ -45,11 +45,11 @@ def plan_wake(settings: Settings, frontier: Frontier, now: float | None = None) 
         budget = settings.MAX_PAGES - view.pages - frontier.leased_hosts()
         if budget <= 0:
             return []
-    batches: list[Batch] = []
+    starts: list[SessionStart] = []
     shards = list(range(settings.SHARDS))
     start = int(now * 4) % len(shards)
     for shard in shards[start:] + shards[:start]:   # no shard always goes first
-        slots = min(free - len(batches), per_shard - running.get(shard, 0))
+        slots = min(free - len(starts), per_shard - running.get(shard, 0))
         max_hosts = min(max(0, slots) * settings.FETCH_BATCH, settings.WAKE_MAX_HOSTS)
         if budget is not None:
             max_hosts = min(max_hosts, budget)
@@ -64,9 +64,10 @@ def plan_wake(settings: Settings, frontier: Frontier, now: float | None = None) 
         n = max(-(-len(leases) // settings.FETCH_BATCH), min(max(1, slots), len(leases) // MIN_SESSION_HOSTS))
         size = -(-len(leases) // n)
         for i in range(0, len(leases), size):
-            batch = Batch(shard, new_batch_id(), leases[i:i + size])
-            control.begin_session(shard, batch.batch_id, now + settings.batch_timeout_s)
+            session = SessionStart(shard, new_batch_id(), leases[i:i + size])
+            control.begin_session(shard, session.session_id, now + settings.batch_timeout_s)
             # its hosts go back at once should the process that takes it die before renewing them
-            frontier.own_leases(shard, [lease.host for lease in batch.leases], control.session(shard, batch.batch_id))
-            batches.append(batch)
-    return batches
+            frontier.own_leases(shard, [lease.host for lease in session.leases],
+                                control.session(shard, session.session_id))
+            starts.append(session)
+    return starts

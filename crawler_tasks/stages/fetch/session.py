@@ -77,15 +77,15 @@ class _Done:
     dry: bool = False
 
 
-def fetch_stage(w: Worker, shard: int, leases: list[Lease], batch_id: str, emit: Emit) -> int:
+def fetch_stage(w: Worker, shard: int, leases: list[Lease], session_id: str, emit: Emit) -> int:
     """Run one fetch session; ``emit(pages, group_id)`` hands each group to parse.
     Returns the number of pages handed on."""
-    return FetchSession(w, shard, batch_id, emit).run(leases)
+    return FetchSession(w, shard, session_id, emit).run(leases)
 
 
 class FetchSession:
-    def __init__(self, w: Worker, shard: int, batch_id: str, emit: Emit) -> None:
-        self.w, self.shard, self.batch_id, self.emit = w, shard, batch_id, emit
+    def __init__(self, w: Worker, shard: int, session_id: str, emit: Emit) -> None:
+        self.w, self.shard, self.session_id, self.emit = w, shard, session_id, emit
         self.pool = w.exchanges
         self.started = time.monotonic()
         # sessions started together must not end together: each one's end stops its turns
@@ -180,8 +180,8 @@ class FetchSession:
             counters, self.counters = self.counters, {}
         bump(counters, "fetch/sessions")
         w.count(counters)
-        w.control.end_session(self.shard, self.batch_id)
-        self.reported = w.control.report_exchanges(self.batch_id, set(), self.reported, 0.0)
+        w.control.end_session(self.shard, self.session_id)
+        self.reported = w.control.report_exchanges(self.session_id, set(), self.reported, 0.0)
         return handed
 
     def _sleep(self, poll_until: float) -> float:
@@ -252,7 +252,7 @@ class FetchSession:
         view, leased = crawl_view(self.w)
         with self.lock:
             flying = set(self.flying)
-        self.reported = self.w.control.report_exchanges(self.batch_id, flying, self.reported,
+        self.reported = self.w.control.report_exchanges(self.session_id, flying, self.reported,
                                                         time.time() + s.TOTAL_TIMEOUT_S)
         if view.state in _CANCELLING:
             self.halt.set()   # a trickling server must not hold the crawl's end for its deadline
