@@ -255,9 +255,17 @@ def test_a_stage_message_the_broker_lost_is_sent_again_from_its_kept_copy(settin
     keep_message(s, "1-1-0000abcd", "dedup", [to_message(r) for r in recs])
     keep_message(s, "2-1-0000abcd", "parse", [to_message(FetchedPage(url="http://b.test/0"))])
     keep_message(s, "3-1-0000abcd", "dedup", [to_message(recs[0])])   # all recorded: done
+    keep_message(s, "4-1-0000abcd", "parse", [to_message(FetchedPage(url="http://c.test/new"))])
+    f = Frontier(s)
+    for url in ["http://a.test/1", "http://a.test/2", "http://b.test/0"]:   # seen, fetched: not queued
+        segment, positions = f.bloom.positions(url)
+        for pos in positions:
+            f.client(0).setbit(f.keys(0).bloom(segment), pos, 1)
     try:
         done = reconcile(s, tmp_path)
         assert done.resent == 2 and "2 task(s) the broker lost sent again" in done.summary()
+        # a URL the frontier does not know (found after a restored checkpoint) is found and fetched again
+        assert done.refetched == 1 and "1 page(s) of lost tasks left to be fetched again" in done.summary()
         with Connection(broker, transport_options=broker_options(s)) as conn:
             def drain(queue: str) -> list:
                 got, q = [], Queue(queue, Exchange(queue), routing_key=queue)(conn.channel())
