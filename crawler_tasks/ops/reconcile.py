@@ -372,6 +372,9 @@ def _resend_lost(settings: Settings, pages: Path, leftovers: Leftovers, options:
             Control(settings).end_batch(batch_id)
             continue
         _send_stage_message(broker_url(settings), task, left, batch_id, queues[task], options)
+        # in flight again, with a new deadline: a group past its old one (a restored checkpoint's)
+        # would be given up and its pages fetched again while the message sent is recorded
+        Control(settings).begin_batches([batch_id], time.time() + settings.batch_timeout_s, settings.node_name)
         leftovers.urls.setdefault(queues[task], set()).update(item["url"] for item in left if "url" in item)
         sent += 1
     return sent, len(again)
