@@ -117,15 +117,18 @@ def unseen_among(frontier: Frontier, urls: set[str]) -> set[str]:
 
 def waiting_among(frontier: Frontier, urls: set[str]) -> set[str]:
     """Which of ``urls`` wait in the frontier (queued, or fetched and on their way to a
-    record): a forced seed, or a lost stage message sent again after a restore, would
-    have them fetched or recorded a second time. Only URLs the URL-seen test knows are
-    looked for (the queues are read whole)."""
-    seen = urls - unseen_among(frontier, urls)
-    if not seen:
+    record): a forced seed of one of them would be fetched a second time. Only URLs the
+    URL-seen test knows are looked for (the queues are read whole)."""
+    return queued_or_parked(frontier, urls - unseen_among(frontier, urls))
+
+
+def queued_or_parked(frontier: Frontier, urls: set[str]) -> set[str]:
+    """Which of ``urls`` are in a queue or the hand-off zset of any shard."""
+    if not urls:
         return set()
     found: set[str] = set()
     for shard in range(frontier.settings.SHARDS):
-        found |= queued_among(frontier, shard, seen)
+        found |= queued_among(frontier, shard, urls)
         parked: list[str] = frontier.client(shard).zrange(frontier.keys(shard).handoff, 0, -1)  # type: ignore[assignment]
-        found |= {url for url in (Entry.decode(raw).url for raw in parked) if url in seen}
+        found |= {url for url in (Entry.decode(raw).url for raw in parked) if url in urls}
     return found

@@ -53,9 +53,9 @@ from crawler_tasks.frontier.reclaim import (
     give_back,
     queue_heads,
     queued_among,
+    queued_or_parked,
     remember_queued,
     unseen_among,
-    waiting_among,
 )
 from crawler_tasks.output.jsonl import FEED_FILE, PAGES_FILE
 from crawler_tasks.output.spool import drop_message, kept_messages, prune_markers, remove_spool
@@ -360,21 +360,23 @@ def _resend_lost(settings: Settings, pages: Path, leftovers: Leftovers, options:
     # it and found again: fetched again, not sent
     frontier = Frontier(settings)
     recorded = recorded_among(pages, urls)
-    again = (waiting_among(frontier, urls) | unseen_among(frontier, urls)) - recorded
-    recorded |= again
+    unseen = unseen_among(frontier, urls)
+    again = (queued_or_parked(frontier, urls - unseen) | unseen) - recorded
+    skip = recorded | again
+    control = Control(settings)
     queues = {"parse": parse_queue(settings.node_name), "enqueue": ENQUEUE_QUEUE,
               "dedup": ENQUEUE_QUEUE}   # kept by a worker of the last release, whose enqueue task had that name
     sent = 0
     for batch_id, (task, items) in lost.items():
-        left = [item for item in items if isinstance(item, dict) and item.get("url") not in recorded]
+        left = [item for item in items if isinstance(item, dict) and item.get("url") not in skip]
         if task not in queues or not left:
             drop_message(settings, batch_id)
-            Control(settings).end_batch(batch_id)
+            control.end_batch(batch_id)
             continue
         _send_stage_message(broker_url(settings), task, left, batch_id, queues[task], options)
         # in flight again, with a new deadline: a group past its old one (a restored checkpoint's)
         # would be given up and its pages fetched again while the message sent is recorded
-        Control(settings).begin_batches([batch_id], time.time() + settings.batch_timeout_s, settings.node_name)
+        control.begin_batches([batch_id], time.time() + settings.batch_timeout_s, settings.node_name)
         leftovers.urls.setdefault(queues[task], set()).update(item["url"] for item in left if "url" in item)
         sent += 1
     return sent, len(again)
