@@ -86,7 +86,7 @@ def main() -> int:
     ap.add_argument("--mean-bytes", type=int, default=60_000)
     ap.add_argument("--max-pages", type=int, default=3000)
     ap.add_argument("--min-delay", type=float, default=0.05)
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--workers", type=int, help="fetch worker processes (default: manage.py's)")
     ap.add_argument("--parsers", type=int, default=2)
     ap.add_argument("--shards", type=int, default=2)
     ap.add_argument("--keep", action="store_true", help="keep the output folder")
@@ -103,7 +103,7 @@ def main() -> int:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         cmd = [sys.executable, str(ROOT / "manage.py"), "crawl", seeds[0], "--out", str(out / "out"),
                "--allow-private", "--min-delay", str(args.min_delay), "--max-pages", str(args.max_pages),
-               "--workers", str(args.workers), "--parsers", str(args.parsers), "--shards", str(args.shards),
+               *(["--workers", str(args.workers)] if args.workers else []), "--parsers", str(args.parsers), "--shards", str(args.shards),
                "--user-agent", "benchbot/1.0 (+http://127.0.0.1/bench)"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
         env.update({"CRAWLER_" + item.split("=", 1)[0]: item.split("=", 1)[1] for item in args.set})

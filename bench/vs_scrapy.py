@@ -497,7 +497,7 @@ def run_ours(args: argparse.Namespace, seeds: list[str], cap: int, delay: float,
     seeds_file.write_text("".join(s + "\n" for s in seeds))
     cmd = [sys.executable, str(ROOT / "manage.py"), "crawl", "--seeds-file", str(seeds_file), "--allow-private",
            "--min-delay", str(delay), "--max-pages", str(cap), "--out", str(out), "--user-agent", USER_AGENT,
-           "--workers", str(args.workers), "--parsers", str(args.parsers), "--shards", str(args.shards)]
+           *(["--workers", str(args.workers)] if args.workers else []), "--parsers", str(args.parsers), "--shards", str(args.shards)]
     env = clean_env()
     env.update({"CRAWLER_" + k: v for k, v in (defaults or {}).items()})
     env.update({"CRAWLER_" + k: v for k, v in (item.split("=", 1) for item in args.set)})
@@ -603,6 +603,7 @@ def many_hosts(args: argparse.Namespace, python: Path) -> None:
         ("last record written-exit s", ".1f", lambda r: r.idle_tail_s, True),
         ("CPU ms/page", ".2f", lambda r: r.cpu_ms_per_page, True),
         ("peak RSS MiB", ".0f", lambda r: r.peak_rss / 2**20, True),
+        ("peak PSS MiB (tree)", ".0f", lambda r: r.peak_pss / 2**20, True),
     ], ours, theirs)
     by_role(ours, theirs)
 
@@ -836,7 +837,7 @@ def main() -> int:
     ap.add_argument("--latency-max", type=float, default=10.0, help="cap of one answer's time, s")
     ap.add_argument("--scrapy-concurrency", type=int, default=256,
                     help="Scrapy's CONCURRENT_REQUESTS in the web-shaped scenario")
-    ap.add_argument("--workers", type=int, default=2, help="our fetch worker processes")
+    ap.add_argument("--workers", type=int, help="our fetch worker processes (default: manage.py's)")
     ap.add_argument("--parsers", type=int, default=2, help="our parse worker processes")
     ap.add_argument("--shards", type=int, default=2, help="our frontier shards")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
@@ -853,7 +854,7 @@ def main() -> int:
         args.web_hosts, args.web_cap = [min(n, 200) for n in args.web_hosts], min(args.web_cap or 1500, 1500)
     try:
         python = scrapy_python()
-        print(f"Scrapy {scrapy_version(python)} ({python}); ours: manage.py crawl --workers {args.workers} "
+        print(f"Scrapy {scrapy_version(python)} ({python}); ours: manage.py crawl --workers {args.workers or '(default)'} "
               f"--parsers {args.parsers} --shards {args.shards} {' '.join('--set ' + s for s in args.set)}".rstrip())
         print(f"machine: {psutil.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         if args.only in (None, "many"):

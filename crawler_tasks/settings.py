@@ -300,7 +300,8 @@ class Settings:
     WARC_METADATA: bool = True
     # Indexer feed: OUT/feed.jsonl (complete), and a Redis Stream capped near this many
     # entries (0 = no stream): a live tail for indexers that keep up; entries carry the
-    # page text, so 1,000 of them is ~60 MB of Redis memory on 60 KB pages.
+    # page text, so 1,000 of them is ~60 MB of Redis memory on 60 KB pages. `manage.py
+    # crawl` with its embedded Redis makes no stream unless CRAWLER_FEED_STREAM_MAXLEN is set.
     FEED_JSONL: bool = True
     FEED_STREAM_MAXLEN: int = 1_000
     # Keep at most this many characters of page text in records.

@@ -117,3 +117,23 @@ def test_fork_server_writes_the_packages_bytecode_even_if_told_not_to(settings, 
         proc.wait(60)
     finally:
         server.stop()
+
+
+def test_beat_runs_in_its_worker_and_takes_it_down_when_it_dies(settings, tmp_path):
+    """The control worker runs Beat in a thread (``-B``): Beat starts with the worker, and
+    a Beat that cannot go on (here its state file cannot be made) stops the worker, which the
+    runner then restarts like any dead child, instead of a crawl that waits for wakes."""
+    server = start_server(settings, tmp_path)
+    good, bad = tmp_path / "good.log", tmp_path / "bad.log"
+    (tmp_path / "file").write_text("")
+    try:
+        ok = server.spawn(worker_args(settings, f"beatok{os.getpid()}") + ["-B", str(tmp_path / "schedule")], good)
+        broken = server.spawn(worker_args(settings, f"beatbad{os.getpid()}") + ["-B", str(tmp_path / "file" / "schedule")], bad)
+        assert ok is not None and broken is not None
+        assert wait_for(lambda: good.exists() and " ready." in good.read_text() and "beat: Starting" in good.read_text())
+        assert broken.wait(60) is not None and "beat stopped: its worker stops too" in bad.read_text()
+        assert ok.poll() is None   # a sound Beat leaves its worker alone
+        os.killpg(ok.pid, signal.SIGTERM)
+        assert ok.wait(60) == 0
+    finally:
+        server.stop()

@@ -213,17 +213,17 @@ def test_bad_seed_file_is_a_clear_error(tmp_path):
     assert proc.returncode == 2 and "cannot read seeds file" in proc.stderr
 
 
-def test_kill_9_worker_and_beat_mid_crawl(tmp_path):
-    """A fetch worker and beat die hard: the crawl restarts them, the dead worker's hosts
-    come back when their leases expire, every page is fetched, no host is ever fetched
-    by two connections at once."""
+def test_kill_9_worker_and_control_mid_crawl(tmp_path):
+    """A fetch worker and the control worker (which runs Beat) die hard: the crawl restarts
+    them, the dead worker's hosts come back when their leases expire, every page is
+    fetched, no host is ever fetched by two connections at once."""
     out = tmp_path / "out"
     with TestWeb(n_hosts=3, pages_per_host=10, seed=11, mean_page_bytes=3000) as web:
         proc = start_crawl(out, web.seeds(), 0.3, 4, FAST_FAIL)
         victims = []
         for p in psutil.process_iter(["cmdline"]):
             cmdline = " ".join(p.info["cmdline"] or [])
-            if f"fetch0-{proc.pid}@" in cmdline or f"{out}/celerybeat-schedule" in cmdline:
+            if f"fetch0-{proc.pid}@" in cmdline or f"control-{proc.pid}@" in cmdline:
                 victims.append(p)
         assert len(victims) == 2, victims
         for p in victims:
@@ -305,7 +305,7 @@ def test_crawl_redis_is_closed_to_other_processes(tmp_path):
                     if f"-{proc.pid}@" in " ".join(p.info["cmdline"] or [])
                     or f"{out}/celerybeat-schedule" in " ".join(p.info["cmdline"] or [])]
             ours += crawl_redis(out)
-            assert len(ours) >= 7  # redis-server, 2 fetch, 2 process, control, beat
+            assert len(ours) >= 5  # redis-server, fetch, 2 process, control (with Beat)
             for p in ours:
                 assert password not in " ".join(p.cmdline())
         finally:

@@ -86,7 +86,7 @@ def dupes(items: list[str]) -> int:
 
 
 def children(manage_pid: int, out: Path) -> dict[str, psutil.Process]:
-    """The crawl's processes by role: redis, worker-fetch, worker-process, worker-control, beat."""
+    """The crawl's processes by role: redis, worker-fetch, worker-process, worker-control (which runs Beat)."""
     found: dict[str, psutil.Process] = {}
     port = json.loads((out / "crawl.json").read_text())["redis_url"].rsplit(":", 1)[1].split("/")[0]
     for p in psutil.process_iter(["cmdline"]):
@@ -94,7 +94,7 @@ def children(manage_pid: int, out: Path) -> dict[str, psutil.Process]:
         if "redis-server" in cmd and f":{port}" in cmd:
             found["redis"] = p
         for role, mark in (("fetch", f"fetch0-{manage_pid}@"), ("process", f"process0-{manage_pid}@"),
-                           ("control", f"control-{manage_pid}@"), ("beat", f"{out}/celerybeat-schedule")):
+                           ("control", f"control-{manage_pid}@")):
             # a worker's forked helpers (the parse sandbox) share its command line: the oldest is the worker
             if mark in cmd and (role not in found or p.create_time() < found[role].create_time()):
                 found[role] = p
@@ -172,7 +172,7 @@ def clean(web: TestWeb, tmp_path_factory: pytest.TempPathFactory) -> float:
     return f.seconds
 
 
-@pytest.mark.parametrize("victim", ["redis", "fetch", "process", "control", "beat"])
+@pytest.mark.parametrize("victim", ["redis", "fetch", "process", "control"])
 def test_kill_9_of_a_child(victim: str, web: TestWeb, clean: float, tmp_path: Path) -> None:
     out = tmp_path / "out"
     web.clear_log()

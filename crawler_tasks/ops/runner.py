@@ -1,18 +1,17 @@
 """``manage.py crawl``: one command that owns every process of a crawl.
 
 It starts (when no Redis is given) a private redis-server, then Celery worker
-processes (fetch, parse/dedup, control) and beat, each in its own process group and
+processes (fetch, parse/dedup, and control, which runs Beat in a thread), each in its own process group and
 forked by a fork server that imported them once (ops/child.py; exec'd when that server
-is gone), shows progress, restarts a worker or beat that dies (its leased hosts come
-back when their leases expire), and stops everything (workers and beat with a warm
+is gone), shows progress, restarts a worker that dies (its leased hosts come
+back when their leases expire), and stops everything (workers with a warm
 shutdown, then Redis) when the crawl finishes, a limit is hit, or on Ctrl-C or
 SIGTERM. Children also get SIGTERM if this process is killed (PR_SET_PDEATHSIG; forked
-ones when their server dies, which dies with this process), so no worker, beat or
+ones when their server dies, which dies with this process), so no worker or
 redis-server outlives it. Near the end it polls faster and makes the stop decision
 itself (``maintenance.settle``), so the crawl ends when its last batch does.
 
-A child that exits before it ever said it was ready (a worker's "ready.", beat's
-"Starting...") did not fail by bad luck: the crawl stops at once with its name, exit
+A child that exits before it ever said it was ready (a worker's "ready.") did not fail by bad luck: the crawl stops at once with its name, exit
 code and last log lines instead of restarting it. Every path handed to a child is
 absolute (the children run in the repository folder). The state file ``crawl.json``
 holds the Redis URL with its password: it is written mode 0600, and logs/ and redis/
@@ -62,10 +61,10 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 STATE_FILE = "crawl.json"
 # Children that die are restarted, at most this many times per crawl.
 MAX_RESTARTS = 10
-# How the runner starts a worker or beat (Celery's, without its command line).
+# How the runner starts a worker (Celery's, without its command line).
 CHILD_COMMAND = [sys.executable, "-m", "crawler_tasks.ops.child"]
-# What a child writes to its log once it is up (celery worker / beat, at log level INFO).
-READY_MARKERS = {"worker": " ready.", "beat": "beat: Starting..."}
+# What a worker writes to its log once it is up (at log level INFO).
+READY_MARKER = b" ready."
 # Unreachable hosts named one by one while the crawl runs; after that only counted.
 MAX_HOSTS_NAMED = 10
 # Hosts examined per shard for the final summary.
@@ -108,7 +107,7 @@ def read_seeds_file(path: str) -> list[str]:
 
 
 class Child:
-    """One worker or beat: forked by the fork server when it is up and ``args`` run
+    """One worker: forked by the fork server when it is up and ``args`` run
     ops/child.py, else its own interpreter."""
 
     def __init__(self, name: str, args: list[str], env: dict[str, str], log_path: Path,
@@ -118,7 +117,6 @@ class Child:
         self.env = env
         self.log_path = log_path
         self.forks = forks
-        self.kind = "beat" if name == "beat" else "worker"
         self._log = open(log_path, "ab")
         self.log_start = self._log.tell()
         self._up = False
@@ -139,7 +137,7 @@ class Child:
             try:
                 with open(self.log_path, "rb") as f:
                     f.seek(self.log_start)
-                    self._up = READY_MARKERS[self.kind].encode() in f.read()
+                    self._up = READY_MARKER in f.read()
             except OSError:
                 pass
         return self._up
@@ -171,7 +169,7 @@ class Child:
 
 
 class CrawlRunner:
-    def __init__(self, settings: Settings, *, seeds: list[str], workers: int = 2, parsers: int = 2,
+    def __init__(self, settings: Settings, *, seeds: list[str], workers: int = 1, parsers: int = 2,
                  resume: bool = False, restore_from: str | None = None, out: TextIO = sys.stderr,
                  forks: ForkServer | None = None, overwrite: bool = False) -> None:
         self.restore_from = restore_from
@@ -279,9 +277,11 @@ class CrawlRunner:
         private_dir(self.out_dir / "logs")
         if not s.REDIS_URL:
             # with EMBEDDED_REDIS_AOF (the default) a crashed redis-server comes back with all
-            # it acknowledged; without, with its last RDB save or else the last checkpoint
+            # it acknowledged, and RDB saves would only fork a copy of it every 30 s (the
+            # tree's peak memory: 184 -> 90 MiB for redis on the 5,000-page bench); without,
+            # it comes back with its last RDB save or else the last checkpoint
             self.redis = EmbeddedRedis(self.out_dir / "redis", appendonly=s.EMBEDDED_REDIS_AOF,
-                                       save="30 1000 300 1").start()
+                                       save="" if s.EMBEDDED_REDIS_AOF else "30 1000 300 1").start()
             s = self.settings = dataclasses.replace(s, REDIS_URL=self.redis.url)
             self._say(f"embedded redis-server on {redact(self.redis.url)} (data in {self.out_dir / 'redis'})")
         for url in dict.fromkeys((s.REDIS_URL, *s.REDIS_SHARD_URLS)):
@@ -344,6 +344,11 @@ class CrawlRunner:
         s = self.settings
         if "CRAWLER_MAX_FETCH_SESSIONS" not in os.environ:  # one running session per fetch slot
             s = self.settings = dataclasses.replace(s, MAX_FETCH_SESSIONS=self.workers * s.FETCH_CONCURRENCY)
+        if self.redis is not None and "CRAWLER_FEED_STREAM_MAXLEN" not in os.environ:
+            # an embedded Redis lives as long as the crawl: its feed is feed.jsonl, and the
+            # stream's copy of every page text would cost Redis ~0.5 ms of CPU a page and
+            # the crawl ~60-125 MB (its entries, and the forks that rewrite its AOF)
+            s = self.settings = dataclasses.replace(s, FEED_STREAM_MAXLEN=0)
         env = {**os.environ, **s.to_env(), "PYTHONPATH": os.pathsep.join(
             [str(REPO_ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))}
         tag = f"{os.getpid()}"
@@ -361,9 +366,8 @@ class CrawlRunner:
                                                     "-n", f"process{i}-{tag}@%h"] + common)
                   for i in range(self.parsers)]
         specs += [
-            ("worker-control", celery + ["worker", "-Q", CONTROL_QUEUE, "-P", "solo",
-                                         "-n", f"control-{tag}@%h"] + common),
-            ("beat", celery + ["beat", "-s", str(self.out_dir / "celerybeat-schedule")]),
+            ("worker-control", celery + ["worker", "-Q", CONTROL_QUEUE, "-P", "solo", "-n", f"control-{tag}@%h",
+                                         "-B", str(self.out_dir / "celerybeat-schedule")] + common),
         ]
         # forks every child (a dead one too); without it, each is exec'd
         assert self.forks is not None
@@ -371,7 +375,7 @@ class CrawlRunner:
         for name, args in specs:
             self.children.append(Child(name, args, env, self.out_dir / "logs" / f"{name}.log", self.forks))
         self._say(f"started {len(self.children)} processes (fetch x{self.workers}, parse/dedup x{self.parsers}, "
-                  f"control, beat); logs in {self.out_dir / 'logs'}")
+                  f"control with beat); logs in {self.out_dir / 'logs'}")
 
     def _watch(self) -> Progress:
         s = self.settings
