@@ -104,12 +104,12 @@ def unseen_among(frontier: Frontier, urls: set[str]) -> set[str]:
         for url in shard_urls:
             segment, positions = frontier.bloom.positions(url)
             pipe.sismember(k.seen, url)
-            for pos in positions:
-                pipe.getbit(k.bloom(segment), pos)
+            # one BITFIELD for the k bits: a GETBIT each was 8 replies a URL to parse (a
+            # forced seed of 5,000 URLs spent 5.9 of its 9.8 s here, on a loaded machine)
+            pipe.execute_command("BITFIELD", k.bloom(segment), *(a for pos in positions for a in ("GET", "u1", pos)))
         replies = iter(pipe.execute())
         for url in shard_urls:
-            exact = next(replies)
-            bits = [next(replies) for _ in range(frontier.bloom.hashes)]
+            exact, bits = next(replies), next(replies)
             if not exact and not all(bits):
                 unseen.add(url)
     return unseen
