@@ -295,24 +295,21 @@ def test_article_in_a_container_named_like_furniture_is_kept() -> None:
                                  "\n", "\t", "\u00a0", "über", "It's", "9", "_"]), max_size=80),
        st.integers(0, 400))
 def test_stop_word_share_byte_path_matches_the_word_regex(parts: list[str], cut: int) -> None:
-    """The ASCII byte-table path and the line-by-line language sample count exactly the
-    words and stop words that \\w+ over the lower-cased text counts."""
+    """The byte-table path (the whole text at once, its non-ASCII lines again by the
+    regex) counts exactly the words and stop words that \\w+ over the lower-cased
+    text counts, line by line and for the language sample."""
     import re
 
     from crawler_tasks.parse import boilerplate
 
-    def regex_share(text: str) -> float:
-        words = re.findall(r"\w+", text.lower())
-        return sum(w in boilerplate._STOP_WORDS for w in words) / len(words) if words else 0.0
+    def regex_counts(text: str) -> tuple[int, int]:
+        words = [w for line in text.split("\n") for w in re.findall(r"\w+", line.lower())]
+        return sum(w in boilerplate._STOP_WORDS for w in words), len(words)
 
     text = "".join(parts)
     for sample in (text, text.encode("ascii", "ignore").decode()):
-        stop, words = boilerplate._stop_counts(sample)
-        assert (stop / words if words else 0.0) == pytest.approx(regex_share(sample), abs=1e-12)
-        lines = sample.split("\n")
-        counts: list[tuple[int, int] | None] = [None] * len(lines)
-        assert boilerplate._sample_stop_share(lines, counts, cut) == pytest.approx(regex_share(sample[:cut]),
-                                                                                   abs=1e-12)
-        for line, kept in zip(lines, counts, strict=True):   # kept for the blocks' classes: the same counts
-            assert kept is None or kept == boilerplate._stop_counts(line)
+        assert boilerplate._stop_counts(sample) == regex_counts(sample)
+        assert boilerplate._stop_counts(sample[:cut]) == regex_counts(sample[:cut])
+        for line in sample.split("\n"):
+            assert boilerplate._stop_counts(line) == regex_counts(line)
             assert not boilerplate._collapsed(line) or " ".join(line.split()) == line

@@ -28,6 +28,7 @@ import re
 from collections import Counter
 from collections.abc import Collection
 from enum import IntEnum
+from itertools import compress, count, filterfalse
 
 __all__ = ["trim_boilerplate"]
 
@@ -93,72 +94,126 @@ def trim_boilerplate(text: str, link_texts: Collection[str]) -> str:
     mostly of one of them is link text.
     """
     lines = text.split("\n")
-    blocks = [i for i, line in enumerate(lines) if line.strip()]
+    blocks = list(compress(count(), map(str.strip, lines)))
     if len(blocks) < _MIN_BLOCKS:
         return text
-    counts: list[tuple[int, int] | None] = [None] * len(lines)   # each line's words counted once
-    english = _sample_stop_share(lines, counts, _LANG_SAMPLE_CHARS) >= _ENGLISH_STOP_SHARE
-    classed = [_classify(lines[i], i, counts, link_texts, english) for i in blocks]
-    linked = [link for _, link in classed]
-    kinds = _smooth([kind for kind, _ in classed])
-    good = [n for n, kind in enumerate(kinds) if kind == _Kind.GOOD]
-    if not good:
+    stop, words = _stop_counts(text[:_LANG_SAMPLE_CHARS])
+    english = words > 0 and stop / words >= _ENGLISH_STOP_SHARE
+    kinds = _Blocks(lines, blocks, link_texts, english)
+    first = next((n for n in range(len(blocks)) if kinds.smoothed(n) == _Kind.GOOD), None)
+    if first is None:
         return text  # nothing reads as prose: a list, a table, code; left as it is
-    first, last = good[0], good[-1]
     end = _comments_start(lines, blocks, first)
-    last = max((n for n in good if n < end), default=first)
+    last = next(n for n in range(end - 1, first - 1, -1) if kinds.smoothed(n) == _Kind.GOOD)
     # Lines between the prose and the first link or comments marker stay (a
     # closing code sample, a table, a byline); that link is where the page's
     # own furniture starts.
-    while last + 1 < end and not linked[last + 1]:
+    while last + 1 < end and not kinds.linked(last + 1):
         last += 1
-    while first > 0 and not linked[first - 1]:
+    while first > 0 and not kinds.linked(first - 1):
         first -= 1
     return "\n".join(lines[blocks[first]: blocks[last] + 1])
+
+
+class _Blocks:
+    """Each block's kind, worked out when asked.  Only the first and the last
+    prose blocks bound the cut, so the blocks from each end to those (and the
+    neighbours that smoothing reads) are classed; the article between them,
+    most of a page's words, is never counted.
+
+    Smoothing: a middling block (NEAR) becomes GOOD next to a GOOD block (the
+    nearest block that is not SHORT, on either side), else BAD; a run of SHORT
+    blocks becomes GOOD when both sides are GOOD (or one side is GOOD and the
+    other the text's edge), else BAD."""
+
+    __slots__ = ("_blocks", "_english", "_final", "_kinds", "_linked", "_lines", "_link_texts")
+
+    def __init__(self, lines: list[str], blocks: list[int], link_texts: Collection[str], english: bool) -> None:
+        self._lines, self._blocks, self._link_texts, self._english = lines, blocks, link_texts, english
+        self._kinds: list[_Kind | None] = [None] * len(blocks)
+        self._final: list[_Kind | None] = [None] * len(blocks)
+        self._linked = [False] * len(blocks)
+
+    def linked(self, n: int) -> bool:
+        """Whether block ``n`` is link text (BAD for that reason)."""
+        self.kind(n)
+        return self._linked[n]
+
+    def kind(self, n: int) -> _Kind:
+        """Block ``n``'s kind before smoothing."""
+        kind = self._kinds[n]
+        if kind is None:
+            kind = self._kinds[n] = self._classify(n)
+        return kind
+
+    def _classify(self, n: int) -> _Kind:
+        line = self._lines[self._blocks[n]]
+        block = line if _collapsed(line) else " ".join(line.split())
+        length = len(block)
+        if _link_chars(block, self._link_texts) > _LINK_SHARE_MAX * length:
+            self._linked[n] = True
+            return _Kind.BAD
+        if length < _SHORT:
+            return _Kind.SHORT
+        if not self._english:
+            return _Kind.GOOD if length >= _LONG else _Kind.NEAR
+        # the line's words are the collapsed block's: whitespace is no word character
+        stop, words = _stop_counts(line)
+        share = stop / words if words else 0.0
+        if share >= _STOP_SHARE:
+            return _Kind.GOOD if length >= _LONG else _Kind.NEAR
+        return _Kind.NEAR if share >= _STOP_SHARE_LOW else _Kind.BAD
+
+    def smoothed(self, n: int) -> _Kind:
+        """Block ``n``'s kind after smoothing: GOOD or BAD."""
+        final = self._final[n]
+        if final is not None:
+            return final
+        kind = self.kind(n)
+        if kind == _Kind.NEAR:
+            near_good = self._neighbour(n, -1) == _Kind.GOOD or self._neighbour(n, 1) == _Kind.GOOD
+            final = _Kind.GOOD if near_good else _Kind.BAD
+        elif kind == _Kind.SHORT:
+            i, j = n, n + 1
+            while i > 0 and self.kind(i - 1) == _Kind.SHORT:
+                i -= 1
+            while j < len(self._blocks) and self.kind(j) == _Kind.SHORT:
+                j += 1
+            sides = (self.smoothed(i - 1) if i > 0 else None, self.smoothed(j) if j < len(self._blocks) else None)
+            final = _Kind.GOOD if _Kind.GOOD in sides and _Kind.BAD not in sides else _Kind.BAD
+            self._final[i:j] = [final] * (j - i)   # the whole run at once: no run is walked twice
+        else:
+            final = kind
+        self._final[n] = final
+        return final
+
+    def _neighbour(self, n: int, step: int) -> _Kind | None:
+        """The nearest block in that direction that is not SHORT, before smoothing."""
+        n += step
+        while 0 <= n < len(self._blocks):
+            kind = self.kind(n)
+            if kind != _Kind.SHORT:
+                return kind
+            n += step
+        return None
 
 
 def _comments_start(lines: list[str], blocks: list[int], first: int) -> int:
     """The block after ``first`` where a comment section starts: the first
     marker the page has once, or the first of ``_MIN_SIGNATURES`` comment
     signatures or more; ``len(blocks)`` when there is none."""
-    markers = [n for n, i in enumerate(blocks) if n > first and _ends_article(lines[i])]
-    seen = Counter(_marker_key(lines[blocks[n]]) for n in markers)
-    unique = [n for n in markers if seen[_marker_key(lines[blocks[n]])] == 1]
-    signed = [n for n, i in enumerate(blocks) if n > first and len(lines[i]) <= _MARKER_MAX_CHARS
-              and _SIGNATURE_RE.fullmatch(lines[i].strip())]
+    short = [(n, lines[i].strip()) for n, i in enumerate(blocks[first + 1:], first + 1)
+             if len(lines[i]) <= _MARKER_MAX_CHARS]
+    markers = [(n, line) for n, line in short if _END_MARKER_RE.fullmatch(line)]
+    seen = Counter(_marker_key(line) for _, line in markers)
+    unique = [n for n, line in markers if seen[_marker_key(line)] == 1]
+    signed = [n for n, line in short if _SIGNATURE_RE.fullmatch(line)]
     return min(unique[:1] + signed[:1] if len(signed) >= _MIN_SIGNATURES else unique[:1], default=len(blocks))
-
-
-def _ends_article(line: str) -> bool:
-    """A line that opens a comment section."""
-    return len(line) <= _MARKER_MAX_CHARS and _END_MARKER_RE.fullmatch(line.strip()) is not None
 
 
 def _marker_key(line: str) -> str:
     """Markers that differ only in their counts are the same heading."""
     return _DIGITS_RE.sub("#", " ".join(line.lower().split()))
-
-
-def _classify(line: str, i: int, counts: list[tuple[int, int] | None], link_texts: Collection[str],
-              english: bool) -> tuple[_Kind, bool]:
-    """The block's kind, and whether it is link text (BAD for that reason)."""
-    block = line if _collapsed(line) else " ".join(line.split())
-    length = len(block)
-    link = _link_chars(block, link_texts)
-    if link > _LINK_SHARE_MAX * length:
-        return _Kind.BAD, True
-    if length < _SHORT:
-        return _Kind.SHORT, False
-    if not english:
-        return (_Kind.GOOD if length >= _LONG else _Kind.NEAR), False
-    # the line's words are the collapsed block's: whitespace is no word character
-    stop, words = counts[i] or _stop_counts(line)
-    share = stop / words if words else 0.0
-    if share >= _STOP_SHARE:
-        return (_Kind.GOOD if length >= _LONG else _Kind.NEAR), False
-    if share >= _STOP_SHARE_LOW:
-        return _Kind.NEAR, False
-    return _Kind.BAD, False
 
 
 def _collapsed(line: str) -> bool:
@@ -167,30 +222,25 @@ def _collapsed(line: str) -> bool:
     return line.isascii() and line.isprintable() and "  " not in line and line[:1] != " " and line[-1:] != " "
 
 
-def _sample_stop_share(lines: list[str], counts: list[tuple[int, int] | None], max_chars: int) -> float:
-    """The stop-word share of the text's first ``max_chars`` characters, line by line
-    (no word spans a newline), so a line with a non-ASCII character costs the regex
-    for itself only; whole lines' counts are kept in ``counts``."""
-    stop = words = 0
-    left = max_chars
-    for i, line in enumerate(lines):
-        if left <= 0:
-            break
-        if len(line) <= left:
-            line_stop, line_words = counts[i] = _stop_counts(line)
-        else:
-            line_stop, line_words = _stop_counts(line[:left])
-        stop, words, left = stop + line_stop, words + line_words, left - len(line) - 1
-    return stop / words if words else 0.0
-
-
 def _stop_counts(text: str) -> tuple[int, int]:
-    """Stop words and words (\\w+, case-folded) in ``text``."""
-    if text.isascii():
-        ascii_words = text.encode().translate(_ASCII_FOLD).split()
-        return sum(map(_STOP_WORD_BYTES.__contains__, ascii_words)), len(ascii_words)
-    words = _WORD_RE.findall(text.lower())
-    return sum(map(_STOP_WORDS.__contains__, words)), len(words)
+    """Stop words and words (\\w+, case-folded) in ``text``.  Words never span a
+    newline, so the whole text is counted with the byte table, and its lines with
+    a non-ASCII character (whose letters the table does not know) again with the
+    regex, in place of their byte-table counts."""
+    stop, words = _ascii_counts(text)
+    if not text.isascii():
+        for line in filterfalse(str.isascii, text.split("\n")):
+            line_stop, line_words = _ascii_counts(line)
+            found = _WORD_RE.findall(line.lower())
+            stop += sum(map(_STOP_WORDS.__contains__, found)) - line_stop
+            words += len(found) - line_words
+    return stop, words
+
+
+def _ascii_counts(text: str) -> tuple[int, int]:
+    """Stop words and words of ``text`` by the byte table (exact for ASCII text)."""
+    folded = text.encode("utf-8", "surrogatepass").translate(_ASCII_FOLD).split()
+    return sum(map(_STOP_WORD_BYTES.__contains__, folded)), len(folded)
 
 
 def _link_chars(block: str, link_texts: Collection[str]) -> int:
@@ -204,40 +254,3 @@ def _link_chars(block: str, link_texts: Collection[str]) -> int:
         if prefix in link_texts:
             return len(prefix)
     return 0
-
-
-def _smooth(kinds: list[_Kind]) -> list[_Kind]:
-    """Middling blocks (NEAR) become GOOD next to a GOOD block, else BAD; then
-    runs of SHORT blocks become GOOD when both sides are GOOD (or one side is
-    GOOD and the other the text's edge), else BAD."""
-    n = len(kinds)
-    out = list(kinds)
-    for i, kind in enumerate(kinds):
-        if kind == _Kind.NEAR:
-            near_good = _neighbour(kinds, i, -1) == _Kind.GOOD or _neighbour(kinds, i, 1) == _Kind.GOOD
-            out[i] = _Kind.GOOD if near_good else _Kind.BAD
-    i = 0
-    while i < n:
-        if out[i] != _Kind.SHORT:
-            i += 1
-            continue
-        j = i
-        while j < n and out[j] == _Kind.SHORT:
-            j += 1
-        before = out[i - 1] if i > 0 else None
-        after = out[j] if j < n else None
-        good = _Kind.GOOD in (before, after) and _Kind.BAD not in (before, after)
-        for k in range(i, j):
-            out[k] = _Kind.GOOD if good else _Kind.BAD
-        i = j
-    return out
-
-
-def _neighbour(kinds: list[_Kind], i: int, step: int) -> _Kind | None:
-    """The nearest block in that direction that is not SHORT."""
-    i += step
-    while 0 <= i < len(kinds):
-        if kinds[i] != _Kind.SHORT:
-            return kinds[i]
-        i += step
-    return None
