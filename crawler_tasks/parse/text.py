@@ -264,7 +264,7 @@ def _split_hidden(nodes: list[ElementNode]) -> tuple[list[ElementNode], list[Ele
 def _tidy(text: str, max_chars: int) -> str:
     """Strip each line, at most one blank line in a row, cap the length; no-break
     spaces become spaces (indexers and the headings test expect plain ones)."""
-    text = "\n".join(line.strip() for line in text[: 2 * max_chars].replace("\xa0", " ").splitlines())
+    text = "\n".join(map(str.strip, text[: 2 * max_chars].replace("\xa0", " ").splitlines()))
     return _BLANK_LINES_RE.sub("\n\n", text).strip()[:max_chars].rstrip()
 
 
