@@ -73,7 +73,7 @@ def analyse_pass(pages: list[tuple[str, bytes]]) -> float:
 
 
 STEPS = ((page, "parse_html"), (text, "_parse"), (text, "_main_text"), (text, "trim_boilerplate"),
-         (text, "_drop_link_dense"), (text, "_link_texts"), (page, "collapse_words"),
+         (text, "_drop_link_dense"), (text, "_link_texts"), (page, "collapse_words_utf8"),
          (page, "fingerprint_collapsed"), (page, "simhash64_with_count"))
 
 

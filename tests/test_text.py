@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from crawler_tasks.dedup.fingerprint import (
     OTHER_WHITESPACE,
     collapse_words,
+    collapse_words_utf8,
     content_fingerprint,
     fingerprint_collapsed,
     lower_utf8,
@@ -174,18 +175,22 @@ _SPACES = st.sampled_from([" ", "\n", "\n\n", "  ", "\t", "\r\n", "\xa0", "\u300
 def test_collapse_words_is_split_and_join(text: str) -> None:
     words = text.split()
     assert collapse_words(text) == (" ".join(words), len(words))
+    flat, data, _ = collapse_words_utf8(text)
+    assert data == flat.encode("utf-8", "surrogatepass")
 
 
 @pytest.mark.parametrize("text", ["", " ", "\n", "a", "a b\nc\n\nd", "\na", "a\n", "a\n\n\nb", "a  b",
                                   "a\tb", "a\xa0b", "a\u3000b", "a\x85b", "\u2003"])
 def test_collapse_words_edges(text: str) -> None:
     assert collapse_words(text) == (" ".join(text.split()), len(text.split()))
+    assert collapse_words_utf8(text)[1] == " ".join(text.split()).encode("utf-8", "surrogatepass")
 
 
 @given(st.lists(st.one_of(st.text(), st.sampled_from(["Σ", "ΑΣ ", "İ", "é", "É", "ß", "ǅ", "\ud800", "ﬃ", "Ω"])),
                 max_size=20).map("".join))
 def test_lower_utf8_is_lower_then_encode(text: str) -> None:
     assert lower_utf8(text) == text.lower().encode("utf-8", "surrogatepass")
+    assert lower_utf8(text, text.encode("utf-8", "surrogatepass")) == text.lower().encode("utf-8", "surrogatepass")
 
 
 @pytest.mark.parametrize("text", ["", "plain ascii TEXT", "déjà vu", "DÉJÀ", "ΟΔΟΣ end", "aΣ", "İstanbul", "x\ud800y"])
@@ -313,3 +318,16 @@ def test_stop_word_share_byte_path_matches_the_word_regex(parts: list[str], cut:
         for line in sample.split("\n"):
             assert boilerplate._stop_counts(line) == regex_counts(line)
             assert not boilerplate._collapsed(line) or " ".join(line.split()) == line
+
+
+@hsettings(max_examples=500, deadline=None)
+@given(st.text(st.sampled_from(list("ab \t\xa0\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029é")), max_size=60),
+       st.integers(1, 70))
+def test_tidy_splits_lines_as_splitlines_does(text: str, max_chars: int) -> None:
+    """The \\n-only fast path of _tidy gives what stripping splitlines()' lines gives."""
+    import re
+
+    from crawler_tasks.parse.text import _tidy
+
+    lines = "\n".join(line.strip() for line in text[: 2 * max_chars].replace("\xa0", " ").splitlines())
+    assert _tidy(text, max_chars) == re.sub(r"\n{3,}", "\n\n", lines).strip()[:max_chars].rstrip()
