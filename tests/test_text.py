@@ -331,3 +331,18 @@ def test_tidy_splits_lines_as_splitlines_does(text: str, max_chars: int) -> None
 
     lines = "\n".join(line.strip() for line in text[: 2 * max_chars].replace("\xa0", " ").splitlines())
     assert _tidy(text, max_chars) == re.sub(r"\n{3,}", "\n\n", lines).strip()[:max_chars].rstrip()
+
+
+def test_comment_marker_prefilter_misses_no_match() -> None:
+    """Every line the comment-marker regex matches passes the cheap test in front of it:
+    the letters of its literals match no other character under re.I than their cases."""
+    import re
+    import sys
+
+    from crawler_tasks.parse import boilerplate
+
+    letters = re.compile("[comentprl]", re.I)
+    assert all(chr(c).lower() in "comentprl" for c in range(sys.maxunicode + 1) if letters.fullmatch(chr(c)))
+    for line in ("12 Comments", "(3 RESPONSES", "4 replies to “x”", "Comments are now closed.", "Leave a Reply",
+                 "POST YOUR COMMENT", "3 reſponses"):
+        assert boilerplate._END_MARKER_RE.fullmatch(line) and boilerplate._may_end_article(line)

@@ -101,9 +101,9 @@ def trim_boilerplate(text: str, link_texts: Collection[str]) -> str:
     # blocks that bound the cut seldom care: the cut is made both ways, and the language
     # sample (the most words counted here) read only when the two differ (8 of 834
     # documentation pages, none of the bench's).
-    comments: dict[int, int] = {}
-    cut = _cut(lines, blocks, link_texts, False, comments)
-    if cut != (english := _cut(lines, blocks, link_texts, True, comments)):
+    facts = _Facts(lines, blocks, link_texts)
+    cut = _cut(_Blocks(facts, False))
+    if cut != (english := _cut(_Blocks(facts, True))):
         stop, words = _stop_counts(text[:_LANG_SAMPLE_CHARS])
         if words > 0 and stop / words >= _ENGLISH_STOP_SHARE:
             cut = english
@@ -113,26 +113,50 @@ def trim_boilerplate(text: str, link_texts: Collection[str]) -> str:
     return "\n".join(lines[blocks[first]: blocks[last] + 1])
 
 
-def _cut(lines: list[str], blocks: list[int], link_texts: Collection[str], english: bool,
-         comments: dict[int, int]) -> tuple[int, int] | None:
-    """The first and last block kept, None when no block reads as prose; ``comments``
-    keeps :func:`_comments_start` by first block, for the other language's cut."""
-    kinds = _Blocks(lines, blocks, link_texts, english)
-    first = next((n for n in range(len(blocks)) if kinds.smoothed(n) == _Kind.GOOD), None)
+def _cut(kinds: _Blocks) -> tuple[int, int] | None:
+    """The first and last block kept, None when no block reads as prose."""
+    n_blocks = len(kinds.facts.blocks)
+    first = next((n for n in range(n_blocks) if kinds.smoothed(n) == _Kind.GOOD), None)
     if first is None:
         return None
-    end = comments.get(first)
-    if end is None:
-        end = comments[first] = _comments_start(lines, blocks, first)
+    end = kinds.facts.comments_start(first)
     last = next(n for n in range(end - 1, first - 1, -1) if kinds.smoothed(n) == _Kind.GOOD)
     # Lines between the prose and the first link or comments marker stay (a
     # closing code sample, a table, a byline); that link is where the page's
     # own furniture starts.
-    while last + 1 < end and not kinds.linked(last + 1):
+    while last + 1 < end and not kinds.facts.of(last + 1)[1]:
         last += 1
-    while first > 0 and not kinds.linked(first - 1):
+    while first > 0 and not kinds.facts.of(first - 1)[1]:
         first -= 1
     return first, last
+
+
+class _Facts:
+    """What both languages' cuts read of the blocks, each worked out once when asked:
+    a block's length (collapsed) and whether it is link text; where comments start."""
+
+    __slots__ = ("_comments", "_facts", "_link_texts", "blocks", "lines")
+
+    def __init__(self, lines: list[str], blocks: list[int], link_texts: Collection[str]) -> None:
+        self.lines, self.blocks, self._link_texts = lines, blocks, link_texts
+        self._facts: list[tuple[int, bool] | None] = [None] * len(blocks)
+        self._comments: dict[int, int] = {}
+
+    def of(self, n: int) -> tuple[int, bool]:
+        """(length, is link text) of block ``n``."""
+        fact = self._facts[n]
+        if fact is None:
+            line = self.lines[self.blocks[n]]
+            block = line if _collapsed(line) else " ".join(line.split())
+            length = len(block)
+            fact = self._facts[n] = (length, _link_chars(block, self._link_texts) > _LINK_SHARE_MAX * length)
+        return fact
+
+    def comments_start(self, first: int) -> int:
+        end = self._comments.get(first)
+        if end is None:
+            end = self._comments[first] = _comments_start(self.lines, self.blocks, first)
+        return end
 
 
 class _Blocks:
@@ -146,18 +170,12 @@ class _Blocks:
     blocks becomes GOOD when both sides are GOOD (or one side is GOOD and the
     other the text's edge), else BAD."""
 
-    __slots__ = ("_blocks", "_english", "_final", "_kinds", "_linked", "_lines", "_link_texts")
+    __slots__ = ("_english", "_final", "_kinds", "facts")
 
-    def __init__(self, lines: list[str], blocks: list[int], link_texts: Collection[str], english: bool) -> None:
-        self._lines, self._blocks, self._link_texts, self._english = lines, blocks, link_texts, english
-        self._kinds: list[_Kind | None] = [None] * len(blocks)
-        self._final: list[_Kind | None] = [None] * len(blocks)
-        self._linked = [False] * len(blocks)
-
-    def linked(self, n: int) -> bool:
-        """Whether block ``n`` is link text (BAD for that reason)."""
-        self.kind(n)
-        return self._linked[n]
+    def __init__(self, facts: _Facts, english: bool) -> None:
+        self.facts, self._english = facts, english
+        self._kinds: list[_Kind | None] = [None] * len(facts.blocks)
+        self._final: list[_Kind | None] = [None] * len(facts.blocks)
 
     def kind(self, n: int) -> _Kind:
         """Block ``n``'s kind before smoothing."""
@@ -167,18 +185,15 @@ class _Blocks:
         return kind
 
     def _classify(self, n: int) -> _Kind:
-        line = self._lines[self._blocks[n]]
-        block = line if _collapsed(line) else " ".join(line.split())
-        length = len(block)
-        if _link_chars(block, self._link_texts) > _LINK_SHARE_MAX * length:
-            self._linked[n] = True
+        length, linked = self.facts.of(n)
+        if linked:
             return _Kind.BAD
         if length < _SHORT:
             return _Kind.SHORT
         if not self._english:
             return _Kind.GOOD if length >= _LONG else _Kind.NEAR
         # the line's words are the collapsed block's: whitespace is no word character
-        stop, words = _stop_counts(line)
+        stop, words = _stop_counts(self.facts.lines[self.facts.blocks[n]])
         share = stop / words if words else 0.0
         if share >= _STOP_SHARE:
             return _Kind.GOOD if length >= _LONG else _Kind.NEAR
@@ -190,6 +205,7 @@ class _Blocks:
         if final is not None:
             return final
         kind = self.kind(n)
+        n_blocks = len(self._kinds)
         if kind == _Kind.NEAR:
             near_good = self._neighbour(n, -1) == _Kind.GOOD or self._neighbour(n, 1) == _Kind.GOOD
             final = _Kind.GOOD if near_good else _Kind.BAD
@@ -197,9 +213,9 @@ class _Blocks:
             i, j = n, n + 1
             while i > 0 and self.kind(i - 1) == _Kind.SHORT:
                 i -= 1
-            while j < len(self._blocks) and self.kind(j) == _Kind.SHORT:
+            while j < n_blocks and self.kind(j) == _Kind.SHORT:
                 j += 1
-            sides = (self.smoothed(i - 1) if i > 0 else None, self.smoothed(j) if j < len(self._blocks) else None)
+            sides = (self.smoothed(i - 1) if i > 0 else None, self.smoothed(j) if j < n_blocks else None)
             final = _Kind.GOOD if _Kind.GOOD in sides and _Kind.BAD not in sides else _Kind.BAD
             self._final[i:j] = [final] * (j - i)   # the whole run at once: no run is walked twice
         else:
@@ -210,7 +226,7 @@ class _Blocks:
     def _neighbour(self, n: int, step: int) -> _Kind | None:
         """The nearest block in that direction that is not SHORT, before smoothing."""
         n += step
-        while 0 <= n < len(self._blocks):
+        while 0 <= n < len(self._kinds):
             kind = self.kind(n)
             if kind != _Kind.SHORT:
                 return kind
@@ -224,11 +240,19 @@ def _comments_start(lines: list[str], blocks: list[int], first: int) -> int:
     signatures or more; ``len(blocks)`` when there is none."""
     short = [(n, lines[i].strip()) for n, i in enumerate(blocks[first + 1:], first + 1)
              if len(lines[i]) <= _MARKER_MAX_CHARS]
-    markers = [(n, line) for n, line in short if _END_MARKER_RE.fullmatch(line)]
+    markers = [(n, line) for n, line in short if _may_end_article(line) and _END_MARKER_RE.fullmatch(line)]
     seen = Counter(_marker_key(line) for _, line in markers)
     unique = [n for n, line in markers if seen[_marker_key(line)] == 1]
-    signed = [n for n, line in short if _SIGNATURE_RE.fullmatch(line)]
+    signed = [n for n, line in short if ":" in line and _SIGNATURE_RE.fullmatch(line)]
     return min(unique[:1] + signed[:1] if len(signed) >= _MIN_SIGNATURES else unique[:1], default=len(blocks))
+
+
+def _may_end_article(line: str) -> bool:
+    """What every match of ``_END_MARKER_RE`` contains, tested first (a fullmatch a short
+    line cost more): no letter of these has another case that ``re.I`` matches ("s" has
+    "ſ", hence "pon" for "response")."""
+    low = line.lower()
+    return "comment" in low or "pon" in low or "repl" in low
 
 
 def _marker_key(line: str) -> str:
