@@ -56,12 +56,13 @@ def testweb_pages(limit: int) -> list[tuple[str, bytes]]:
 
 
 def analyse_args() -> tuple[Any, ...]:
-    """analyse()'s arguments after the body and URL, as the parse stage passes them by default."""
+    """analyse()'s arguments after the body and URL, as the parse stage passes them by default
+    on its first try (no parse budget: a page past the short deadline is redone with it)."""
     s = Settings()
     options = {"content_type": "text/html", "headers": {"content-type": "text/html"}, "agent": "bench",
                "max_text_chars": s.MAX_TEXT_CHARS, "drop_params": None, "max_elements": s.PARSE_MAX_ELEMENTS,
                "max_depth": s.PARSE_MAX_DEPTH, "max_attrs": s.PARSE_MAX_ATTRS}
-    return options, s.TEXT_MODE, s.MAX_TEXT_CHARS, s.SIMHASH_MAX_CHARS
+    return options, s.TEXT_MODE, s.MAX_TEXT_CHARS, s.SIMHASH_MAX_CHARS, False
 
 
 def analyse_pass(pages: list[tuple[str, bytes]]) -> float:
