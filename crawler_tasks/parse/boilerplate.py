@@ -87,6 +87,9 @@ class _Kind(IntEnum):
     GOOD = 3
 
 
+_BAD, _SHORT_BLOCK, _NEAR, _GOOD = _Kind  # plain names: an enum attribute costs 50 ns a lookup
+
+
 def trim_boilerplate(text: str, link_texts: Collection[str]) -> str:
     """``text`` from its first to its last block that reads as prose.
 
@@ -98,15 +101,20 @@ def trim_boilerplate(text: str, link_texts: Collection[str]) -> str:
     if len(blocks) < _MIN_BLOCKS:
         return text
     # Whether the text is English changes only how long blocks are classed, and the few
-    # blocks that bound the cut seldom care: the cut is made both ways, and the language
-    # sample (the most words counted here) read only when the two differ (8 of 834
-    # documentation pages, none of the bench's).
+    # blocks that bound the cut seldom care. The cut is made as if it were not; when each
+    # long block that cut read is classed alike in English, the English cut reads the same
+    # blocks the same way and is the same. Else the English cut is made too, and the
+    # language sample (the most words counted here) read only when the two differ (8 of
+    # 834 documentation pages, none of the bench's).
     facts = _Facts(lines, blocks, link_texts)
-    cut = _cut(_Blocks(facts, False))
-    if cut != (english := _cut(_Blocks(facts, True))):
-        stop, words = _stop_counts(text[:_LANG_SAMPLE_CHARS])
-        if words > 0 and stop / words >= _ENGLISH_STOP_SHARE:
-            cut = english
+    plain, english = _Blocks(facts, False), _Blocks(facts, True)
+    cut = _cut(plain)
+    if any(english.kind(n) != plain.kind(n) for n in plain.long):
+        english_cut = _cut(english)
+        if cut != english_cut:
+            stop, words = _stop_counts(text[:_LANG_SAMPLE_CHARS])
+            if words > 0 and stop / words >= _ENGLISH_STOP_SHARE:
+                cut = english_cut
     if cut is None:
         return text  # nothing reads as prose: a list, a table, code; left as it is
     first, last = cut
@@ -116,11 +124,11 @@ def trim_boilerplate(text: str, link_texts: Collection[str]) -> str:
 def _cut(kinds: _Blocks) -> tuple[int, int] | None:
     """The first and last block kept, None when no block reads as prose."""
     n_blocks = len(kinds.facts.blocks)
-    first = next((n for n in range(n_blocks) if kinds.smoothed(n) == _Kind.GOOD), None)
+    first = next((n for n in range(n_blocks) if kinds.smoothed(n) == _GOOD), None)
     if first is None:
         return None
     end = kinds.facts.comments_start(first)
-    last = next(n for n in range(end - 1, first - 1, -1) if kinds.smoothed(n) == _Kind.GOOD)
+    last = next(n for n in range(end - 1, first - 1, -1) if kinds.smoothed(n) == _GOOD)
     # Lines between the prose and the first link or comments marker stay (a
     # closing code sample, a table, a byline); that link is where the page's
     # own furniture starts.
@@ -135,12 +143,14 @@ class _Facts:
     """What both languages' cuts read of the blocks, each worked out once when asked:
     a block's length (collapsed) and whether it is link text; where comments start."""
 
-    __slots__ = ("_comments", "_facts", "_link_texts", "blocks", "lines")
+    __slots__ = ("_comments", "_facts", "_firsts", "_link_texts", "blocks", "lines")
 
     def __init__(self, lines: list[str], blocks: list[int], link_texts: Collection[str]) -> None:
         self.lines, self.blocks, self._link_texts = lines, blocks, link_texts
         self._facts: list[tuple[int, bool] | None] = [None] * len(blocks)
         self._comments: dict[int, int] = {}
+        # a link text that is a block or its first words starts with the block's first word
+        self._firsts = {text.partition(" ")[0] for text in link_texts}
 
     def of(self, n: int) -> tuple[int, bool]:
         """(length, is link text) of block ``n``."""
@@ -149,7 +159,9 @@ class _Facts:
             line = self.lines[self.blocks[n]]
             block = line if _collapsed(line) else " ".join(line.split())
             length = len(block)
-            fact = self._facts[n] = (length, _link_chars(block, self._link_texts) > _LINK_SHARE_MAX * length)
+            linked = (block.partition(" ")[0] in self._firsts
+                      and _link_chars(block, self._link_texts) > _LINK_SHARE_MAX * length)
+            fact = self._facts[n] = (length, linked)
         return fact
 
     def comments_start(self, first: int) -> int:
@@ -163,19 +175,21 @@ class _Blocks:
     """Each block's kind, worked out when asked.  Only the first and the last
     prose blocks bound the cut, so the blocks from each end to those (and the
     neighbours that smoothing reads) are classed; the article between them,
-    most of a page's words, is never counted.
+    most of a page's words, is never counted.  ``long`` lists the blocks classed
+    by their length alone (not English), which English would class by their words.
 
     Smoothing: a middling block (NEAR) becomes GOOD next to a GOOD block (the
     nearest block that is not SHORT, on either side), else BAD; a run of SHORT
     blocks becomes GOOD when both sides are GOOD (or one side is GOOD and the
     other the text's edge), else BAD."""
 
-    __slots__ = ("_english", "_final", "_kinds", "facts")
+    __slots__ = ("_english", "_final", "_kinds", "facts", "long")
 
     def __init__(self, facts: _Facts, english: bool) -> None:
         self.facts, self._english = facts, english
         self._kinds: list[_Kind | None] = [None] * len(facts.blocks)
         self._final: list[_Kind | None] = [None] * len(facts.blocks)
+        self.long: list[int] = []
 
     def kind(self, n: int) -> _Kind:
         """Block ``n``'s kind before smoothing."""
@@ -187,17 +201,18 @@ class _Blocks:
     def _classify(self, n: int) -> _Kind:
         length, linked = self.facts.of(n)
         if linked:
-            return _Kind.BAD
+            return _BAD
         if length < _SHORT:
-            return _Kind.SHORT
+            return _SHORT_BLOCK
         if not self._english:
-            return _Kind.GOOD if length >= _LONG else _Kind.NEAR
+            self.long.append(n)
+            return _GOOD if length >= _LONG else _NEAR
         # the line's words are the collapsed block's: whitespace is no word character
         stop, words = _stop_counts(self.facts.lines[self.facts.blocks[n]])
         share = stop / words if words else 0.0
         if share >= _STOP_SHARE:
-            return _Kind.GOOD if length >= _LONG else _Kind.NEAR
-        return _Kind.NEAR if share >= _STOP_SHARE_LOW else _Kind.BAD
+            return _GOOD if length >= _LONG else _NEAR
+        return _NEAR if share >= _STOP_SHARE_LOW else _BAD
 
     def smoothed(self, n: int) -> _Kind:
         """Block ``n``'s kind after smoothing: GOOD or BAD."""
@@ -206,17 +221,17 @@ class _Blocks:
             return final
         kind = self.kind(n)
         n_blocks = len(self._kinds)
-        if kind == _Kind.NEAR:
-            near_good = self._neighbour(n, -1) == _Kind.GOOD or self._neighbour(n, 1) == _Kind.GOOD
-            final = _Kind.GOOD if near_good else _Kind.BAD
-        elif kind == _Kind.SHORT:
+        if kind == _NEAR:
+            near_good = self._neighbour(n, -1) == _GOOD or self._neighbour(n, 1) == _GOOD
+            final = _GOOD if near_good else _BAD
+        elif kind == _SHORT_BLOCK:
             i, j = n, n + 1
-            while i > 0 and self.kind(i - 1) == _Kind.SHORT:
+            while i > 0 and self.kind(i - 1) == _SHORT_BLOCK:
                 i -= 1
-            while j < n_blocks and self.kind(j) == _Kind.SHORT:
+            while j < n_blocks and self.kind(j) == _SHORT_BLOCK:
                 j += 1
             sides = (self.smoothed(i - 1) if i > 0 else None, self.smoothed(j) if j < n_blocks else None)
-            final = _Kind.GOOD if _Kind.GOOD in sides and _Kind.BAD not in sides else _Kind.BAD
+            final = _GOOD if _GOOD in sides and _BAD not in sides else _BAD
             self._final[i:j] = [final] * (j - i)   # the whole run at once: no run is walked twice
         else:
             final = kind
@@ -225,10 +240,13 @@ class _Blocks:
 
     def _neighbour(self, n: int, step: int) -> _Kind | None:
         """The nearest block in that direction that is not SHORT, before smoothing."""
+        kinds = self._kinds
         n += step
-        while 0 <= n < len(self._kinds):
-            kind = self.kind(n)
-            if kind != _Kind.SHORT:
+        while 0 <= n < len(kinds):
+            kind = kinds[n]
+            if kind is None:
+                kind = self.kind(n)
+            if kind != _SHORT_BLOCK:
                 return kind
             n += step
         return None
