@@ -320,19 +320,6 @@ def test_stop_word_share_byte_path_matches_the_word_regex(parts: list[str], cut:
             assert not boilerplate._collapsed(line) or " ".join(line.split()) == line
 
 
-@hsettings(max_examples=500, deadline=None)
-@given(st.text(st.sampled_from(list("ab \t\xa0\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029é")), max_size=60),
-       st.integers(1, 70))
-def test_tidy_splits_lines_as_splitlines_does(text: str, max_chars: int) -> None:
-    """The \\n-only fast path of _tidy gives what stripping splitlines()' lines gives."""
-    import re
-
-    from crawler_tasks.parse.text import _tidy
-
-    lines = "\n".join(line.strip() for line in text[: 2 * max_chars].replace("\xa0", " ").splitlines())
-    assert _tidy(text, max_chars) == re.sub(r"\n{3,}", "\n\n", lines).strip()[:max_chars].rstrip()
-
-
 def test_comment_marker_prefilter_misses_no_match() -> None:
     """Every line the comment-marker regex matches passes the cheap test in front of it:
     the letters of its literals match no other character under re.I than their cases."""
