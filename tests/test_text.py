@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from crawler_tasks.dedup.fingerprint import (
     OTHER_WHITESPACE,
     collapse_words,
+    collapse_words_utf8,
     content_fingerprint,
     fingerprint_collapsed,
     lower_utf8,
@@ -174,18 +175,22 @@ _SPACES = st.sampled_from([" ", "\n", "\n\n", "  ", "\t", "\r\n", "\xa0", "\u300
 def test_collapse_words_is_split_and_join(text: str) -> None:
     words = text.split()
     assert collapse_words(text) == (" ".join(words), len(words))
+    flat, data, _ = collapse_words_utf8(text)
+    assert data == flat.encode("utf-8", "surrogatepass")
 
 
 @pytest.mark.parametrize("text", ["", " ", "\n", "a", "a b\nc\n\nd", "\na", "a\n", "a\n\n\nb", "a  b",
                                   "a\tb", "a\xa0b", "a\u3000b", "a\x85b", "\u2003"])
 def test_collapse_words_edges(text: str) -> None:
     assert collapse_words(text) == (" ".join(text.split()), len(text.split()))
+    assert collapse_words_utf8(text)[1] == " ".join(text.split()).encode("utf-8", "surrogatepass")
 
 
 @given(st.lists(st.one_of(st.text(), st.sampled_from(["Σ", "ΑΣ ", "İ", "é", "É", "ß", "ǅ", "\ud800", "ﬃ", "Ω"])),
                 max_size=20).map("".join))
 def test_lower_utf8_is_lower_then_encode(text: str) -> None:
     assert lower_utf8(text) == text.lower().encode("utf-8", "surrogatepass")
+    assert lower_utf8(text, text.encode("utf-8", "surrogatepass")) == text.lower().encode("utf-8", "surrogatepass")
 
 
 @pytest.mark.parametrize("text", ["", "plain ascii TEXT", "déjà vu", "DÉJÀ", "ΟΔΟΣ end", "aΣ", "İstanbul", "x\ud800y"])
@@ -295,24 +300,36 @@ def test_article_in_a_container_named_like_furniture_is_kept() -> None:
                                  "\n", "\t", "\u00a0", "über", "It's", "9", "_"]), max_size=80),
        st.integers(0, 400))
 def test_stop_word_share_byte_path_matches_the_word_regex(parts: list[str], cut: int) -> None:
-    """The ASCII byte-table path and the line-by-line language sample count exactly the
-    words and stop words that \\w+ over the lower-cased text counts."""
+    """The byte-table path (the whole text at once, its non-ASCII lines again by the
+    regex) counts exactly the words and stop words that \\w+ over the lower-cased
+    text counts, line by line and for the language sample."""
     import re
 
     from crawler_tasks.parse import boilerplate
 
-    def regex_share(text: str) -> float:
-        words = re.findall(r"\w+", text.lower())
-        return sum(w in boilerplate._STOP_WORDS for w in words) / len(words) if words else 0.0
+    def regex_counts(text: str) -> tuple[int, int]:
+        words = [w for line in text.split("\n") for w in re.findall(r"\w+", line.lower())]
+        return sum(w in boilerplate._STOP_WORDS for w in words), len(words)
 
     text = "".join(parts)
     for sample in (text, text.encode("ascii", "ignore").decode()):
-        stop, words = boilerplate._stop_counts(sample)
-        assert (stop / words if words else 0.0) == pytest.approx(regex_share(sample), abs=1e-12)
-        lines = sample.split("\n")
-        counts: list[tuple[int, int] | None] = [None] * len(lines)
-        assert boilerplate._sample_stop_share(lines, counts, cut) == pytest.approx(regex_share(sample[:cut]),
-                                                                                   abs=1e-12)
-        for line, kept in zip(lines, counts, strict=True):   # kept for the blocks' classes: the same counts
-            assert kept is None or kept == boilerplate._stop_counts(line)
+        assert boilerplate._stop_counts(sample) == regex_counts(sample)
+        assert boilerplate._stop_counts(sample[:cut]) == regex_counts(sample[:cut])
+        for line in sample.split("\n"):
+            assert boilerplate._stop_counts(line) == regex_counts(line)
             assert not boilerplate._collapsed(line) or " ".join(line.split()) == line
+
+
+def test_comment_marker_prefilter_misses_no_match() -> None:
+    """Every line the comment-marker regex matches passes the cheap test in front of it:
+    the letters of its literals match no other character under re.I than their cases."""
+    import re
+    import sys
+
+    from crawler_tasks.parse import boilerplate
+
+    letters = re.compile("[comentprl]", re.I)
+    assert all(chr(c).lower() in "comentprl" for c in range(sys.maxunicode + 1) if letters.fullmatch(chr(c)))
+    for line in ("12 Comments", "(3 RESPONSES", "4 replies to “x”", "Comments are now closed.", "Leave a Reply",
+                 "POST YOUR COMMENT", "3 reſponses"):
+        assert boilerplate._END_MARKER_RE.fullmatch(line) and boilerplate._may_end_article(line)

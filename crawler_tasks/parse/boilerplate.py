@@ -28,6 +28,7 @@ import re
 from collections import Counter
 from collections.abc import Collection
 from enum import IntEnum
+from itertools import compress, count, filterfalse
 
 __all__ = ["trim_boilerplate"]
 
@@ -86,6 +87,9 @@ class _Kind(IntEnum):
     GOOD = 3
 
 
+_BAD, _SHORT_BLOCK, _NEAR, _GOOD = _Kind  # plain names: an enum attribute costs 50 ns a lookup
+
+
 def trim_boilerplate(text: str, link_texts: Collection[str]) -> str:
     """``text`` from its first to its last block that reads as prose.
 
@@ -93,72 +97,185 @@ def trim_boilerplate(text: str, link_texts: Collection[str]) -> str:
     mostly of one of them is link text.
     """
     lines = text.split("\n")
-    blocks = [i for i, line in enumerate(lines) if line.strip()]
+    blocks = list(compress(count(), map(str.strip, lines)))
     if len(blocks) < _MIN_BLOCKS:
         return text
-    counts: list[tuple[int, int] | None] = [None] * len(lines)   # each line's words counted once
-    english = _sample_stop_share(lines, counts, _LANG_SAMPLE_CHARS) >= _ENGLISH_STOP_SHARE
-    classed = [_classify(lines[i], i, counts, link_texts, english) for i in blocks]
-    linked = [link for _, link in classed]
-    kinds = _smooth([kind for kind, _ in classed])
-    good = [n for n, kind in enumerate(kinds) if kind == _Kind.GOOD]
-    if not good:
+    # Whether the text is English changes only how long blocks are classed, and the few
+    # blocks that bound the cut seldom care. The cut is made as if it were not; when each
+    # long block that cut read is classed alike in English, the English cut reads the same
+    # blocks the same way and is the same. Else the English cut is made too, and the
+    # language sample (the most words counted here) read only when the two differ (8 of
+    # 834 documentation pages, none of the bench's).
+    facts = _Facts(lines, blocks, link_texts)
+    plain, english = _Blocks(facts, False), _Blocks(facts, True)
+    cut = _cut(plain)
+    if any(english.kind(n) != plain.kind(n) for n in plain.long):
+        english_cut = _cut(english)
+        if cut != english_cut:
+            stop, words = _stop_counts(text[:_LANG_SAMPLE_CHARS])
+            if words > 0 and stop / words >= _ENGLISH_STOP_SHARE:
+                cut = english_cut
+    if cut is None:
         return text  # nothing reads as prose: a list, a table, code; left as it is
-    first, last = good[0], good[-1]
-    end = _comments_start(lines, blocks, first)
-    last = max((n for n in good if n < end), default=first)
+    first, last = cut
+    return "\n".join(lines[blocks[first]: blocks[last] + 1])
+
+
+def _cut(kinds: _Blocks) -> tuple[int, int] | None:
+    """The first and last block kept, None when no block reads as prose."""
+    n_blocks = len(kinds.facts.blocks)
+    first = next((n for n in range(n_blocks) if kinds.smoothed(n) == _GOOD), None)
+    if first is None:
+        return None
+    end = kinds.facts.comments_start(first)
+    last = next(n for n in range(end - 1, first - 1, -1) if kinds.smoothed(n) == _GOOD)
     # Lines between the prose and the first link or comments marker stay (a
     # closing code sample, a table, a byline); that link is where the page's
     # own furniture starts.
-    while last + 1 < end and not linked[last + 1]:
+    while last + 1 < end and not kinds.facts.of(last + 1)[1]:
         last += 1
-    while first > 0 and not linked[first - 1]:
+    while first > 0 and not kinds.facts.of(first - 1)[1]:
         first -= 1
-    return "\n".join(lines[blocks[first]: blocks[last] + 1])
+    return first, last
+
+
+class _Facts:
+    """What both languages' cuts read of the blocks, each worked out once when asked:
+    a block's length (collapsed) and whether it is link text; where comments start."""
+
+    __slots__ = ("_comments", "_facts", "_firsts", "_link_texts", "blocks", "lines")
+
+    def __init__(self, lines: list[str], blocks: list[int], link_texts: Collection[str]) -> None:
+        self.lines, self.blocks, self._link_texts = lines, blocks, link_texts
+        self._facts: list[tuple[int, bool] | None] = [None] * len(blocks)
+        self._comments: dict[int, int] = {}
+        # a link text that is a block or its first words starts with the block's first word
+        self._firsts = {text.partition(" ")[0] for text in link_texts}
+
+    def of(self, n: int) -> tuple[int, bool]:
+        """(length, is link text) of block ``n``."""
+        fact = self._facts[n]
+        if fact is None:
+            line = self.lines[self.blocks[n]]
+            block = line if _collapsed(line) else " ".join(line.split())
+            length = len(block)
+            linked = (block.partition(" ")[0] in self._firsts
+                      and _link_chars(block, self._link_texts) > _LINK_SHARE_MAX * length)
+            fact = self._facts[n] = (length, linked)
+        return fact
+
+    def comments_start(self, first: int) -> int:
+        end = self._comments.get(first)
+        if end is None:
+            end = self._comments[first] = _comments_start(self.lines, self.blocks, first)
+        return end
+
+
+class _Blocks:
+    """Each block's kind, worked out when asked.  Only the first and the last
+    prose blocks bound the cut, so the blocks from each end to those (and the
+    neighbours that smoothing reads) are classed; the article between them,
+    most of a page's words, is never counted.  ``long`` lists the blocks classed
+    by their length alone (not English), which English would class by their words.
+
+    Smoothing: a middling block (NEAR) becomes GOOD next to a GOOD block (the
+    nearest block that is not SHORT, on either side), else BAD; a run of SHORT
+    blocks becomes GOOD when both sides are GOOD (or one side is GOOD and the
+    other the text's edge), else BAD."""
+
+    __slots__ = ("_english", "_final", "_kinds", "facts", "long")
+
+    def __init__(self, facts: _Facts, english: bool) -> None:
+        self.facts, self._english = facts, english
+        self._kinds: list[_Kind | None] = [None] * len(facts.blocks)
+        self._final: list[_Kind | None] = [None] * len(facts.blocks)
+        self.long: list[int] = []
+
+    def kind(self, n: int) -> _Kind:
+        """Block ``n``'s kind before smoothing."""
+        kind = self._kinds[n]
+        if kind is None:
+            kind = self._kinds[n] = self._classify(n)
+        return kind
+
+    def _classify(self, n: int) -> _Kind:
+        length, linked = self.facts.of(n)
+        if linked:
+            return _BAD
+        if length < _SHORT:
+            return _SHORT_BLOCK
+        if not self._english:
+            self.long.append(n)
+            return _GOOD if length >= _LONG else _NEAR
+        # the line's words are the collapsed block's: whitespace is no word character
+        stop, words = _stop_counts(self.facts.lines[self.facts.blocks[n]])
+        share = stop / words if words else 0.0
+        if share >= _STOP_SHARE:
+            return _GOOD if length >= _LONG else _NEAR
+        return _NEAR if share >= _STOP_SHARE_LOW else _BAD
+
+    def smoothed(self, n: int) -> _Kind:
+        """Block ``n``'s kind after smoothing: GOOD or BAD."""
+        final = self._final[n]
+        if final is not None:
+            return final
+        kind = self.kind(n)
+        n_blocks = len(self._kinds)
+        if kind == _NEAR:
+            near_good = self._neighbour(n, -1) == _GOOD or self._neighbour(n, 1) == _GOOD
+            final = _GOOD if near_good else _BAD
+        elif kind == _SHORT_BLOCK:
+            i, j = n, n + 1
+            while i > 0 and self.kind(i - 1) == _SHORT_BLOCK:
+                i -= 1
+            while j < n_blocks and self.kind(j) == _SHORT_BLOCK:
+                j += 1
+            sides = (self.smoothed(i - 1) if i > 0 else None, self.smoothed(j) if j < n_blocks else None)
+            final = _GOOD if _GOOD in sides and _BAD not in sides else _BAD
+            self._final[i:j] = [final] * (j - i)   # the whole run at once: no run is walked twice
+        else:
+            final = kind
+        self._final[n] = final
+        return final
+
+    def _neighbour(self, n: int, step: int) -> _Kind | None:
+        """The nearest block in that direction that is not SHORT, before smoothing."""
+        kinds = self._kinds
+        n += step
+        while 0 <= n < len(kinds):
+            kind = kinds[n]
+            if kind is None:
+                kind = self.kind(n)
+            if kind != _SHORT_BLOCK:
+                return kind
+            n += step
+        return None
 
 
 def _comments_start(lines: list[str], blocks: list[int], first: int) -> int:
     """The block after ``first`` where a comment section starts: the first
     marker the page has once, or the first of ``_MIN_SIGNATURES`` comment
     signatures or more; ``len(blocks)`` when there is none."""
-    markers = [n for n, i in enumerate(blocks) if n > first and _ends_article(lines[i])]
-    seen = Counter(_marker_key(lines[blocks[n]]) for n in markers)
-    unique = [n for n in markers if seen[_marker_key(lines[blocks[n]])] == 1]
-    signed = [n for n, i in enumerate(blocks) if n > first and len(lines[i]) <= _MARKER_MAX_CHARS
-              and _SIGNATURE_RE.fullmatch(lines[i].strip())]
+    short = [(n, lines[i].strip()) for n, i in enumerate(blocks[first + 1:], first + 1)
+             if len(lines[i]) <= _MARKER_MAX_CHARS]
+    markers = [(n, line) for n, line in short if _may_end_article(line) and _END_MARKER_RE.fullmatch(line)]
+    seen = Counter(_marker_key(line) for _, line in markers)
+    unique = [n for n, line in markers if seen[_marker_key(line)] == 1]
+    signed = [n for n, line in short if ":" in line and _SIGNATURE_RE.fullmatch(line)]
     return min(unique[:1] + signed[:1] if len(signed) >= _MIN_SIGNATURES else unique[:1], default=len(blocks))
 
 
-def _ends_article(line: str) -> bool:
-    """A line that opens a comment section."""
-    return len(line) <= _MARKER_MAX_CHARS and _END_MARKER_RE.fullmatch(line.strip()) is not None
+def _may_end_article(line: str) -> bool:
+    """What every match of ``_END_MARKER_RE`` contains, tested first (a fullmatch a short
+    line cost more): no letter of these has another case that ``re.I`` matches ("s" has
+    "ſ", hence "pon" for "response")."""
+    low = line.lower()
+    return "comment" in low or "pon" in low or "repl" in low
 
 
 def _marker_key(line: str) -> str:
     """Markers that differ only in their counts are the same heading."""
     return _DIGITS_RE.sub("#", " ".join(line.lower().split()))
-
-
-def _classify(line: str, i: int, counts: list[tuple[int, int] | None], link_texts: Collection[str],
-              english: bool) -> tuple[_Kind, bool]:
-    """The block's kind, and whether it is link text (BAD for that reason)."""
-    block = line if _collapsed(line) else " ".join(line.split())
-    length = len(block)
-    link = _link_chars(block, link_texts)
-    if link > _LINK_SHARE_MAX * length:
-        return _Kind.BAD, True
-    if length < _SHORT:
-        return _Kind.SHORT, False
-    if not english:
-        return (_Kind.GOOD if length >= _LONG else _Kind.NEAR), False
-    # the line's words are the collapsed block's: whitespace is no word character
-    stop, words = counts[i] or _stop_counts(line)
-    share = stop / words if words else 0.0
-    if share >= _STOP_SHARE:
-        return (_Kind.GOOD if length >= _LONG else _Kind.NEAR), False
-    if share >= _STOP_SHARE_LOW:
-        return _Kind.NEAR, False
-    return _Kind.BAD, False
 
 
 def _collapsed(line: str) -> bool:
@@ -167,30 +284,25 @@ def _collapsed(line: str) -> bool:
     return line.isascii() and line.isprintable() and "  " not in line and line[:1] != " " and line[-1:] != " "
 
 
-def _sample_stop_share(lines: list[str], counts: list[tuple[int, int] | None], max_chars: int) -> float:
-    """The stop-word share of the text's first ``max_chars`` characters, line by line
-    (no word spans a newline), so a line with a non-ASCII character costs the regex
-    for itself only; whole lines' counts are kept in ``counts``."""
-    stop = words = 0
-    left = max_chars
-    for i, line in enumerate(lines):
-        if left <= 0:
-            break
-        if len(line) <= left:
-            line_stop, line_words = counts[i] = _stop_counts(line)
-        else:
-            line_stop, line_words = _stop_counts(line[:left])
-        stop, words, left = stop + line_stop, words + line_words, left - len(line) - 1
-    return stop / words if words else 0.0
-
-
 def _stop_counts(text: str) -> tuple[int, int]:
-    """Stop words and words (\\w+, case-folded) in ``text``."""
-    if text.isascii():
-        ascii_words = text.encode().translate(_ASCII_FOLD).split()
-        return sum(map(_STOP_WORD_BYTES.__contains__, ascii_words)), len(ascii_words)
-    words = _WORD_RE.findall(text.lower())
-    return sum(map(_STOP_WORDS.__contains__, words)), len(words)
+    """Stop words and words (\\w+, case-folded) in ``text``.  Words never span a
+    newline, so the whole text is counted with the byte table, and its lines with
+    a non-ASCII character (whose letters the table does not know) again with the
+    regex, in place of their byte-table counts."""
+    stop, words = _ascii_counts(text)
+    if not text.isascii():
+        for line in filterfalse(str.isascii, text.split("\n")):
+            line_stop, line_words = _ascii_counts(line)
+            found = _WORD_RE.findall(line.lower())
+            stop += sum(map(_STOP_WORDS.__contains__, found)) - line_stop
+            words += len(found) - line_words
+    return stop, words
+
+
+def _ascii_counts(text: str) -> tuple[int, int]:
+    """Stop words and words of ``text`` by the byte table (exact for ASCII text)."""
+    folded = text.encode("utf-8", "surrogatepass").translate(_ASCII_FOLD).split()
+    return sum(map(_STOP_WORD_BYTES.__contains__, folded)), len(folded)
 
 
 def _link_chars(block: str, link_texts: Collection[str]) -> int:
@@ -204,40 +316,3 @@ def _link_chars(block: str, link_texts: Collection[str]) -> int:
         if prefix in link_texts:
             return len(prefix)
     return 0
-
-
-def _smooth(kinds: list[_Kind]) -> list[_Kind]:
-    """Middling blocks (NEAR) become GOOD next to a GOOD block, else BAD; then
-    runs of SHORT blocks become GOOD when both sides are GOOD (or one side is
-    GOOD and the other the text's edge), else BAD."""
-    n = len(kinds)
-    out = list(kinds)
-    for i, kind in enumerate(kinds):
-        if kind == _Kind.NEAR:
-            near_good = _neighbour(kinds, i, -1) == _Kind.GOOD or _neighbour(kinds, i, 1) == _Kind.GOOD
-            out[i] = _Kind.GOOD if near_good else _Kind.BAD
-    i = 0
-    while i < n:
-        if out[i] != _Kind.SHORT:
-            i += 1
-            continue
-        j = i
-        while j < n and out[j] == _Kind.SHORT:
-            j += 1
-        before = out[i - 1] if i > 0 else None
-        after = out[j] if j < n else None
-        good = _Kind.GOOD in (before, after) and _Kind.BAD not in (before, after)
-        for k in range(i, j):
-            out[k] = _Kind.GOOD if good else _Kind.BAD
-        i = j
-    return out
-
-
-def _neighbour(kinds: list[_Kind], i: int, step: int) -> _Kind | None:
-    """The nearest block in that direction that is not SHORT."""
-    i += step
-    while 0 <= i < len(kinds):
-        if kinds[i] != _Kind.SHORT:
-            return kinds[i]
-        i += step
-    return None

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from crawler_tasks.dedup.fingerprint import collapse_words, fingerprint_collapsed
+from crawler_tasks.dedup.fingerprint import collapse_words_utf8, fingerprint_collapsed
 from crawler_tasks.dedup.simhash import simhash64_with_count
 from crawler_tasks.parse.html import ParsedPage, parse_html, prepare_document
 from crawler_tasks.parse.text import PageText, extract_text
@@ -31,7 +31,7 @@ def analyse(body: bytes, url: str, html_options: dict[str, Any], text_mode: str,
     doc = prepare_document(body, html_options.get("content_type"), **caps, budget=budget)
     if text_mode == "body":
         parsed = parse_html(doc, url, **html_options)
-        flat, n_words = collapse_words(parsed.text)
+        flat, data, n_words = collapse_words_utf8(parsed.text)
         text = PageText(url=url, title=parsed.title, text=parsed.text, lang_declared=parsed.lang,
                         word_count=n_words)
     else:
@@ -39,10 +39,10 @@ def analyse(body: bytes, url: str, html_options: dict[str, Any], text_mode: str,
         text = extract_text(doc, url, main_content=True, full_text=text_mode == "full", max_chars=max_chars,
                             content_type=html_options.get("content_type"), headers=html_options.get("headers"),
                             count_words=False)
-        flat, text.word_count = collapse_words(text.text)
+        flat, data, text.word_count = collapse_words_utf8(text.text)
     # no text, no fingerprint: empty pages (a bomb cut to nothing, an image page, an app
     # shell) are not copies of one another, nor evidence that two URLs spell one page
-    result = Analysis(parsed, text, fingerprint_collapsed(flat) if flat else "")
+    result = Analysis(parsed, text, fingerprint_collapsed(flat, data) if flat else "")
     if simhash_max_chars > 0:
         result.simhash, result.simhash_words = simhash64_with_count(flat[:simhash_max_chars])
     return result
