@@ -38,7 +38,7 @@ from crawler_tasks.stages.fetch.finish import End, archive_turn, finish_turn
 from crawler_tasks.stages.fetch.groups import Group, Taken, flush_group
 from crawler_tasks.stages.fetch.outcome import Turn
 from crawler_tasks.stages.fetch.turn import take_turn
-from crawler_tasks.stages.fetch.view import crawl_view
+from crawler_tasks.stages.fetch.view import crawl_view, shared_view
 from crawler_tasks.stages.worker import Worker, log_once
 
 log = logging.getLogger(__name__)
@@ -161,9 +161,7 @@ class FetchSession:
             if self.stop.is_set():
                 self._give_back_waiting()
             elif (on_grid or polling) and self.flowing:
-                room = self._room()
-                if room:
-                    self._take(w.frontier.get_urls(self.shard, room, owner=w.frontier.owner))
+                self._lease_more()
             self._dispatch()
             if on_grid or (polling and not self.held):
                 if self.held:
@@ -234,18 +232,27 @@ class FetchSession:
         wait = self.w.frontier.next_ready_in(self.shard)
         return wait is None or wait > _IDLE_END_S
 
-    def _room(self) -> int:
-        """How many more hosts to lease now (0 when the page budget is spent). With a page
-        budget, pages fetched plus hosts leased are read fresh here, not from the control
-        tick's view: sessions lease hundreds of hosts at a time, and a view 0.25 s old let
-        them lease past the budget (each leased host fetches a page)."""
+    def _lease_more(self) -> None:
+        """Lease ready hosts while the pool has room for them and, with a page budget,
+        the budget too: the process's sessions take their hosts from its room
+        (``view.py``), each leased host fetching a page."""
         s, w = self.w.settings, self.w
         room = min(max(s.FETCH_BATCH, s.WAKE_MAX_HOSTS), self.pool.host_room())
-        if self.spare is None or room <= 0:
-            return max(0, room)
-        self.leased = w.frontier.leased_hosts()
-        self.spare = s.MAX_PAGES - w.control.view().pages - self.leased
-        return max(0, min(room, self.spare))
+        if room <= 0:
+            return
+        if self.spare is None:
+            self._take(w.frontier.get_urls(self.shard, room, owner=w.frontier.owner))
+            return
+        shared = shared_view(w)
+        granted, self.spare, self.leased = shared.reserve(w, room)
+        if not granted:
+            return
+        leases: list[Lease] = []
+        try:
+            leases = w.frontier.get_urls(self.shard, granted, owner=w.frontier.owner)
+        finally:
+            shared.leased_now(granted, len(leases))
+        self._take(leases)
 
     def _check_control(self) -> None:
         s = self.w.settings
