@@ -89,17 +89,23 @@ class FetchResult:
     ip: str | None = None
     error: str | None = None
     error_kind: ErrorKind | None = None
+    # lower-case name -> first value, indexed from ``headers`` (that list) on the first lookup
+    _names: dict[str, str] | None = field(default=None, init=False, repr=False, compare=False)
+    _names_of: list[tuple[str, str]] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def duration_s(self) -> float:
         return max(0.0, self.ended - self.started)
 
     def header(self, name: str) -> str | None:
-        name = name.lower()
-        for key, value in self.headers:
-            if key.lower() == name:
-                return value
-        return None
+        """The first value of a header (a dozen lookups a turn: the names are indexed once)."""
+        names = self._names
+        if names is None or self._names_of is not self.headers:
+            names = self._names = {}
+            for key, value in self.headers:
+                names.setdefault(key.lower(), value)
+            self._names_of = self.headers
+        return names.get(name.lower())
 
     @property
     def content_type(self) -> str:

@@ -38,7 +38,7 @@ from crawler_tasks.stages.fetch.finish import End, archive_turn, finish_turn
 from crawler_tasks.stages.fetch.groups import Group, Taken, flush_group
 from crawler_tasks.stages.fetch.outcome import Turn
 from crawler_tasks.stages.fetch.turn import take_turn
-from crawler_tasks.stages.fetch.view import crawl_view, shared_view
+from crawler_tasks.stages.fetch.view import CONTROL_EVERY_S, crawl_view, shared_view
 from crawler_tasks.stages.worker import Worker, log_once
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,6 @@ _EARLY_S = 0.002          # a due host goes to the pool this much before te and 
                           # turn while the request itself waits for te (fetch's not_before)
 _SLACK_S = 0.001          # and goes this much after te: a busy server may stamp its answer's end a
                           # little after our read of its last byte (a threaded Python server: 3 ms)
-_CONTROL_EVERY_S = 0.25   # crawl state, page budget, room for more hosts
 _DRY_POLL_S = 0.5         # after a host ran dry, ready hosts are looked for every tick this long,
 _DRY_TICK_S = 0.02        # on a shorter tick: its links come back from parse in ~20 ms (so does the end)
 _IDLE_END_S = 0.5         # a session with no host and nothing ready this long ends (at once if none is soon)
@@ -156,7 +155,7 @@ class FetchSession:
             on_grid, polling = now >= next_control, now < poll_until
             if on_grid:
                 # on a grid shared by the sessions of this process: they read one fresh view
-                next_control = (now // _CONTROL_EVERY_S + 1) * _CONTROL_EVERY_S
+                next_control = (now // CONTROL_EVERY_S + 1) * CONTROL_EVERY_S
                 self._check_control()
             if self.stop.is_set():
                 self._give_back_waiting()

@@ -1,7 +1,8 @@
 """The crawl's state as the fetch sessions of one process see it: read once a control
 tick, whatever the number of sessions (each used to read it), in one round trip (state,
-page groups in flight, pages fetched and hosts leased). The sessions tick together, so
-the view a session gets is a few ms old.
+page groups in flight, pages fetched and hosts leased). The sessions tick on one grid
+(``CONTROL_EVERY_S``) and the first of them on a tick reads for all, so the view a
+session gets is from its tick, mostly a few ms old.
 
 The page budget: a session that leases hosts takes them from the process's room
 (``reserve``), counted against the last read plus what the process leased since.
@@ -19,7 +20,7 @@ import weakref
 from crawler_tasks.runtime.control import Control, ControlView
 from crawler_tasks.stages.worker import Worker
 
-_FRESH_S = 0.125   # half the sessions' control tick
+CONTROL_EVERY_S = 0.25   # the sessions' control grid: crawl state, page budget, room for more hosts
 _RESERVE_FRESH_S = 0.05   # a reservation far from the budget's end reuses a read this old
 
 
@@ -46,7 +47,7 @@ class _CrawlView:
     def read(self, w: Worker) -> tuple[ControlView, int]:
         with self.lock:
             now = time.monotonic()
-            if self.view is None or now - self.at >= _FRESH_S:
+            if self.view is None or now // CONTROL_EVERY_S != self.at // CONTROL_EVERY_S:
                 self._refresh(w, now)
             assert self.view is not None
             return self.view, self.leased + self.since + self.pending
