@@ -119,6 +119,9 @@ class Monitor:
         self.port = server.port
         self.roles: dict[str, str] = {}   # client port -> role
         self.counts: dict[tuple[str, str, str], int] = {}
+        # runs of commands from one client with no other client's between: round trips
+        # (the server runs a pipeline it read at once; two in a row count as one)
+        self.trips: dict[str, int] = {}
         self.scripts = {hashlib.sha1(path.read_bytes()).hexdigest(): path.stem
                         for path in (ROOT / "crawler_tasks").rglob("*.lua")}
         conn = redis.Redis.from_url(server.url, socket_timeout=None).connection_pool.get_connection("MONITOR")
@@ -144,6 +147,7 @@ class Monitor:
 
     def _read(self) -> None:
         seen = self.counts
+        last = ""
         try:
             while True:
                 try:
@@ -167,6 +171,9 @@ class Monitor:
                 elif len(args) > 1:
                     key = args[1]
                 where = "lua" if client == "lua" else client.rsplit(":", 1)[-1]
+                if where != "lua" and where != last:
+                    self.trips[where] = self.trips.get(where, 0) + 1
+                    last = where
                 item = (where, cmd, _key_shape(key))
                 seen[item] = seen.get(item, 0) + 1
         except (redis.ConnectionError, OSError):
@@ -180,6 +187,12 @@ class Monitor:
             role = "inside scripts" if where == "lua" else self.roles.get(where, "unmapped")
             by_role.setdefault(role, {})
             by_role[role][(cmd, key)] = by_role[role].get((cmd, key), 0) + n
+        trips: dict[str, int] = {}
+        for where, n in list(self.trips.items()):
+            role = self.roles.get(where, "unmapped")
+            trips[role] = trips.get(role, 0) + n
+        print("round trips per page by role (MONITOR: runs of one client's commands): " +
+              ", ".join(f"{role} {n / pages:.2f}" for role, n in sorted(trips.items(), key=lambda kv: -kv[1])))
         print("commands per page by role (MONITOR; scripts by file; key shape):")
         for role, cmds in sorted(by_role.items(), key=lambda kv: -sum(kv[1].values())):
             top = sorted(cmds.items(), key=lambda kv: -kv[1])[:14]

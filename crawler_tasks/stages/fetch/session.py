@@ -240,7 +240,7 @@ class FetchSession:
         if room <= 0:
             return
         if self.spare is None:
-            self._take(w.frontier.get_urls(self.shard, room, owner=w.frontier.owner))
+            self._take(w.frontier.get_urls(self.shard, room, owner=w.frontier.owner), own=True)
             return
         shared = shared_view(w)
         granted, self.spare, self.leased = shared.reserve(w, room)
@@ -251,7 +251,7 @@ class FetchSession:
             leases = w.frontier.get_urls(self.shard, granted, owner=w.frontier.owner)
         finally:
             shared.leased_now(granted, len(leases))
-        self._take(leases)
+        self._take(leases, own=True)
 
     def _check_control(self) -> None:
         s = self.w.settings
@@ -273,10 +273,13 @@ class FetchSession:
             self.spare = s.MAX_PAGES - view.pages - self.leased
 
     # -- hosts ------------------------------------------------------------------------
-    def _take(self, leases: list[Lease]) -> None:
+    def _take(self, leases: list[Lease], *, own: bool = False) -> None:
+        """Hold leased hosts. Those wake leased for the session are renewed first (in the
+        process's name, and the session may start late); ``own``: just leased by this
+        process, with a full lease in its name already (one round trip less)."""
         if not leases:
             return
-        renewed = [lease for lease in self.w.frontier.renew(leases) if lease is not None]
+        renewed = leases if own else [lease for lease in self.w.frontier.renew(leases) if lease is not None]
         if len(renewed) < len(leases):
             self._bump("frontier/lease_lost", len(leases) - len(renewed))
         states = self.w.frontier.host_states(renewed)
