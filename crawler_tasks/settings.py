@@ -11,6 +11,7 @@ Lists are written in the environment as comma-separated values; booleans as
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 import os
 from collections.abc import Mapping
@@ -470,13 +471,19 @@ class Settings:
 
     @property
     def node_name(self) -> str:
-        import socket
-
-        return self.NODE_NAME or socket.gethostname().split(".")[0]
+        return self.NODE_NAME or _short_hostname()
 
     @property
     def uses_default_contact(self) -> bool:
         return self.USER_AGENT == DEFAULT_USER_AGENT
+
+
+@functools.cache
+def _short_hostname() -> str:
+    """The machine's name, asked once (every fetched page names its node)."""
+    import socket
+
+    return socket.gethostname().split(".")[0]
 
 
 def _is_ip(text: str) -> bool:

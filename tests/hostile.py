@@ -64,6 +64,7 @@ class HostileServer:
     tls: ssl.SSLContext | None = None   # server side, when the endpoints speak https
     stopping: threading.Event = field(default_factory=threading.Event)
     connections: int = 0          # connections accepted on the HTTP listener
+    tls_resumed: int = 0          # of which TLS handshakes that resumed a session
     _threads: list[threading.Thread] = field(default_factory=list)
     _open: set[socket.socket] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -119,6 +120,8 @@ class HostileServer:
         try:
             if self.tls is not None and handler == self._serve:
                 conn = self.tls.wrap_socket(conn, server_side=True)
+                with self._lock:
+                    self.tls_resumed += conn.session_reused
             handler(conn)
         except OSError:
             pass  # the client hung up: expected for every hostile endpoint

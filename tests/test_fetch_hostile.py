@@ -344,6 +344,25 @@ def test_https_unknown_issuer_is_a_tls_error(fetcher, cert):
     assert res.error_kind == ErrorKind.TLS and "certificate" in res.error
 
 
+def test_https_new_connection_resumes_the_tls_session(fetcher, cert):
+    """A host's keep-alive connection closed between two requests (the server hung up, or
+    a session gave the host back): the next connection resumes the TLS session."""
+    fetcher._tls.load_verify_locations(cert)
+    with start_hostile("127.0.0.6", certfile=cert) as srv:
+        first = fetcher.fetch(srv.base_url + "/page")
+        fetcher.release(f"{srv.host}:{srv.sock.getsockname()[1]}")   # closes the idle connection
+        second = fetcher.fetch(srv.base_url + "/page")
+        assert first.content == second.content == PAGE and second.error is None
+        assert (srv.connections, srv.tls_resumed) == (2, 1)
+        other = Fetcher(fetcher.settings)   # a fetcher without the session: a full handshake
+        other._tls.load_verify_locations(cert)
+        try:
+            assert other.fetch(srv.base_url + "/page").content == PAGE
+        finally:
+            other.close()
+        assert (srv.connections, srv.tls_resumed) == (3, 1)
+
+
 def test_https_pages_hostile_endpoints_and_keepalive(fetcher, cert):
     fetcher._tls.load_verify_locations(cert)  # trust the test certificate
     with start_hostile("127.0.0.6", certfile=cert) as srv:

@@ -169,17 +169,19 @@ class ContentIndex:
         then stored as a revisit record; the first capture of a digest wins), queued on
         a pipeline of the global client that the caller runs with its own commands (one
         round trip). Returns the reader of its replies among the pipeline's: (url, date)
-        of the earlier capture, or None; it raises a reply that is an error."""
+        of the earlier capture, or None; it raises a reply that is an error. Only a
+        payload seen before costs a second command (and round trip): its first capture."""
         key = self.gkeys.payloads(int.from_bytes(digest.encode()[-4:], "big") % self.settings.SHARDS)
         at = len(pipe)
         pipe.hsetnx(key, digest, f"{url} {date}")
-        pipe.hget(key, digest)
 
         def read(replies: list[object]) -> tuple[str, str] | None:
-            for reply in replies[at:at + 2]:
-                if isinstance(reply, Exception):
-                    raise reply
-            first = replies[at + 1]
+            reply = replies[at]
+            if isinstance(reply, Exception):
+                raise reply
+            if reply:   # the first capture of this payload
+                return None
+            first = global_client(self.settings).hget(key, digest)
             if not isinstance(first, str) or first == f"{url} {date}":
                 return None
             first_url, first_date = first.rsplit(" ", 1)

@@ -14,6 +14,7 @@ address in ``allow_metadata`` (the ALLOW_METADATA_ADDRESSES setting).
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 import threading
@@ -268,7 +269,10 @@ def system_resolver(host: str) -> list[str]:
     return out
 
 
+@functools.lru_cache(maxsize=65_536)
 def _literal(host: str) -> str | None:
+    """The address a host spells (an IP literal), else None. Cached: every turn asks
+    it of its host, and ``ip_address`` takes ~10 us a host, raising for a name."""
     text = host.strip()
     if text.startswith("[") and text.endswith("]"):
         text = text[1:-1]

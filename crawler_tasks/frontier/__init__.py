@@ -523,6 +523,26 @@ class Frontier:
         """Hosts leased over all shards (fetches in flight)."""
         return sum(int(self.client(s).zcard(self.keys(s).lease)) for s in range(self.shards))
 
+    def queue_leased_hosts(self, pipe: redis.client.Pipeline, client: redis.Redis) -> Callable[[list[object]], int]:
+        """``leased_hosts`` with the shards on ``client``'s server (``same_server``) queued
+        on ``pipe``, a pipeline of that client the caller runs: one round trip for them
+        and the caller's commands. Returns the reader of the total (it reads the other
+        shards itself; an error reply raises)."""
+        here = [s for s in range(self.shards) if self.same_server(s, client)]
+        at = len(pipe)
+        for shard in here:
+            pipe.zcard(self.keys(shard).lease)
+
+        def read(replies: list[object]) -> int:
+            total = 0
+            for reply in replies[at:at + len(here)]:
+                if isinstance(reply, Exception):
+                    raise reply
+                total += int(reply)  # type: ignore[call-overload]
+            return total + sum(int(self.client(s).zcard(self.keys(s).lease))
+                               for s in range(self.shards) if s not in here)
+        return read
+
     def add_head(self, shard: int, host: str, entry: Entry) -> None:
         """Put an entry at the head of a leased host's back queue (it is fetched next)."""
         k = self.keys(shard)

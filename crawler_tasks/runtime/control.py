@@ -170,21 +170,34 @@ class Control:
     def view(self) -> ControlView:
         """State, page groups waiting for parse/enqueue, pages fetched: one round trip."""
         pipe = self.client.pipeline(transaction=False)
+        read = self.queue_view(pipe)
+        return read(pipe.execute())
+
+    def queue_view(self, pipe: redis.client.Pipeline) -> Callable[[list[object]], ControlView]:
+        """``view`` queued on a pipeline of the global client that the caller runs with
+        its own commands. Returns the reader of its replies (an error reply raises)."""
+        at = len(pipe)
         pipe.hget(self.keys.control, "state")
         pipe.zcard(self.keys.inflight)
         pipe.hget(self.keys.stats, "fetch/pages")
-        state, inflight, pages = pipe.execute()
-        return ControlView(_state(state), int(inflight or 0), int(pages or 0))
+
+        def read(replies: list[object]) -> ControlView:
+            state, inflight, pages = _replies(replies, at, 3)
+            return ControlView(_state(state), int(inflight or 0), int(pages or 0))  # type: ignore[arg-type, call-overload]
+        return read
 
     # -- counters ---------------------------------------------------------------------
-    def count(self, counters: Mapping[str, int]) -> None:
-        """Add to the crawl's counters in one round trip."""
+    def count(self, counters: Mapping[str, int], pipe: redis.client.Pipeline | None = None) -> None:
+        """Add to the crawl's counters in one round trip (queued on ``pipe`` when given,
+        a pipeline of the global client that the caller runs)."""
         if not counters:
             return
-        pipe = self.client.pipeline(transaction=False)
+        own = pipe is None
+        pipe = self.client.pipeline(transaction=False) if pipe is None else pipe
         for name, n in counters.items():
             pipe.hincrby(self.keys.stats, name, n)
-        pipe.execute()
+        if own:
+            pipe.execute()
 
     def queue_count_page(self, pipe: redis.client.Pipeline) -> Callable[[list[object]], int]:
         """One more page fetched, counted at once (the page budget must not trail the
@@ -205,18 +218,21 @@ class Control:
         return {k: int(v) for k, v in raw.items()}
 
     # -- batches in flight ------------------------------------------------------------
-    def begin_batches(self, batch_ids: Iterable[str], deadline: float, node: str | None = None) -> None:
+    def begin_batches(self, batch_ids: Iterable[str], deadline: float, node: str | None = None,
+                      pipe: redis.client.Pipeline | None = None) -> None:
         """Page groups start their way to parse, on ``node``'s parse workers when given: the
-        owner is written with them (one round trip), so that no group of a node lost
-        in between waits without one for its deadline."""
+        owner is written with them (one round trip, or queued on ``pipe`` as ``count``),
+        so that no group of a node lost in between waits without one for its deadline."""
         mapping = {batch_id: deadline for batch_id in batch_ids}
         if not mapping:
             return
-        pipe = self.client.pipeline(transaction=False)
+        own = pipe is None
+        pipe = self.client.pipeline(transaction=False) if pipe is None else pipe
         pipe.zadd(self.keys.inflight, mapping)
         if node is not None:
             pipe.hset(self.keys.group_owner, mapping={batch_id: node for batch_id in mapping})
-        pipe.execute()
+        if own:
+            pipe.execute()
 
     def end_batch(self, batch_id: str) -> None:
         pipe = self.client.pipeline(transaction=False)
@@ -361,6 +377,15 @@ class Control:
             if shard.isdigit():
                 out[int(shard)] = out.get(int(shard), 0) + 1
         return out
+
+
+def _replies(replies: list[object], at: int, n: int) -> list[object]:
+    """A participant's ``n`` replies among a shared pipeline's, from ``at``; an error raises."""
+    mine = replies[at:at + n]
+    for reply in mine:
+        if isinstance(reply, Exception):
+            raise reply
+    return mine
 
 
 def _state(raw: str | None) -> CrawlState:

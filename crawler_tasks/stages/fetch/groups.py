@@ -52,13 +52,14 @@ def flush_group(w: Worker, shard: int, group: Group, counters: Counters,
     captures = [Capture(t.page, next(refs) if t.body else None, t.warc_id, t.location) for t in group.pages]
     w.warc.flush()
     pages = [t.page for t in group.pages]
-    latencies = [p.fetch_ms / 1000 for p in pages if p.fetch_ms is not None]
-    if latencies:
-        record_latencies(w.control.client, w.settings.KEY_PREFIX, latencies)
     for page in pages:
         count_page(page, counters, pages_counted=bool(w.settings.MAX_PAGES))
-    w.control.begin_batches([group_id], time.time() + w.settings.batch_timeout_s, w.settings.node_name)
-    w.count(counters)
+    # latencies, the group in flight and the counters: one round trip
+    pipe = w.control.client.pipeline(transaction=False)
+    record_latencies(pipe, w.settings.KEY_PREFIX, [p.fetch_ms / 1000 for p in pages if p.fetch_ms is not None])
+    w.control.begin_batches([group_id], time.time() + w.settings.batch_timeout_s, w.settings.node_name, pipe)
+    w.control.count(counters, pipe)
+    pipe.execute()
     emit(captures, group_id)
     w.frontier.ack(shard, group.parked, group_id)
     return len(captures)

@@ -38,7 +38,7 @@ from crawler_tasks.stages.fetch.finish import End, archive_turn, finish_turn
 from crawler_tasks.stages.fetch.groups import Group, Taken, flush_group
 from crawler_tasks.stages.fetch.outcome import Turn
 from crawler_tasks.stages.fetch.turn import take_turn
-from crawler_tasks.stages.fetch.view import crawl_view
+from crawler_tasks.stages.fetch.view import CONTROL_EVERY_S, crawl_view, shared_view
 from crawler_tasks.stages.worker import Worker, log_once
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,6 @@ _EARLY_S = 0.002          # a due host goes to the pool this much before te and 
                           # turn while the request itself waits for te (fetch's not_before)
 _SLACK_S = 0.001          # and goes this much after te: a busy server may stamp its answer's end a
                           # little after our read of its last byte (a threaded Python server: 3 ms)
-_CONTROL_EVERY_S = 0.25   # crawl state, page budget, room for more hosts
 _DRY_POLL_S = 0.5         # after a host ran dry, ready hosts are looked for every tick this long,
 _DRY_TICK_S = 0.02        # on a shorter tick: its links come back from parse in ~20 ms (so does the end)
 _IDLE_END_S = 0.5         # a session with no host and nothing ready this long ends (at once if none is soon)
@@ -156,14 +155,12 @@ class FetchSession:
             on_grid, polling = now >= next_control, now < poll_until
             if on_grid:
                 # on a grid shared by the sessions of this process: they read one fresh view
-                next_control = (now // _CONTROL_EVERY_S + 1) * _CONTROL_EVERY_S
+                next_control = (now // CONTROL_EVERY_S + 1) * CONTROL_EVERY_S
                 self._check_control()
             if self.stop.is_set():
                 self._give_back_waiting()
             elif (on_grid or polling) and self.flowing:
-                room = self._room()
-                if room:
-                    self._take(w.frontier.get_urls(self.shard, room, owner=w.frontier.owner))
+                self._lease_more()
             self._dispatch()
             if on_grid or (polling and not self.held):
                 if self.held:
@@ -234,18 +231,27 @@ class FetchSession:
         wait = self.w.frontier.next_ready_in(self.shard)
         return wait is None or wait > _IDLE_END_S
 
-    def _room(self) -> int:
-        """How many more hosts to lease now (0 when the page budget is spent). With a page
-        budget, pages fetched plus hosts leased are read fresh here, not from the control
-        tick's view: sessions lease hundreds of hosts at a time, and a view 0.25 s old let
-        them lease past the budget (each leased host fetches a page)."""
+    def _lease_more(self) -> None:
+        """Lease ready hosts while the pool has room for them and, with a page budget,
+        the budget too: the process's sessions take their hosts from its room
+        (``view.py``), each leased host fetching a page."""
         s, w = self.w.settings, self.w
         room = min(max(s.FETCH_BATCH, s.WAKE_MAX_HOSTS), self.pool.host_room())
-        if self.spare is None or room <= 0:
-            return max(0, room)
-        self.leased = w.frontier.leased_hosts()
-        self.spare = s.MAX_PAGES - w.control.view().pages - self.leased
-        return max(0, min(room, self.spare))
+        if room <= 0:
+            return
+        if self.spare is None:
+            self._take(w.frontier.get_urls(self.shard, room, owner=w.frontier.owner), own=True)
+            return
+        shared = shared_view(w)
+        granted, self.spare, self.leased = shared.reserve(w, room)
+        if not granted:
+            return
+        leases: list[Lease] = []
+        try:
+            leases = w.frontier.get_urls(self.shard, granted, owner=w.frontier.owner)
+        finally:
+            shared.leased_now(granted, len(leases))
+        self._take(leases, own=True)
 
     def _check_control(self) -> None:
         s = self.w.settings
@@ -267,10 +273,13 @@ class FetchSession:
             self.spare = s.MAX_PAGES - view.pages - self.leased
 
     # -- hosts ------------------------------------------------------------------------
-    def _take(self, leases: list[Lease]) -> None:
+    def _take(self, leases: list[Lease], *, own: bool = False) -> None:
+        """Hold leased hosts. Those wake leased for the session are renewed first (in the
+        process's name, and the session may start late); ``own``: just leased by this
+        process, with a full lease in its name already (one round trip less)."""
         if not leases:
             return
-        renewed = [lease for lease in self.w.frontier.renew(leases) if lease is not None]
+        renewed = leases if own else [lease for lease in self.w.frontier.renew(leases) if lease is not None]
         if len(renewed) < len(leases):
             self._bump("frontier/lease_lost", len(leases) - len(renewed))
         states = self.w.frontier.host_states(renewed)
