@@ -73,9 +73,10 @@ def sample_tree(pid: int, cpu_by_pid: dict[int, tuple[str, float]], rss_by_role:
                 rss = p.memory_info().rss
                 t = p.cpu_times()
                 cmdlines[p.pid] = p.cmdline()
-                # a pid keeps its first role: a process that exited (a zombie until reaped)
-                # has no command line, and its last sample would count it as "other"
-                role = cpu_by_pid[p.pid][0] if p.pid in cpu_by_pid else role_of(cmdlines[p.pid], cmdlines.get(p.ppid()))
+                # a process that exited (a zombie until reaped) has no command line: it keeps
+                # its role, or its last sample would count all its CPU as "other"
+                role = (cpu_by_pid[p.pid][0] if not cmdlines[p.pid] and p.pid in cpu_by_pid
+                        else role_of(cmdlines[p.pid], cmdlines.get(p.ppid())))
         except psutil.NoSuchProcess:
             continue
         total += rss
