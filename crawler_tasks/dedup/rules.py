@@ -31,7 +31,7 @@ links of the host's fetched pages.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,24 +159,49 @@ class UrlRules:
 
     # -- the gate's side ---------------------------------------------------------------
     def _host(self, host: str) -> _HostRules:
-        now = time.monotonic()
         hit = self._cache.get(host)
-        if hit is not None and hit.until > now:
+        if hit is not None and hit.until > time.monotonic():
             return hit
-        k, shard = self._keys(host)
-        client = shard_client(self.settings, shard)
-        pipe = client.pipeline(transaction=False)
-        pipe.smembers(k.dust_rules(host))
-        pipe.hgetall(k.trap_shapes(host))
-        rules, traps = pipe.execute()
-        rules = sorted(rules) if self.learning else []
-        evidence = client.hmget(k.dust(host), [f"{f}:{r}" for r in rules for f in ("e", "n")]) if rules else []
-        if len(self._cache) >= MAX_CACHED_HOSTS:
+        return self._read([host])[host]
+
+    def prefetch(self, hosts: Iterable[str]) -> None:
+        """Read what the gate knows of the hosts not cached (or cached too long ago) at
+        once, in one round trip per shard (two when some have rules): a batch's links
+        name dozens of hosts, each read on its own before."""
+        now = time.monotonic()
+        stale = [h for h in dict.fromkeys(hosts) if (hit := self._cache.get(h)) is None or hit.until <= now]
+        if stale:
+            self._read(stale)
+
+    def _read(self, hosts: list[str]) -> dict[str, _HostRules]:
+        """Each host's rules in force with their evidence and its trap shapes, cached."""
+        pipes: dict[int, Pipeline] = {}
+        for host in hosts:
+            k, shard = self._keys(host)
+            pipe = self._pipeline(pipes, shard)
+            pipe.smembers(k.dust_rules(host))
+            pipe.hgetall(k.trap_shapes(host))
+        replies = {shard: iter(pipe.execute()) for shard, pipe in pipes.items()}
+        read: dict[str, tuple[list[str], dict[str, str]]] = {}
+        pipes = {}
+        for host in hosts:
+            shard = self._keys(host)[1]
+            rules, traps = next(replies[shard]), next(replies[shard])
+            read[host] = (sorted(rules) if self.learning else []), traps
+            if read[host][0]:
+                self._pipeline(pipes, shard).hmget(self._keys(host)[0].dust(host),
+                                                   [f"{f}:{r}" for r in read[host][0] for f in ("e", "n")])
+        replies = {shard: iter(pipe.execute()) for shard, pipe in pipes.items()}
+        if len(self._cache) + len(hosts) > MAX_CACHED_HOSTS:
             self._cache.clear()
-        entry = self._cache[host] = _HostRules(
-            now + self.settings.DUST_CACHE_S, frozenset(rules), dict(traps),
-            {r: (int(evidence[2 * i] or 0), int(evidence[2 * i + 1] or 0)) for i, r in enumerate(rules)})
-        return entry
+        until = time.monotonic() + self.settings.DUST_CACHE_S
+        out: dict[str, _HostRules] = {}
+        for host, (rules, traps) in read.items():
+            evidence = next(replies[self._keys(host)[1]]) if rules else []
+            out[host] = self._cache[host] = _HostRules(
+                until, frozenset(rules), dict(traps),
+                {r: (int(evidence[2 * i] or 0), int(evidence[2 * i + 1] or 0)) for i, r in enumerate(rules)})
+        return out
 
     def judge(self, url: str, host: str, counters: Counters, depth: int = 0,
               drops: list[RuleDrop] | None = None) -> str | None:
@@ -238,6 +263,8 @@ class UrlRules:
                 lists[0].append(rec)
         if not by_host:
             return
+        if texts:   # their trap shapes: links to them make no page worth its fetch
+            self.prefetch(by_host)
         reads: dict[int, Pipeline] = {}
         plans: list[_HostPlan] = []
         for host, (group, with_shape) in by_host.items():
