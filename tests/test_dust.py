@@ -16,7 +16,7 @@ from crawler_tasks.dedup.dust import (
     shape,
     walks,
 )
-from crawler_tasks.dedup.rules import RuleDrop, UrlRules
+from crawler_tasks.dedup.rules import RuleDrop, UrlRules, _shapes_of, _walks
 from crawler_tasks.frontier import Discovered, Frontier
 from crawler_tasks.records import FetchedPage, Found, PageRecord, Parsed
 
@@ -65,6 +65,19 @@ def test_shapes_and_walks():
     assert not walks(f"{H}/cal/2024/5", others)
     assert walks(f"{H}/cal/2024/5", [*others, f"{H}/cal/2024/4"])
     assert not walks(f"{H}/about", [f"{H}/about", f"{H}/team"])
+
+
+def test_walks_of_a_page_given_only_its_own_shapes_links_is_walks():
+    """The parse stage hands ``dust.walks`` only the links of the page's own shape (their
+    shapes are cached per URL): the same answer on every page and link spelling."""
+    rnd = random.Random(3)
+    spell = [lambda: f"/cal/{rnd.randint(2023, 2025)}/{rnd.randint(1, 12)}", lambda: f"/list?page={rnd.randint(1, 5)}",
+             lambda: f"/list?page={rnd.randint(1, 5)}&sort=asc", lambda: f"/a{rnd.randint(0, 3)}",
+             lambda: "/about", lambda: f"/about?x={rnd.choice('ab')}", lambda: f"/p/{rnd.randint(1, 3)}.html"]
+    urls = [H + rnd.choice(spell)() for _ in range(300)]
+    for page in urls[:100]:
+        links = rnd.sample(urls, 12)
+        assert _walks(page, _shapes_of(page), links) == walks(page, links), (page, links)
 
 
 def test_same_content_units():

@@ -33,6 +33,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from redis.client import Pipeline
@@ -66,6 +67,7 @@ _LOW_YIELDS = tuple(_YIELD_FIELD)
 _COUNT_FIELDS = ("n", "w", *_YIELD_FIELD.values())
 _FIELDS_PER_SHAPE = 3 + len(_YIELD_FIELD)
 MAX_LINKED_SHAPES = 256   # shapes of a batch's links whose tallies are read
+MAX_CACHED_SHAPES = 16_384   # URLs whose shapes a worker keeps (~4 MB)
 
 
 def _origin_host(url: str) -> str:
@@ -74,11 +76,20 @@ def _origin_host(url: str) -> str:
     return parts[2] if len(parts) > 2 else ""
 
 
-def _shapes_of(url: str) -> list[tuple[str, bool]]:
+@lru_cache(maxsize=MAX_CACHED_SHAPES)
+def _shapes_of(url: str) -> tuple[tuple[str, bool], ...]:
     """The shapes a page counts for, (shape, is a facet shape): a shape without digits or
-    parameters is one URL and never counted."""
+    parameters is one URL and never counted. Cached: a host's pages link the same
+    pages (its menus), and each link's shapes were worked out again for every page."""
     out = [(shape(url), False), (facet_shape(url), True)]
-    return [(name, facet) for name, facet in out if name is not None and ("#" in name or "?" in name)]
+    return tuple((name, facet) for name, facet in out if name is not None and ("#" in name or "?" in name))
+
+
+def _walks(url: str, mine: tuple[tuple[str, bool], ...], links: list[str]) -> bool:
+    """``dust.walks`` of the page, given only the links of its own shape (a walk step has
+    it; a page whose shape has neither digits nor parameters has no number to step)."""
+    own = next((name for name, facet in mine if not facet), None)
+    return own is not None and walks(url, [link for link in links if (own, False) in _shapes_of(link)])
 
 
 def _links_that_count(links: list[str], shapes_of: dict[str, frozenset[str]], skip: set[str]) -> list[str]:
@@ -418,7 +429,7 @@ class UrlRules:
             mine = _shapes_of(rec.page.url)
             sketch = None if text is None else PageSketch.of(
                 text, _links_that_count(links, plan.link_shapes, skip | {name for name, _ in mine}))
-            walk = s.TRAP_WALK_PAGES and walks(rec.page.url, links)
+            walk = s.TRAP_WALK_PAGES and _walks(rec.page.url, mine, links)
             for name, facet in mine:
                 verdict = page_yield(duplicate=bool(rec.parsed.duplicate_of),
                                      near_duplicate=bool(rec.parsed.near_duplicate_of), soft_404=rec.parsed.soft_404,
