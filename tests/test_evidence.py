@@ -9,6 +9,7 @@ import zlib
 from crawler_tasks.dedup.evidence import (
     BOTTOM_K,
     MAX_CHARS,
+    MIN_SHINGLES,
     RING,
     PageSketch,
     Ring,
@@ -126,5 +127,7 @@ def test_bottom_k_is_the_k_smallest_whatever_the_set():
     ids = [zlib.crc32(w) for w in text[:MAX_CHARS].encode().split()]
     shingles = set(map(hash, zip(ids, ids[1:], ids[2:], ids[3:], strict=False)))
     sketch = PageSketch.of(text)
-    assert sketch.shingles == frozenset(heapq.nsmallest(BOTTOM_K, shingles)) and sketch.n_shingles == len(shingles)
+    assert sketch.shingles == frozenset(heapq.nsmallest(BOTTOM_K, shingles)) and sketch.n_shingles >= len(shingles)
+    assert PageSketch.of("a b c d e f g h i j k").n_shingles == 8 >= MIN_SHINGLES     # few: distinct ones
+    assert PageSketch.of("a b c d " * 3).n_shingles == 4 < MIN_SHINGLES                 # repeats count once
     assert PageSketch.load(sketch.dump()) == sketch

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import heapq
 import zlib
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from hashlib import blake2b
@@ -73,19 +73,19 @@ class Yield(StrEnum):
 
 
 
-def _bottom(hashes: set[int], least: int, bits: int) -> frozenset[int]:
-    """The BOTTOM_K smallest of ``hashes``, spread evenly over ``bits`` bits from ``least``
-    (tuple hashes, CRC-32s). They are looked for first below a cut that PREFILTER x BOTTOM_K
-    of them are expected to pass (half the time of heapq's pass over them all); if too few
-    pass (a short or repetitive text), among all."""
+def _bottom(hashes: Collection[int], least: int, bits: int) -> frozenset[int]:
+    """The BOTTOM_K smallest distinct values of ``hashes``, which spread evenly over
+    ``bits`` bits from ``least`` (tuple hashes, CRC-32s). They are looked for first below
+    a cut that PREFILTER x BOTTOM_K of them are expected to pass (a set of all, then
+    heapq's pass over it, cost twice as much); if too few pass (a short or repetitive
+    text), among all."""
     n = len(hashes)
     if n > 2 * PREFILTER * BOTTOM_K:
         cut = least + (PREFILTER * BOTTOM_K << bits) // n
-        low = [h for h in hashes if h < cut]
+        low = {h for h in hashes if h < cut}
         if len(low) >= BOTTOM_K:
-            low.sort()
-            return frozenset(low[:BOTTOM_K])
-    return frozenset(heapq.nsmallest(BOTTOM_K, hashes))
+            return frozenset(sorted(low)[:BOTTOM_K])
+    return frozenset(heapq.nsmallest(BOTTOM_K, set(hashes)))
 
 
 def _hexes(hashes: frozenset[int]) -> str:
@@ -99,8 +99,10 @@ def _unhex(text: str) -> frozenset[int]:
 @dataclass(frozen=True, slots=True)
 class PageSketch:
     """A page reduced to what the ring keeps: its template key, the bottom-k hashes of
-    its shingles (``n_shingles`` is how many it had before the cut) and of the links
-    that count (``links``: out of its shapes and of trap shapes)."""
+    its shingles and of the links that count (``links``: out of its shapes and of trap
+    shapes). ``n_shingles`` is how many distinct shingles it had when fewer than
+    BOTTOM_K, else how many it had (repeats counted: the ring only asks whether there
+    are MIN_SHINGLES, and a set of them all was a sixth of the sketch's time)."""
 
     template: str
     shingles: frozenset[int]
@@ -115,9 +117,11 @@ class PageSketch:
         words = text[:MAX_CHARS].encode("utf-8", "surrogatepass").lower().translate(_FOLD).split()
         template = blake2b(b" ".join(words), digest_size=6).hexdigest()
         ids = list(map(zlib.crc32, words))
-        hashes = set(map(hash, zip(ids, ids[1:], ids[2:], ids[3:], strict=False)))
+        hashes = list(map(hash, zip(ids, ids[1:], ids[2:], ids[3:], strict=False)))
+        bottom = _bottom(hashes, -1 << 63, 64)
         linked = {zlib.crc32(link.encode("utf-8", "surrogatepass")) for link in links}
-        return cls(template, _bottom(hashes, -1 << 63, 64), len(hashes), _bottom(linked, 0, 32))
+        return cls(template, bottom, len(bottom) if len(bottom) < BOTTOM_K else len(hashes),
+                   _bottom(linked, 0, 32))
 
     def dump(self) -> str:
         text = _TEXTS.get(self)

@@ -229,8 +229,8 @@ class UrlRules:
                 drops.append(RuleDrop(url, host, depth, "URL rule " + " ".join(applied),
                                       f"the same page as {out} ({units} evidence units from {pairs} pairs of "
                                       f"same-content pages of this host, no counter-example)"))
-        for name in (shape(out), facet_shape(out)) if known.traps else ():
-            if name is not None and name in known.traps:
+        for name, _ in _shapes_of(out) if known.traps else ():   # a trap is one of the shapes counted
+            if name in known.traps:
                 bump(counters, "filter/trap_shape")
                 if drops is not None:
                     drops.append(RuleDrop(url, host, depth, f"trap shape {name}", known.traps[name]))
