@@ -130,7 +130,7 @@ def test_parts_in_one_round_trip_and_a_forgotten_script_is_loaded_again(rclient,
     index = NearDupIndex(rclient, settings.KEY_PREFIX, parts=3)
     rclient.ping()   # the connection is made: its handshake is not counted
     sent: list[bytes] = []
-    conn_class = type(rclient.connection_pool.get_connection("_"))
+    conn_class = rclient.connection_pool.connection_class
     send = conn_class.send_packed_command
 
     def counted(conn, command, check_health=True):
