@@ -20,6 +20,7 @@ import cProfile
 import dataclasses
 import os
 import pstats
+import shutil
 import sys
 import tempfile
 import time
@@ -150,6 +151,7 @@ def main() -> int:
                 w.sandbox.close()
     finally:
         server.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
     n = max(pages, 1)
     print(f"web: {args.hosts} hosts x {args.pages} pages, mean {args.mean_bytes} B; {pages} pages in groups")
     for role in ("parse", "enqueue"):
