@@ -16,7 +16,7 @@ from crawler_tasks.dedup.dust import (
     shape,
     walks,
 )
-from crawler_tasks.dedup.rules import RuleDrop, UrlRules
+from crawler_tasks.dedup.rules import RuleDrop, UrlRules, _shapes_of, _walks
 from crawler_tasks.frontier import Discovered, Frontier
 from crawler_tasks.records import FetchedPage, Found, PageRecord, Parsed
 
@@ -65,6 +65,19 @@ def test_shapes_and_walks():
     assert not walks(f"{H}/cal/2024/5", others)
     assert walks(f"{H}/cal/2024/5", [*others, f"{H}/cal/2024/4"])
     assert not walks(f"{H}/about", [f"{H}/about", f"{H}/team"])
+
+
+def test_walks_of_a_page_given_only_its_own_shapes_links_is_walks():
+    """The parse stage hands ``dust.walks`` only the links of the page's own shape (their
+    shapes are cached per URL): the same answer on every page and link spelling."""
+    rnd = random.Random(3)
+    spell = [lambda: f"/cal/{rnd.randint(2023, 2025)}/{rnd.randint(1, 12)}", lambda: f"/list?page={rnd.randint(1, 5)}",
+             lambda: f"/list?page={rnd.randint(1, 5)}&sort=asc", lambda: f"/a{rnd.randint(0, 3)}",
+             lambda: "/about", lambda: f"/about?x={rnd.choice('ab')}", lambda: f"/p/{rnd.randint(1, 3)}.html"]
+    urls = [H + rnd.choice(spell)() for _ in range(300)]
+    for page in urls[:100]:
+        links = rnd.sample(urls, 12)
+        assert _walks(page, _shapes_of(page), links) == walks(page, links), (page, links)
 
 
 def test_same_content_units():
@@ -232,3 +245,32 @@ def test_manage_hosts_prints_rules(settings, capsys):
     out = capsys.readouterr().out
     assert "url rule p:print" in out and "in force  evidence 6 units from 3 pairs" in out
     assert "url rule q:page" in out and "blocked" in out
+
+
+def test_prefetch_reads_a_batch_of_hosts_at_once(settings, monkeypatch):
+    """The gate's view of a batch's link hosts is read in one round trip per shard (two
+    with rules in force), and judging their links then asks Redis nothing: the same
+    answers as host by host."""
+    s = dataclasses.replace(settings, DUST_CONFIRMATIONS=1, TRAP_WALK_PAGES=5, TRAP_SHAPE_MIN_PAGES=3)
+    learner, counters = UrlRules(s), {}
+    learner.observe([page(f"{H}/1.html", "f1"), page(f"{H}/1.html?ref=nav", "f1")], counters)
+    for m in range(1, 6):
+        url = f"{H}/cal/2026/{m}"
+        learner.observe([page(url, f"c{m}", links=[f"{H}/cal/2026/{m + 1}"])], counters,
+                        {url: f"events of month {m} of 2026: none {TEMPLATE}"})
+    hosts = ["h.test", *(f"o{i}.test" for i in range(20))]
+    links = [(f"http://{h}/{p}", h) for h in hosts for p in ("9.html?ref=nav", "cal/2030/7", "a/1")]
+    one_by_one = [UrlRules(s).judge(url, host, {}) for url, host in links]
+    assert one_by_one[:3] == [f"{H}/9.html", None, f"{H}/a/1"]
+    rules = UrlRules(s)
+    client = rules._pipeline({}, 0)
+    client.ping().execute()   # a connection made: its handshake is not counted
+    conn_class = client.connection_pool.connection_class
+    sent: list[object] = []
+    send = conn_class.send_packed_command
+    monkeypatch.setattr(conn_class, "send_packed_command", lambda c, cmd, check_health=True: (
+        sent.append(cmd), send(c, cmd, check_health))[1])
+    rules.prefetch(host for _, host in links)
+    assert len(sent) <= 2 * s.SHARDS
+    sent.clear()
+    assert [rules.judge(url, host, {}) for url, host in links] == one_by_one and sent == []

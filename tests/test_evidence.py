@@ -2,9 +2,23 @@
 and when a shape's tally makes it a trap."""
 from __future__ import annotations
 
+import heapq
 import random
+import zlib
 
-from crawler_tasks.dedup.evidence import RING, PageSketch, Ring, Tally, TrapBar, Yield, page_yield
+from crawler_tasks.dedup.evidence import (
+    BOTTOM_K,
+    MAX_CHARS,
+    MIN_SHINGLES,
+    RING,
+    PageSketch,
+    Ring,
+    Tally,
+    TrapBar,
+    Yield,
+    _bottom,
+    page_yield,
+)
 
 WORDS = [a + b + c for a in "bcdfg" for b in "aeiou" for c in "klmnprst"]   # no digits: they fold
 CHROME = "Home | Events | About us | Contact. The society meets on the first Monday of every month."
@@ -95,3 +109,25 @@ def test_tally_verdict_needs_pages_and_ratio():
     assert calendar.verdict(bar) is None                       # an ordinary shape: 10 pages first
     calendar.walks = 6
     assert calendar.verdict(bar) == "5 of the 6 pages of this shape added nothing new: 5 template"
+
+
+def test_bottom_k_is_the_k_smallest_whatever_the_set():
+    """The cut that finds the bottom k first never changes which k they are: a long text,
+    a repetitive one (few distinct hashes) and skewed hashes (all in one corner of the
+    range) alike."""
+    rnd = random.Random(5)
+    cases = [{rnd.getrandbits(64) - (1 << 63) for _ in range(n)} for n in (0, 5, 31, 32, 193, 800, 5000)]
+    cases += [{rnd.getrandbits(32) for _ in range(n)} for n in (10, 300, 2000)]
+    cases.append({-(1 << 63) + rnd.getrandbits(40) for _ in range(3000)})   # all below any cut
+    cases.append({(1 << 62) + rnd.getrandbits(40) for _ in range(3000)})    # all above it
+    for hashes in cases:
+        for least, bits in ((-1 << 63, 64), (0, 32)):
+            assert _bottom(hashes, least, bits) == frozenset(heapq.nsmallest(BOTTOM_K, hashes))
+    text = " ".join(words(k, 60) for k in range(40))   # past MAX_CHARS
+    ids = [zlib.crc32(w) for w in text[:MAX_CHARS].encode().split()]
+    shingles = set(map(hash, zip(ids, ids[1:], ids[2:], ids[3:], strict=False)))
+    sketch = PageSketch.of(text)
+    assert sketch.shingles == frozenset(heapq.nsmallest(BOTTOM_K, shingles)) and sketch.n_shingles >= len(shingles)
+    assert PageSketch.of("a b c d e f g h i j k").n_shingles == 8 >= MIN_SHINGLES     # few: distinct ones
+    assert PageSketch.of("a b c d " * 3).n_shingles == 4 < MIN_SHINGLES                 # repeats count once
+    assert PageSketch.load(sketch.dump()) == sketch

@@ -121,3 +121,28 @@ def test_rejects_bad_input(rclient, settings):
     with pytest.raises(ValueError):
         NearDupIndex(rclient, settings.KEY_PREFIX, max_distance=4)
     assert index.check_and_add([]) == []
+
+
+def test_parts_in_one_round_trip_and_a_forgotten_script_is_loaded_again(rclient, settings, monkeypatch):
+    """Several parts go in one MULTI/EXEC by the script's SHA (no SCRIPT EXISTS first);
+    a server that lost its scripts (a restart) gets the script again, and the batch is
+    checked once."""
+    index = NearDupIndex(rclient, settings.KEY_PREFIX, parts=3)
+    rclient.ping()   # the connection is made: its handshake is not counted
+    sent: list[bytes] = []
+    conn_class = rclient.connection_pool.connection_class
+    send = conn_class.send_packed_command
+
+    def counted(conn, command, check_health=True):
+        sent.append(b"".join(command) if isinstance(command, list) else command)
+        return send(conn, command, check_health)
+
+    monkeypatch.setattr(conn_class, "send_packed_command", counted)
+    h = random.Random(7).getrandbits(64)
+    rclient.script_flush()
+    sent.clear()
+    assert index.check_and_add([("http://a/1", h)]) == [None]
+    assert index.check_and_add([("http://a/2", h ^ 0b101)]) == ["http://a/1"]
+    # a lost script: the batch, SCRIPT LOAD, the batch again; then the next batch alone
+    assert [b"SCRIPT" in c for c in sent] == [False, True, False, False], sent
+    assert index.stats()["pages"] == 2

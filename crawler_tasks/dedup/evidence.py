@@ -43,10 +43,12 @@ from __future__ import annotations
 
 import heapq
 import zlib
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from hashlib import blake2b
+from itertools import repeat
+from typing import TypeVar
 
 RING = 8              # recent pages of a shape its new pages are compared with
 BOTTOM_K = 32         # shingle hashes kept per page
@@ -54,6 +56,7 @@ MIN_SHINGLES = 8      # fewer: the containment estimate is noise, only the templ
 KNOWN_SHARE = 0.8     # of a page's kept shingles found in the ring: known text
 POOR_PAGES = 3        # pages of a shape before links to it stop counting when they added nothing
 MAX_CHARS = 12_000    # of a page's text read for its sketch (its head decides, as for simhash)
+PREFILTER = 3         # x BOTTOM_K: hashes expected below the cut that finds the bottom k (``_bottom``)
 _FOLD = bytes.maketrans(b"123456789", b"000000000")
 
 
@@ -70,23 +73,36 @@ class Yield(StrEnum):
 
 
 
-def _bottom(hashes: set[int]) -> frozenset[int]:
-    return frozenset(heapq.nsmallest(BOTTOM_K, hashes))
+def _bottom(hashes: Collection[int], least: int, bits: int) -> frozenset[int]:
+    """The BOTTOM_K smallest distinct values of ``hashes``, which spread evenly over
+    ``bits`` bits from ``least`` (tuple hashes, CRC-32s). They are looked for first below
+    a cut that PREFILTER x BOTTOM_K of them are expected to pass (a set of all, then
+    heapq's pass over it, cost twice as much); if too few pass (a short or repetitive
+    text), among all."""
+    n = len(hashes)
+    if n > 2 * PREFILTER * BOTTOM_K:
+        cut = least + (PREFILTER * BOTTOM_K << bits) // n
+        low = {h for h in hashes if h < cut}
+        if len(low) >= BOTTOM_K:
+            return frozenset(sorted(low)[:BOTTOM_K])
+    return frozenset(heapq.nsmallest(BOTTOM_K, set(hashes)))
 
 
 def _hexes(hashes: frozenset[int]) -> str:
-    return ".".join(f"{h:x}" for h in sorted(hashes))
+    return ".".join(map("{:x}".format, sorted(hashes)))
 
 
 def _unhex(text: str) -> frozenset[int]:
-    return frozenset(int(h, 16) for h in text.split(".") if h)
+    return frozenset(map(int, filter(None, text.split(".")), repeat(16)))
 
 
 @dataclass(frozen=True, slots=True)
 class PageSketch:
     """A page reduced to what the ring keeps: its template key, the bottom-k hashes of
-    its shingles (``n_shingles`` is how many it had before the cut) and of the links
-    that count (``links``: out of its shapes and of trap shapes)."""
+    its shingles and of the links that count (``links``: out of its shapes and of trap
+    shapes). ``n_shingles`` is how many distinct shingles it had when fewer than
+    BOTTOM_K, else how many it had (repeats counted: the ring only asks whether there
+    are MIN_SHINGLES, and a set of them all was a sixth of the sketch's time)."""
 
     template: str
     shingles: frozenset[int]
@@ -101,21 +117,48 @@ class PageSketch:
         words = text[:MAX_CHARS].encode("utf-8", "surrogatepass").lower().translate(_FOLD).split()
         template = blake2b(b" ".join(words), digest_size=6).hexdigest()
         ids = list(map(zlib.crc32, words))
-        hashes = set(map(hash, zip(ids, ids[1:], ids[2:], ids[3:], strict=False)))
+        hashes = list(map(hash, zip(ids, ids[1:], ids[2:], ids[3:], strict=False)))
+        bottom = _bottom(hashes, -1 << 63, 64)
         linked = {zlib.crc32(link.encode("utf-8", "surrogatepass")) for link in links}
-        return cls(template, _bottom(hashes), len(hashes), _bottom(linked))
+        return cls(template, bottom, len(bottom) if len(bottom) < BOTTOM_K else len(hashes),
+                   _bottom(linked, 0, 32))
 
     def dump(self) -> str:
-        return f"{self.template}:{self.n_shingles}:{_hexes(self.shingles)}:{_hexes(self.links)}"
+        text = _TEXTS.get(self)
+        if text is None:
+            text = _remember(_TEXTS, self,
+                             f"{self.template}:{self.n_shingles}:{_hexes(self.shingles)}:{_hexes(self.links)}")
+        return text
 
     @classmethod
     def load(cls, text: str) -> "PageSketch | None":
         """The sketch ``dump`` wrote, None for anything else (a damaged entry is ignored)."""
-        try:
-            template, n, hashes, links = text.split(":")
-            return cls(template, _unhex(hashes), int(n), _unhex(links))
-        except ValueError:
-            return None
+        sketch = _SKETCHES.get(text)
+        if sketch is None:
+            try:
+                template, n, hashes, links = text.split(":")
+                sketch = cls(template, _unhex(hashes), int(n), _unhex(links))
+            except ValueError:
+                return None
+            _remember(_SKETCHES, text, sketch)
+            _remember(_TEXTS, sketch, text)
+        return sketch
+
+
+# A shape's ring is read and written back whole by each page group of its host: its
+# sketches' texts are parsed and made once per process, not once per group.
+MEMO = 4096
+_SKETCHES: dict[str, PageSketch] = {}
+_TEXTS: dict[PageSketch, str] = {}
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _remember(memo: dict[K, V], key: K, value: V) -> V:
+    if len(memo) >= MEMO:
+        memo.clear()
+    memo[key] = value
+    return value
 
 
 @dataclass(slots=True)

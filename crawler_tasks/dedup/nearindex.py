@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import zlib
 from pathlib import Path
+from typing import Any
 
 import redis
 from redis.client import Pipeline
+from redis.exceptions import NoScriptError
 
 from crawler_tasks.connection import is_cluster
 from crawler_tasks.dedup.simhash import to_hex
@@ -101,10 +103,7 @@ class NearDupIndex:
         if len(parts) == 1 or is_cluster(self.client):  # parts are in different cluster slots
             replies = [self._call(part, plan[part], self.client) for part in parts]  # type: ignore[misc]
         else:
-            pipe = self.client.pipeline(transaction=True)
-            for part in parts:
-                self._call(part, plan[part], pipe)
-            replies = pipe.execute()
+            replies = self._in_one_transaction([plan[part] + (part,) for part in parts])
         best: list[tuple[str, int] | None] = [None] * len(items)
         for part, reply in zip(parts, replies, strict=True):
             for i, raw in zip(plan[part][2], reply, strict=True):
@@ -115,10 +114,29 @@ class NearDupIndex:
                         best[i] = (url, int(d))
         return best
 
-    def _call(self, part: int, plan: tuple[list[str], list, list[int]], client: redis.Redis | Pipeline) -> object:
+    def _call(self, part: int, plan: tuple[list[str], list, list[int]], client: redis.Redis) -> object:
         keys, args, idx = plan
         return self._script(keys=keys + [self.stats_key(part)],
                             args=[self.max_bucket, self.max_distance, len(idx)] + args, client=client)
+
+    def _in_one_transaction(self, calls: list[tuple[list[str], list, list[int], int]]) -> list[Any]:
+        """The parts' calls in one MULTI/EXEC by the script's SHA, loaded and sent again
+        should the server not know it: redis-py asks SCRIPT EXISTS before every
+        pipeline that holds a script, a second round trip per batch. Unknown, the
+        script ran for no part (one script), so sending the calls again is safe."""
+        def send() -> list[Any]:
+            pipe: Pipeline = self.client.pipeline(transaction=True)
+            for keys, args, idx, part in calls:
+                all_keys = keys + [self.stats_key(part)]
+                pipe.evalsha(self._script.sha, len(all_keys), *all_keys,
+                             self.max_bucket, self.max_distance, len(idx), *args)
+            return pipe.execute()
+
+        try:
+            return send()
+        except NoScriptError:
+            self.client.script_load(_SCRIPT)
+            return send()
 
     # -- observing --------------------------------------------------------------------
     def stats(self) -> dict[str, int]:

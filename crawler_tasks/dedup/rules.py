@@ -31,8 +31,9 @@ links of the host's fetched pages.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from redis.client import Pipeline
@@ -66,6 +67,7 @@ _LOW_YIELDS = tuple(_YIELD_FIELD)
 _COUNT_FIELDS = ("n", "w", *_YIELD_FIELD.values())
 _FIELDS_PER_SHAPE = 3 + len(_YIELD_FIELD)
 MAX_LINKED_SHAPES = 256   # shapes of a batch's links whose tallies are read
+MAX_CACHED_SHAPES = 16_384   # URLs whose shapes a worker keeps (~4 MB)
 
 
 def _origin_host(url: str) -> str:
@@ -74,11 +76,20 @@ def _origin_host(url: str) -> str:
     return parts[2] if len(parts) > 2 else ""
 
 
-def _shapes_of(url: str) -> list[tuple[str, bool]]:
+@lru_cache(maxsize=MAX_CACHED_SHAPES)
+def _shapes_of(url: str) -> tuple[tuple[str, bool], ...]:
     """The shapes a page counts for, (shape, is a facet shape): a shape without digits or
-    parameters is one URL and never counted."""
+    parameters is one URL and never counted. Cached: a host's pages link the same
+    pages (its menus), and each link's shapes were worked out again for every page."""
     out = [(shape(url), False), (facet_shape(url), True)]
-    return [(name, facet) for name, facet in out if name is not None and ("#" in name or "?" in name)]
+    return tuple((name, facet) for name, facet in out if name is not None and ("#" in name or "?" in name))
+
+
+def _walks(url: str, mine: tuple[tuple[str, bool], ...], links: list[str]) -> bool:
+    """``dust.walks`` of the page, given only the links of its own shape (a walk step has
+    it; a page whose shape has neither digits nor parameters has no number to step)."""
+    own = next((name for name, facet in mine if not facet), None)
+    return own is not None and walks(url, [link for link in links if (own, False) in _shapes_of(link)])
 
 
 def _links_that_count(links: list[str], shapes_of: dict[str, frozenset[str]], skip: set[str]) -> list[str]:
@@ -159,24 +170,49 @@ class UrlRules:
 
     # -- the gate's side ---------------------------------------------------------------
     def _host(self, host: str) -> _HostRules:
-        now = time.monotonic()
         hit = self._cache.get(host)
-        if hit is not None and hit.until > now:
+        if hit is not None and hit.until > time.monotonic():
             return hit
-        k, shard = self._keys(host)
-        client = shard_client(self.settings, shard)
-        pipe = client.pipeline(transaction=False)
-        pipe.smembers(k.dust_rules(host))
-        pipe.hgetall(k.trap_shapes(host))
-        rules, traps = pipe.execute()
-        rules = sorted(rules) if self.learning else []
-        evidence = client.hmget(k.dust(host), [f"{f}:{r}" for r in rules for f in ("e", "n")]) if rules else []
-        if len(self._cache) >= MAX_CACHED_HOSTS:
+        return self._read([host])[host]
+
+    def prefetch(self, hosts: Iterable[str]) -> None:
+        """Read what the gate knows of the hosts not cached (or cached too long ago) at
+        once, in one round trip per shard (two when some have rules): a batch's links
+        name dozens of hosts, each read on its own before."""
+        now = time.monotonic()
+        stale = [h for h in dict.fromkeys(hosts) if (hit := self._cache.get(h)) is None or hit.until <= now]
+        if stale:
+            self._read(stale)
+
+    def _read(self, hosts: list[str]) -> dict[str, _HostRules]:
+        """Each host's rules in force with their evidence and its trap shapes, cached."""
+        pipes: dict[int, Pipeline] = {}
+        for host in hosts:
+            k, shard = self._keys(host)
+            pipe = self._pipeline(pipes, shard)
+            pipe.smembers(k.dust_rules(host))
+            pipe.hgetall(k.trap_shapes(host))
+        replies = {shard: iter(pipe.execute()) for shard, pipe in pipes.items()}
+        read: dict[str, tuple[list[str], dict[str, str]]] = {}
+        pipes = {}
+        for host in hosts:
+            shard = self._keys(host)[1]
+            rules, traps = next(replies[shard]), next(replies[shard])
+            read[host] = (sorted(rules) if self.learning else []), traps
+            if read[host][0]:
+                self._pipeline(pipes, shard).hmget(self._keys(host)[0].dust(host),
+                                                   [f"{f}:{r}" for r in read[host][0] for f in ("e", "n")])
+        replies = {shard: iter(pipe.execute()) for shard, pipe in pipes.items()}
+        if len(self._cache) + len(hosts) > MAX_CACHED_HOSTS:
             self._cache.clear()
-        entry = self._cache[host] = _HostRules(
-            now + self.settings.DUST_CACHE_S, frozenset(rules), dict(traps),
-            {r: (int(evidence[2 * i] or 0), int(evidence[2 * i + 1] or 0)) for i, r in enumerate(rules)})
-        return entry
+        until = time.monotonic() + self.settings.DUST_CACHE_S
+        out: dict[str, _HostRules] = {}
+        for host, (rules, traps) in read.items():
+            evidence = next(replies[self._keys(host)[1]]) if rules else []
+            out[host] = self._cache[host] = _HostRules(
+                until, frozenset(rules), dict(traps),
+                {r: (int(evidence[2 * i] or 0), int(evidence[2 * i + 1] or 0)) for i, r in enumerate(rules)})
+        return out
 
     def judge(self, url: str, host: str, counters: Counters, depth: int = 0,
               drops: list[RuleDrop] | None = None) -> str | None:
@@ -193,8 +229,8 @@ class UrlRules:
                 drops.append(RuleDrop(url, host, depth, "URL rule " + " ".join(applied),
                                       f"the same page as {out} ({units} evidence units from {pairs} pairs of "
                                       f"same-content pages of this host, no counter-example)"))
-        for name in (shape(out), facet_shape(out)) if known.traps else ():
-            if name is not None and name in known.traps:
+        for name, _ in _shapes_of(out) if known.traps else ():   # a trap is one of the shapes counted
+            if name in known.traps:
                 bump(counters, "filter/trap_shape")
                 if drops is not None:
                     drops.append(RuleDrop(url, host, depth, f"trap shape {name}", known.traps[name]))
@@ -238,6 +274,8 @@ class UrlRules:
                 lists[0].append(rec)
         if not by_host:
             return
+        if texts:   # their trap shapes: links to them make no page worth its fetch
+            self.prefetch(by_host)
         reads: dict[int, Pipeline] = {}
         plans: list[_HostPlan] = []
         for host, (group, with_shape) in by_host.items():
@@ -391,7 +429,7 @@ class UrlRules:
             mine = _shapes_of(rec.page.url)
             sketch = None if text is None else PageSketch.of(
                 text, _links_that_count(links, plan.link_shapes, skip | {name for name, _ in mine}))
-            walk = s.TRAP_WALK_PAGES and walks(rec.page.url, links)
+            walk = s.TRAP_WALK_PAGES and _walks(rec.page.url, mine, links)
             for name, facet in mine:
                 verdict = page_yield(duplicate=bool(rec.parsed.duplicate_of),
                                      near_duplicate=bool(rec.parsed.near_duplicate_of), soft_404=rec.parsed.soft_404,

@@ -32,6 +32,8 @@ def enqueue_stage(w: Worker, records: list[PageRecord], group_id: str) -> int:
     if claims:   # before the entries go: a sitemap's lastmod is evidence of change
         bump(counters, "recrawl/sitemap_due", w.recrawler.sitemap_claims(claims))
     drops: list[RuleDrop] = []
+    # the rules of the links' hosts, read at once (links are normalized: the authority is the host)
+    w.rules.prefetch(link.split("/", 3)[2] for rec in records if _follows_links(rec) for link in rec.found.links)
     for rec in records:
         found, redirect = _discoveries(w, rec, counters, drops)
         discovered += found
