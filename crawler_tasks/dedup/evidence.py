@@ -146,8 +146,9 @@ class PageSketch:
 
 
 # A shape's ring is read and written back whole by each page group of its host: its
-# sketches' texts are parsed and made once per process, not once per group.
-MEMO = 4096
+# sketches' texts are parsed and made once per process, not once per group. A sketch
+# and its text take ~7.5 kB here: 4,096 of each made a parse worker 25-30 MiB larger.
+MEMO = 1024
 _SKETCHES: dict[str, PageSketch] = {}
 _TEXTS: dict[PageSketch, str] = {}
 K = TypeVar("K")
