@@ -53,6 +53,16 @@ def is_cluster(client: object) -> bool:
     return isinstance(client, RedisCluster)
 
 
+def replies_of(replies: list[object], at: int, n: int) -> list[object]:
+    """One participant's ``n`` replies among a shared pipeline's (run with
+    ``raise_on_error=False``), from ``at``; an error reply among them raises."""
+    mine = replies[at:at + n]
+    for reply in mine:
+        if isinstance(reply, Exception):
+            raise reply
+    return mine
+
+
 def ping_once(url: str, timeout_s: float = 5.0) -> None:
     """One quick attempt, no retries: a wrong URL or password is said at once (RedisError)."""
     client: redis.Redis | RedisCluster

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 
 from redis.client import Pipeline
 
-from crawler_tasks.connection import global_client, shard_client
+from crawler_tasks.connection import global_client, replies_of, shard_client
 from crawler_tasks.counters import Counters, bump
 from crawler_tasks.dedup.nearindex import NearDupIndex
 from crawler_tasks.dedup.simhash import from_hex
@@ -176,10 +176,7 @@ class ContentIndex:
         pipe.hsetnx(key, digest, f"{url} {date}")
 
         def read(replies: list[object]) -> tuple[str, str] | None:
-            reply = replies[at]
-            if isinstance(reply, Exception):
-                raise reply
-            if reply:   # the first capture of this payload
+            if replies_of(replies, at, 1)[0]:   # the first capture of this payload
                 return None
             first = global_client(self.settings).hget(key, digest)
             if not isinstance(first, str) or first == f"{url} {date}":

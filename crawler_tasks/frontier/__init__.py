@@ -22,7 +22,7 @@ from typing import TypeVar
 
 import redis
 
-from crawler_tasks.connection import global_client, shard_client
+from crawler_tasks.connection import global_client, replies_of, shard_client
 from crawler_tasks.frontier.bloom import BloomSpec
 from crawler_tasks.keys import GlobalKeys, ShardKeys, shard_of
 from crawler_tasks.records import Action, EntryKind
@@ -534,11 +534,7 @@ class Frontier:
             pipe.zcard(self.keys(shard).lease)
 
         def read(replies: list[object]) -> int:
-            total = 0
-            for reply in replies[at:at + len(here)]:
-                if isinstance(reply, Exception):
-                    raise reply
-                total += int(reply)  # type: ignore[call-overload]
+            total = sum(int(reply) for reply in replies_of(replies, at, len(here)))  # type: ignore[call-overload]
             return total + sum(int(self.client(s).zcard(self.keys(s).lease))
                                for s in range(self.shards) if s not in here)
         return read

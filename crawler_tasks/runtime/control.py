@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import redis
 
-from crawler_tasks.connection import global_client
+from crawler_tasks.connection import global_client, replies_of
 from crawler_tasks.keys import GlobalKeys
 from crawler_tasks.settings import Settings
 
@@ -182,7 +182,7 @@ class Control:
         pipe.hget(self.keys.stats, "fetch/pages")
 
         def read(replies: list[object]) -> ControlView:
-            state, inflight, pages = _replies(replies, at, 3)
+            state, inflight, pages = replies_of(replies, at, 3)
             return ControlView(_state(state), int(inflight or 0), int(pages or 0))  # type: ignore[arg-type, call-overload]
         return read
 
@@ -207,10 +207,7 @@ class Control:
         pipe.hincrby(self.keys.stats, "fetch/pages", 1)
 
         def read(replies: list[object]) -> int:
-            reply = replies[at]
-            if isinstance(reply, Exception):
-                raise reply
-            return int(reply)  # type: ignore[call-overload]
+            return int(replies_of(replies, at, 1)[0])  # type: ignore[call-overload]
         return read
 
     def stats(self) -> dict[str, int]:
@@ -377,15 +374,6 @@ class Control:
             if shard.isdigit():
                 out[int(shard)] = out.get(int(shard), 0) + 1
         return out
-
-
-def _replies(replies: list[object], at: int, n: int) -> list[object]:
-    """A participant's ``n`` replies among a shared pipeline's, from ``at``; an error raises."""
-    mine = replies[at:at + n]
-    for reply in mine:
-        if isinstance(reply, Exception):
-            raise reply
-    return mine
 
 
 def _state(raw: str | None) -> CrawlState:
