@@ -119,12 +119,6 @@ def _attached(args: argparse.Namespace) -> Iterator[tuple[Settings, bool]]:
             server.stop()
 
 
-def default_fetch_workers() -> int:
-    """One fetch process holds up to FETCH_MAX_HOSTS hosts, and its fetch CPU (~1.3 ms a
-    page) is a fraction of parsing's: a second one on a small machine only adds memory."""
-    return max(1, (os.cpu_count() or 1) // 8)
-
-
 def cmd_crawl(args: argparse.Namespace) -> int:
     from crawler_tasks.ops.child import ForkServer
 
@@ -550,7 +544,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--resolve", action="append", help="static DNS answer host=addr (repeatable)")
     c.add_argument("--ignore-robots", action="store_true", help="do not obey robots.txt (only for sites you own)")
     c.add_argument("--shards", type=int, help="frontier shards")
-    c.add_argument("--workers", type=int, default=default_fetch_workers(),
+    c.add_argument("--workers", type=int,
                    help="fetch worker processes (default: one per 8 cores, at least one; one holds 10,000 hosts)")
     c.add_argument("--parsers", type=int, default=2, help="parse/dedup worker processes (default 2)")
     c.add_argument("--continuous", action="store_true",
