@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import psutil
 import pytest
 
+from crawler_tasks.ops.child import ORPHAN_GRACE_S
 from testweb import TestWeb
 
 pytestmark = pytest.mark.faults
@@ -148,6 +149,14 @@ def said(err: str, *patterns: str) -> str:
     return " | ".join(dict.fromkeys(picked))[:300] or "(nothing)"
 
 
+def running(p: psutil.Process) -> bool:
+    """Alive, not a zombie (nobody may be there to reap an orphan)."""
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def check(f: Figures, clean_s: float, reachable: int, in_flight: int = MAX_IN_FLIGHT) -> None:
     f.in_flight = in_flight
     report(f)
@@ -196,10 +205,16 @@ def test_manage_py_stopped_then_resumed(how: signal.Signals, web: TestWeb, clean
     t0 = time.monotonic()
     proc = crawl(out, web)
     wait_records(out, 40, proc)
+    tree = psutil.Process(proc.pid).children(recursive=True)
     proc.send_signal(how)
     _, err = proc.communicate(timeout=60)
-    if how == signal.SIGKILL:   # its children die with it (PR_SET_PDEATHSIG): give them that time
-        time.sleep(1.0)
+    if how == signal.SIGKILL:
+        # its children die with it (PR_SET_PDEATHSIG), at the latest ORPHAN_GRACE_S later; the
+        # resumed crawl does not wait for this test: it waits for them itself
+        deadline = time.monotonic() + ORPHAN_GRACE_S + 3.0
+        while (alive := [p.pid for p in tree if running(p)]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive, f"processes outlived the killed crawl by {ORPHAN_GRACE_S + 3.0:g} s: {alive}"
     resumed = crawl(out, web, "--resume")
     _, err2 = resumed.communicate(timeout=180)
     assert resumed.returncode == 0, err2[-3000:]

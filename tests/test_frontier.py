@@ -220,6 +220,44 @@ def test_a_fetched_url_stays_parked_until_its_page_is_handed_on(settings):
     assert f.sizes(0)["back"] == 2
 
 
+def test_a_parked_url_still_in_its_queue_is_not_queued_twice(settings):
+    """A live snapshot can read a host's queue before a turn parks its head and the
+    hand-off zset after: restored, the entry is in both. Returned, it must be queued once
+    (twice, it would be fetched and recorded twice)."""
+    from crawler_tasks.records import Action
+
+    s = dataclasses.replace(settings, SHARDS=1)
+    f = Frontier(s)
+    f.put_discovered([Discovered(url=f"http://t.test/{i}", host="t.test") for i in range(2)])
+    lease = f.get_urls(0, 1)[0]
+    now = time.time()
+    assert f.finish(lease, te=now, action=Action.DONE, handoff_until=now + 1).ok
+    k = f.keys(0)
+    f.client(0).lpush(k.queue("t.test"), lease.raw)    # the snapshot's copy, read before the turn
+    assert f.return_handoffs(0, now=now + 2) == 0
+    assert [e.url for e in f.host_queue(0, "t.test")] == ["http://t.test/0", "http://t.test/1"]
+    assert f.client(0).zcard(k.handoff) == 0
+
+
+def test_every_parked_url_comes_back_now_after_a_restore(settings):
+    """A restore returns every parked entry, due or not; its host is ready now, not at
+    the entry's deadline (a host whose queue ran dry waited for it a minute)."""
+    from crawler_tasks.records import Action
+
+    s = dataclasses.replace(settings, SHARDS=1)
+    f = Frontier(s)
+    f.put_discovered([Discovered(url="http://dry.test/0", host="dry.test")])
+    lease = f.get_urls(0, 1)[0]
+    now = time.time()
+    assert f.finish(lease, te=now, action=Action.DONE, handoff_until=now + 60).ok
+    assert not f.client(0).sismember(f.keys(0).active, "dry.test")
+    f.client(0).hdel(f.keys(0).te, "dry.test")   # as restore's repair of a torn table leaves it
+    assert f.return_handoffs(0, now=now) == 0          # not due
+    assert f.return_handoffs(0, now=now, every=True) == 1
+    assert [e.url for e in f.host_queue(0, "dry.test")] == ["http://dry.test/0"]
+    assert f.host_te(0, "dry.test") <= now + 0.001
+
+
 def test_a_url_fetched_again_skips_the_seen_test_and_the_host_budget(settings):
     frontier = Frontier(dataclasses.replace(settings, MAX_PAGES_PER_HOST=2, SHARDS=1))
     assert frontier.put_discovered([d("http://a.test/1"), d("http://a.test/2")]) == [Verdict.ENQUEUED, Verdict.ENQUEUED]

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from crawler_tasks.exceptions import ConfigError
+from crawler_tasks.ops import outdir
 from crawler_tasks.ops.outdir import LOCK_FILE, OutputLock, previous_outputs, read_owner
 
 HOLD = ("import sys, time; from crawler_tasks.ops.outdir import OutputLock; "
@@ -48,6 +49,43 @@ def test_killed_owner_lock_is_taken_over_and_named(tmp_path):
     with OutputLock(tmp_path) as again:
         assert again.previous is None
     assert (tmp_path / LOCK_FILE).read_text() == ""
+
+
+WORKER = ("import sys, time; from crawler_tasks.ops.outdir import hold_for_worker; "
+          "hold_for_worker(sys.argv[1]); print('held', flush=True); time.sleep(float(sys.argv[2]))")
+
+
+def _worker(path, lives_s: float) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", WORKER, str(path), str(lives_s)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_new_owner_waits_for_the_workers_a_killed_crawl_left(tmp_path):
+    """Workers outlive a killed runner for a moment: nothing of the folder is touched
+    before they are gone."""
+    worker = _worker(tmp_path, 1.0)
+    try:
+        with OutputLock(tmp_path) as lock:
+            assert worker.poll() is not None, "taken while a worker of the folder ran"
+            assert lock.waited_s >= 0.5 and lock.killed == []
+    finally:
+        worker.kill()
+        worker.wait()
+    with OutputLock(tmp_path) as lock:   # none left: no wait
+        assert lock.waited_s < 0.5
+
+
+def test_a_worker_that_does_not_exit_is_killed(tmp_path, monkeypatch):
+    monkeypatch.setattr(outdir, "WORKERS_WAIT_S", 0.5)
+    worker = _worker(tmp_path, 60.0)
+    try:
+        with OutputLock(tmp_path) as lock:
+            assert lock.killed == [worker.pid]
+            assert worker.wait(5) == -signal.SIGKILL
+    finally:
+        worker.kill()
+        worker.wait()
 
 
 def test_previous_outputs_names_what_a_crawl_left(tmp_path):

@@ -257,6 +257,42 @@ def test_leases_restored_as_is_and_no_url_lost(settings, tmp_path):
     assert sorted(fetched) == sorted(d.url for d in items)
 
 
+def test_a_url_a_live_snapshot_caught_twice_is_fetched_once(settings, tmp_path):
+    """Read while the crawl runs, a snapshot can hold a URL in a front queue and in its
+    host's back queue (it moved on between the two reads), or in a back queue and parked
+    (fetched meanwhile). Restored, each URL is leased once."""
+    from crawler_tasks.records import Action
+
+    s = dataclasses.replace(settings, SHARDS=1)
+    frontier = Frontier(s)
+    items = [Discovered(url=f"http://torn{i % 3}.test/{i}", host=f"torn{i % 3}.test") for i in range(12)]
+    frontier.put_discovered(items)
+    now = time.time()
+    leases = frontier.get_urls(0, 3, now=now)   # moves URLs on to back queues
+    k = ShardKeys(s.KEY_PREFIX, 0)
+    client = raw(s.REDIS_URL)
+    parked = leases[0]
+    assert frontier.finish(parked, te=now, action=Action.DONE, handoff_until=now + 60).ok
+    client.lpush(k.queue(parked.host), parked.raw)   # read before it was parked
+    back = client.lrange(k.queue(leases[1].host), 0, -1)
+    client.rpush(k.front(0), back[-1])                # read before it moved on
+    path = tmp_path / "torn.jsonl.gz"
+    snapshot(s, path)
+    info = restore(s, path, replace=True)
+    assert info.repaired.get("front_copies_dropped") == 1, info.repaired
+    later = time.time() + 1000
+    frontier.expire(0, now=later)   # the leases the snapshot holds, as maintenance would
+    fetched = []
+    for _ in range(100):
+        got = frontier.get_urls(0, 100, now=later)
+        if not got:
+            break
+        for lease in got:
+            fetched.append(lease.entry.url)
+            frontier.complete(lease, te=later)
+    assert sorted(fetched) == sorted(d.url for d in items)
+
+
 def test_latest_and_rotate(tmp_path):
     assert latest_snapshot(tmp_path) is None
     paths = [snap.new_snapshot_path(tmp_path, now=1_700_000_000 + i * 61.5) for i in range(5)]

@@ -391,13 +391,14 @@ class Frontier:
         if group_ids:
             self.client(shard).hdel(self.keys(shard).parsing, *group_ids)
 
-    def return_handoffs(self, shard: int, now: float | None = None, limit: int = 10_000) -> int:
+    def return_handoffs(self, shard: int, now: float | None = None, limit: int = 10_000, *,
+                        every: bool = False) -> int:
         """Parked entries past their deadline (their worker died before handing the page
-        on) go back to the head of their host's queue. Returns how many."""
+        on), or ``every`` one, go back to the head of their host's queue. Returns how many."""
         now = time.time() if now is None else now
         k = self.keys(shard)
         return int(self._run(shard, "handoff", [k.handoff, k.active, k.ready, k.te, k.handoff_owner, k.lease],  # type: ignore[call-overload]
-                             [now, k.queue_prefix, limit]))
+                             [now, k.queue_prefix, limit, "+inf" if every else now]))
 
     def claim_ip(self, ip: str, now: float | None = None) -> float:
         """Per-IP politeness: 0.0 if the address may be contacted now (it is then claimed

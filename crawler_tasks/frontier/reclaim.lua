@@ -17,10 +17,13 @@ for _, host in ipairs(hosts) do
 end
 redis.call('DEL', KEYS[1])
 local entries = redis.call('ZRANGE', KEYS[3], 0, -1)
+local returned = 0
 for _, entry in ipairs(entries) do
   local host = string.match(entry, '^[^ ]+ [^ ]+ [^ ]+ [^ ]+ [%a][%w+.-]*://([^/?#]+)')
-  if host then
+  -- one already queued is a live snapshot's second copy (handoff.lua)
+  if host and not redis.call('LPOS', ARGV[2] .. host, entry) then
     redis.call('LPUSH', ARGV[2] .. host, entry)
+    returned = returned + 1
     if redis.call('SADD', KEYS[4], host) == 1 then
       local te = tonumber(redis.call('HGET', KEYS[5], host) or now)
       redis.call('HDEL', KEYS[5], host)
@@ -29,4 +32,4 @@ for _, entry in ipairs(entries) do
   end
 end
 redis.call('DEL', KEYS[3], KEYS[6], KEYS[7], KEYS[8])
-return {#hosts, #entries}
+return {#hosts, returned}

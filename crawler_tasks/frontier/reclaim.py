@@ -10,12 +10,14 @@ page group is still waiting in the broker) leave the head of their back queues
 (forget.lua), so they are not fetched again. Fetched URLs wait at the head of their
 host's queue, so only the first ``HEAD_ENTRIES`` of each queue are examined.
 After a restore, ``queued_among`` says which recently recorded pages the restored
-frontier will fetch again (their records are rolled back, ops/reconcile.py).
+frontier will fetch again (their records are rolled back, ops/reconcile.py), and
+``drop_front_copies`` removes the second copy a live checkpoint can hold of a URL.
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from crawler_tasks.frontier import Entry, Frontier
 
@@ -59,13 +61,54 @@ def _queued_urls(frontier: Frontier, shard: int, chunk: int = 10_000) -> Iterato
     client = frontier.client(shard)
     for key in [*k.fronts(frontier.levels), k.overflow,
                 *(k.queue(host) for host in list(client.sscan_iter(k.active, count=1000)))]:
-        start = 0
-        while True:
-            entries: list[str] = client.lrange(key, start, start + chunk - 1)  # type: ignore[assignment]
+        for entries in _chunks(client, key, chunk):
             yield [Entry.decode(raw).url for raw in entries]
-            if len(entries) < chunk:
-                break
-            start += chunk
+
+
+def drop_front_copies(frontier: Frontier, shard: int, chunk: int = 10_000) -> int:
+    """Remove from the front queues (and the overflow list) each URL that is also in a
+    back queue or parked. A live checkpoint reads the front queues first: a URL that moved
+    on while the rest was read is in both, and would be fetched and recorded twice.
+    Returns how many entries went. Memory: a hash per queued URL, then only the few
+    that match."""
+    k = frontier.keys(shard)
+    client = frontier.client(shard)
+    later_keys = [k.queue(host) for host in list(client.sscan_iter(k.active, count=1000))]
+
+    def later_urls() -> Iterator[str]:
+        for raw in client.zrange(k.handoff, 0, -1):
+            yield Entry.decode(raw).url
+        for key in later_keys:
+            for entries in _chunks(client, key, chunk):
+                yield from (Entry.decode(raw).url for raw in entries)
+
+    hashes = {hash(url) for url in later_urls()}
+    if not hashes:
+        return 0
+    fronts = [*k.fronts(frontier.levels), k.overflow]
+    candidates: dict[str, list[tuple[str, str]]] = {}   # url -> (key, entry) of front copies
+    for key in fronts:
+        for entries in _chunks(client, key, chunk):
+            for raw in entries:
+                url = Entry.decode(raw).url
+                if hash(url) in hashes:
+                    candidates.setdefault(url, []).append((key, raw))
+    twice = {url for url in later_urls() if url in candidates}   # hashes can collide: the URLs may not
+    pipe = client.pipeline(transaction=False)
+    for url in twice:
+        for key, raw in candidates[url]:
+            pipe.lrem(key, 1, raw)
+    return sum(pipe.execute()) if twice else 0
+
+
+def _chunks(client: Any, key: str, chunk: int) -> Iterator[list[str]]:
+    start = 0
+    while True:
+        entries: list[str] = client.lrange(key, start, start + chunk - 1)
+        yield entries
+        if len(entries) < chunk:
+            return
+        start += chunk
 
 
 def queued_among(frontier: Frontier, shard: int, urls: set[str]) -> set[str]:

@@ -14,8 +14,9 @@ PID`` and later ``exited PID CODE`` on stdout). A crawl boots six processes at o
 ~0.4 s of CPU importing the same modules; a fork costs a few milliseconds. Every
 forked process is its own session (the runner signals its group), gets SIGTERM when
 the server dies, and the server gets SIGTERM when the runner dies, so none outlives
-the runner. Nothing opens a connection or starts a thread before the fork: the app's
-broker pool and the stages' clients are made on first use.
+the runner by more than ``ORPHAN_GRACE_S`` (``_end_with_server``). Nothing opens a
+connection or starts a thread before the fork: the app's broker pool and the stages'
+clients are made on first use.
 """
 from __future__ import annotations
 
@@ -36,6 +37,10 @@ from pathlib import Path
 from typing import IO, Any
 
 import setproctitle
+
+# A forked process still running this long after its fork server died is killed with
+# its process group: a warm shutdown with the crawl's Redis gone may take far longer.
+ORPHAN_GRACE_S = 3.0
 
 
 def die_with_parent() -> None:
@@ -273,6 +278,7 @@ def _run_forked(server: int, argv: list[str], log: str, settled: int) -> None:
         die_with_parent()
         if os.getppid() != server:  # the server died before prctl took effect
             os._exit(1)
+        _end_with_server(server)
         # what ps shows, and the argv Celery's own process titles are made from
         sys.argv = [sys.argv[0], *argv]
         setproctitle.setproctitle(" ".join([sys.executable, "-m", "crawler_tasks.ops.child", *argv]))
@@ -290,6 +296,28 @@ def _run_forked(server: int, argv: list[str], log: str, settled: int) -> None:
         traceback.print_exc()
     finally:
         exit_now(code)
+
+
+def _end_with_server(server: int) -> None:
+    """A worker outlives its fork server (and runner) by ``ORPHAN_GRACE_S`` at most. Its
+    pdeath SIGTERM starts a warm shutdown, which waits for its tasks; with the crawl's
+    Redis gone as well, they retry every call for seconds (a fetch worker lived 36 s),
+    while the next crawl on the folder waits for it (``outdir.WORKERS_LOCK``). Its process
+    group goes (a parse worker's sandbox too): what it held comes back as after a kill -9."""
+    from crawler_tasks.ops.outdir import hold_for_worker
+    from crawler_tasks.settings import ENV_PREFIX
+
+    out_dir = os.environ.get(ENV_PREFIX + "OUT_DIR")
+    if out_dir:
+        hold_for_worker(out_dir)
+
+    def watch() -> None:
+        while os.getppid() == server:
+            time.sleep(0.25)
+        time.sleep(ORPHAN_GRACE_S)
+        os.killpg(0, signal.SIGKILL)
+
+    threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
 
 
 def _running(pid: int) -> bool:

@@ -20,6 +20,7 @@ import redis
 
 from crawler_tasks.connection import bytes_client, main_url, redact, shard_url
 from crawler_tasks.frontier import Frontier
+from crawler_tasks.frontier.reclaim import drop_front_copies
 from crawler_tasks.keys import ShardKeys
 from crawler_tasks.ops.snapshot import (
     _MUST_MATCH,
@@ -308,10 +309,12 @@ def restore(settings: Settings, path: str | os.PathLike, *, replace: bool = Fals
         if not keep_inflight:
             Control(settings).forget_batches()
         info.repaired = _reconcile(settings, loader, time.time())
+        frontier = Frontier(settings)
+        twice = sum(drop_front_copies(frontier, shard) for shard in range(settings.SHARDS))
+        if twice:
+            info.repaired["front_copies_dropped"] = twice
         if not keep_inflight:   # no worker of the old processes will hand their pages on
-            frontier = Frontier(settings)
-            returned = sum(frontier.return_handoffs(shard, now=time.time() + 10 * settings.LEASE_S)
-                           for shard in range(settings.SHARDS))
+            returned = sum(frontier.return_handoffs(shard, every=True) for shard in range(settings.SHARDS))
             if returned:
                 info.repaired["handoffs_returned"] = returned
     finally:

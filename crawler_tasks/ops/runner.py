@@ -263,9 +263,14 @@ class CrawlRunner:
         if not self.resume and not any(UrlGate(s).admit(url, 0, {}, force=True) for url in self.seeds):
             # said before the folder is touched: a mistyped seed costs nothing
             raise ConfigError("no usable seed URL" + (f" (first: {self.seeds[0][:200]!r})" if self.seeds else ""))
-        previous = self.lock.acquire().previous
-        if previous is not None:
-            self._say(f"the previous crawl in {self.out_dir} ({previous.describe()}) was killed; its lock is taken over")
+        lock = self.lock.acquire()
+        if lock.previous is not None:
+            self._say(f"the previous crawl in {self.out_dir} ({lock.previous.describe()}) was killed; its lock is taken over")
+        if lock.killed:
+            self._say(f"killed {len(lock.killed)} process(es) of an earlier crawl that still used the folder "
+                      f"after {lock.waited_s:.0f} s")
+        elif lock.waited_s >= 0.5:
+            self._say(f"waited {lock.waited_s:.1f} s for the processes of an earlier crawl to exit")
         if not self.resume:
             removed = previous_outputs(self.out_dir)
             if removed and not self.overwrite:

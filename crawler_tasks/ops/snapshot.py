@@ -27,9 +27,10 @@ Consistency: a snapshot taken while workers run is *not* a point-in-time image
 across keys (each small key is read atomically, big keys chunk by chunk). It is
 ordered to fail safe: per shard the Bloom segments and the exact seen-set first,
 then the front queues, then everything else (back queues, host tables, stats). A
-URL moving from a front queue to a back queue during the snapshot is therefore
-captured at least once (possibly twice, then it is fetched twice); a URL whose Bloom
-bits are missing may be enqueued again later. Leases present in the snapshot are
+URL moving from a front queue to a back queue (or on to the hand-off zset) during the
+snapshot is therefore captured at least once, possibly twice: the restore drops the
+earlier copy (``frontier.reclaim.drop_front_copies``, ``handoff.lua``), so it is not
+fetched twice; a URL whose Bloom bits are missing may be enqueued again later. Leases present in the snapshot are
 restored as-is: no worker holds them after a restore, so maintenance's lease expiry
 (``Frontier.expire``, at most ``LEASE_S`` later) returns those hosts to the ready
 heap, and no URL is lost because a leased host's URL stays at the head of its back
