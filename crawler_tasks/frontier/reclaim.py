@@ -76,8 +76,8 @@ def drop_front_copies(frontier: Frontier, shard: int, chunk: int = 10_000) -> in
     later_keys = [k.queue(host) for host in list(client.sscan_iter(k.active, count=1000))]
 
     def later_urls() -> Iterator[str]:
-        for raw in client.zrange(k.handoff, 0, -1):
-            yield Entry.decode(raw).url
+        parked: list[str] = client.zrange(k.handoff, 0, -1)  # type: ignore[assignment]
+        yield from (Entry.decode(raw).url for raw in parked)
         for key in later_keys:
             for entries in _chunks(client, key, chunk):
                 yield from (Entry.decode(raw).url for raw in entries)
