@@ -77,12 +77,12 @@ def drop_front_copies(frontier: Frontier, shard: int, chunk: int = 10_000) -> in
 
     def later_urls() -> Iterator[str]:
         parked: list[str] = client.zrange(k.handoff, 0, -1)  # type: ignore[assignment]
-        yield from (Entry.decode(raw).url for raw in parked)
+        yield from map(_url_of, parked)
         for key in later_keys:
             for entries in _chunks(client, key, chunk):
-                yield from (Entry.decode(raw).url for raw in entries)
+                yield from map(_url_of, entries)
 
-    hashes = {hash(url) for url in later_urls()}
+    hashes = {hash(url) for url in later_urls() if url}
     if not hashes:
         return 0
     fronts = [*k.fronts(frontier.levels), k.overflow]
@@ -90,8 +90,8 @@ def drop_front_copies(frontier: Frontier, shard: int, chunk: int = 10_000) -> in
     for key in fronts:
         for entries in _chunks(client, key, chunk):
             for raw in entries:
-                url = Entry.decode(raw).url
-                if hash(url) in hashes:
+                url = _url_of(raw)
+                if url and hash(url) in hashes:
                     candidates.setdefault(url, []).append((key, raw))
     twice = {url for url in later_urls() if url in candidates}   # hashes can collide: the URLs may not
     pipe = client.pipeline(transaction=False)
@@ -99,6 +99,14 @@ def drop_front_copies(frontier: Frontier, shard: int, chunk: int = 10_000) -> in
         for key, raw in candidates[url]:
             pipe.lrem(key, 1, raw)
     return sum(pipe.execute()) if twice else 0
+
+
+def _url_of(raw: str) -> str:
+    """An entry's URL; "" for one that does not decode (it is left where it is)."""
+    try:
+        return Entry.decode(raw).url
+    except ValueError:
+        return ""
 
 
 def _chunks(client: Any, key: str, chunk: int) -> Iterator[list[str]]:
