@@ -10,6 +10,8 @@ import time
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from crawler_tasks.exceptions import ConfigError
 from crawler_tasks.frontier import Frontier
@@ -47,6 +49,21 @@ def test_stop_saves_and_restart_keeps_url(tmp_path):
     assert server.url == url and redis.Redis.from_url(url).get("k") == b"v"
     server.stop()
     assert (tmp_path / "r" / "dump.rdb").exists()
+
+
+def test_fenced_restart_shuts_the_crawls_clients_out_until_the_repairs_are_done(tmp_path):
+    server = EmbeddedRedis(tmp_path / "r", appendonly=True, save="").start()
+    url = server.url
+    redis.Redis.from_url(url).set("k", "before")
+    with server.fenced() as fenced:
+        assert fenced != url and server.port == redis.Redis.from_url(fenced).connection_pool.connection_kwargs["port"]
+        with pytest.raises(redis.AuthenticationError):   # a worker reconnecting now is refused
+            redis.Redis.from_url(url, retry=Retry(NoBackoff(), 0)).get("k")
+        repairs = redis.Redis.from_url(fenced)
+        assert repairs.get("k") == b"before"
+        repairs.set("k", "repaired")
+    assert server.url == url and redis.Redis.from_url(url).get("k") == b"repaired"
+    server.stop()
 
 
 def test_start_failure_is_quick_and_says_why(tmp_path):

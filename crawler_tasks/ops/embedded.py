@@ -18,6 +18,7 @@ remains the fallback.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -26,6 +27,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import redis
@@ -233,6 +235,20 @@ class EmbeddedRedis:
         self.stop()
         self.proc = None
         return self.start()
+
+    @contextlib.contextmanager
+    def fenced(self) -> Iterator[str]:
+        """Restarted under a password of its own (yields its URL), then again under the
+        crawl's: repairs after a crash run before any worker can reconnect and act on the
+        state the crash left (fetch a URL again whose page is recorded, say)."""
+        own = self.password
+        self.password = secrets.token_hex(24)
+        try:
+            self.restart()
+            yield self.url
+        finally:
+            self.password = own
+            self.restart()
 
     def stop(self, timeout_s: float = 10.0) -> None:
         """SHUTDOWN (else SIGTERM): redis-server saves its RDB (if save points are set),

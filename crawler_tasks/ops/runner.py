@@ -516,13 +516,17 @@ class CrawlRunner:
         append-only file loses at most a second, an RDB save more; what was fetched since
         is fetched again, and leases it held expire and return their hosts). Without its
         data, fall back to the last checkpoint; without one, stop with a clear message
-        rather than call the crawl done."""
+        rather than call the crawl done. The repairs run fenced (``EmbeddedRedis.fenced``):
+        a worker that reconnected first could fetch again a URL whose record is written
+        (its completion was in the lost second) before ``forget_recorded`` dropped it."""
         assert self.redis is not None
         self._say(f"\nembedded redis-server exited; restarting it from {self.out_dir / 'redis'}")
         restarted_at = time.time()
-        self.redis.restart()
         self.restarts += 1
-        s = self.settings
+        with self.redis.fenced() as url:
+            self._repair_after_crash(dataclasses.replace(self.settings, REDIS_URL=url), restarted_at)
+
+    def _repair_after_crash(self, s: Settings, restarted_at: float) -> None:
         if Control(s).exists():
             from crawler_tasks.celery import requeue_unacked
 
