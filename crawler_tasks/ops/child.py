@@ -194,6 +194,8 @@ def serve() -> int:
     out = sys.stdout
     children: set[int] = set()
     buf = b""
+    # its write end stays open here only: a child reads EOF from it once the server is gone
+    alive_r, alive_w = os.pipe()
     while True:
         ready, _, _ = select.select([0], [], [], 0.05)
         for pid, code in _reap(children):
@@ -220,7 +222,8 @@ def serve() -> int:
             pid = os.fork()
             if pid == 0:
                 os.close(settled)
-                _run_forked(me, request["args"], request["log"], told)
+                os.close(alive_w)
+                _run_forked(me, request["args"], request["log"], told, alive_r)
             os.close(told)
             os.read(settled, 1)  # EOF: the child closed its end after setsid (or died)
             os.close(settled)
@@ -267,7 +270,7 @@ def _say(out: IO[str], line: str) -> None:
     out.flush()
 
 
-def _run_forked(server: int, argv: list[str], log: str, settled: int) -> None:
+def _run_forked(server: int, argv: list[str], log: str, settled: int, server_alive: int) -> None:
     """In the forked process: own session (then ``settled`` is closed: the server waits
     for it), dies with the server, output to its log, and a process title that names it
     (not the server's)."""
@@ -278,7 +281,7 @@ def _run_forked(server: int, argv: list[str], log: str, settled: int) -> None:
         die_with_parent()
         if os.getppid() != server:  # the server died before prctl took effect
             os._exit(1)
-        _end_with_server(server)
+        _end_with_server(server_alive)
         # what ps shows, and the argv Celery's own process titles are made from
         sys.argv = [sys.argv[0], *argv]
         setproctitle.setproctitle(" ".join([sys.executable, "-m", "crawler_tasks.ops.child", *argv]))
@@ -298,12 +301,13 @@ def _run_forked(server: int, argv: list[str], log: str, settled: int) -> None:
         exit_now(code)
 
 
-def _end_with_server(server: int) -> None:
+def _end_with_server(server_alive: int) -> None:
     """A worker outlives its fork server (and runner) by ``ORPHAN_GRACE_S`` at most. Its
     pdeath SIGTERM starts a warm shutdown, which waits for its tasks; with the crawl's
     Redis gone as well, they retry every call for seconds (a fetch worker lived 36 s),
     while the next crawl on the folder waits for it (``outdir.WORKERS_LOCK``). Its process
-    group goes (a parse worker's sandbox too): what it held comes back as after a kill -9."""
+    group goes (a parse worker's sandbox too): what it held comes back as after a kill -9.
+    ``server_alive``: the read end of a pipe whose writer is the server."""
     from crawler_tasks.ops.outdir import hold_for_worker
     from crawler_tasks.settings import ENV_PREFIX
 
@@ -312,8 +316,8 @@ def _end_with_server(server: int) -> None:
         hold_for_worker(out_dir)
 
     def watch() -> None:
-        while os.getppid() == server:
-            time.sleep(0.25)
+        while os.read(server_alive, 1):   # EOF: the server is gone
+            pass
         time.sleep(ORPHAN_GRACE_S)
         os.killpg(0, signal.SIGKILL)
 
