@@ -243,18 +243,24 @@ def test_leases_restored_as_is_and_no_url_lost(settings, tmp_path):
         assert info.repaired.get("unscheduled_hosts") == 1
     for lease in leases:   # leases are back as they were
         assert client.zscore(ShardKeys(settings.KEY_PREFIX, lease.shard).lease, lease.host) is not None
-    now = time.time() + 1   # past the leases (taken at 1000.0) and the repair's wall-clock te
-    for s in range(settings.SHARDS):
-        frontier.expire(s, now=now)   # what maintenance does
+    # past the leases (taken at 1000.0) and the repair's wall-clock te
+    assert sorted(drain_after_restore(frontier, settings.SHARDS, time.time() + 1)) == sorted(d.url for d in items)
+
+
+def drain_after_restore(frontier: Frontier, shards: int, now: float) -> list[str]:
+    """Every URL the restored frontier leases, once its leases expired (as maintenance
+    expires them)."""
+    for s in range(shards):
+        frontier.expire(s, now=now)
     fetched = []
     for _ in range(1000):
-        got = [lease for s in range(settings.SHARDS) for lease in frontier.get_urls(s, 100, now=now)]
+        got = [lease for s in range(shards) for lease in frontier.get_urls(s, 100, now=now)]
         if not got:
             break
         for lease in got:
             fetched.append(lease.entry.url)
             frontier.complete(lease, te=now)
-    assert sorted(fetched) == sorted(d.url for d in items)
+    return fetched
 
 
 def test_a_url_a_live_snapshot_caught_twice_is_fetched_once(settings, tmp_path):
@@ -280,17 +286,7 @@ def test_a_url_a_live_snapshot_caught_twice_is_fetched_once(settings, tmp_path):
     snapshot(s, path)
     info = restore(s, path, replace=True)
     assert info.repaired.get("front_copies_dropped") == 1, info.repaired
-    later = time.time() + 1000
-    frontier.expire(0, now=later)   # the leases the snapshot holds, as maintenance would
-    fetched = []
-    for _ in range(100):
-        got = frontier.get_urls(0, 100, now=later)
-        if not got:
-            break
-        for lease in got:
-            fetched.append(lease.entry.url)
-            frontier.complete(lease, te=later)
-    assert sorted(fetched) == sorted(d.url for d in items)
+    assert sorted(drain_after_restore(frontier, 1, time.time() + 1000)) == sorted(d.url for d in items)
 
 
 def test_latest_and_rotate(tmp_path):
