@@ -309,7 +309,13 @@ def test_disk_nearly_full_stops_cleanly_then_resumes(left_mib: int, web: TestWeb
     proc = crawl(out, web, env=env)
     wait_records(out, 40, proc)
     filler = fill(small_disk, left_mib * 2**20)
+    filled_at = time.time()
     _, err = proc.communicate(timeout=120)
+    # with no byte left, Redis loses the writes it acknowledged in its append-only file's last
+    # second (everysec) and refuses the rest, and no record can be written: the pages fetched
+    # from then on were in flight at the fault
+    lost = 0 if left_mib else sum(1 for r in web.requests if r.method == "GET" and r.path != "/robots.txt"
+                                  and r.start >= filled_at - 1.0)
     assert "disk nearly full: " in err and "MiB free" in err, err[-3000:]
     if left_mib:
         assert proc.returncode == 75 and "was not saved" not in err, err[-3000:]
@@ -322,7 +328,7 @@ def test_disk_nearly_full_stops_cleanly_then_resumes(left_mib: int, web: TestWeb
     f = figures(f"disk, {left_mib} MiB left", out, web, time.monotonic() - t0,
                 said(err + err2, "disk nearly full", "resume:", "crawl finished", "Error"))
     handed_back = re.search(r"(\d+) fetched URL\(s\) not handed on", err2)
-    check(f, clean, len(web.reachable()), MAX_IN_FLIGHT + (int(handed_back[1]) if handed_back else 0))
+    check(f, clean, len(web.reachable()), MAX_IN_FLIGHT + (int(handed_back[1]) if handed_back else 0) + lost)
 
 
 def test_report(clean: float) -> None:
