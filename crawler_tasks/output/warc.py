@@ -109,14 +109,17 @@ class WarcStore:
         if self.operator:
             fields.append(("http-header-user-agent", self.operator))
         block = "".join(f"{k}: {v}\r\n" for k, v in fields).encode("utf-8", "replace")
-        self._write("warcinfo", None, block, [("WARC-Date", warc_date(time.time())), ("WARC-Filename", name),
-                                              ("Content-Type", "application/warc-fields")])
+        self._append(self._member("warcinfo", None, block, [("WARC-Date", warc_date(time.time())),
+                                                            ("WARC-Filename", name),
+                                                            ("Content-Type", "application/warc-fields")],
+                                  _record_id()))
 
-    def _write(self, kind: str, url: str | None, block: bytes, headers: list[tuple[str, str]],
-               record_id: str | None = None, digest: str | None = None) -> str:
-        """One record as one gzip member; returns its WARC-Record-ID. ``digest`` is the
-        WARC-Payload-Digest of records about an HTTP payload."""
-        record_id = record_id or _record_id()
+    def _member(self, kind: str, url: str | None, block: bytes, headers: list[tuple[str, str]],
+                record_id: str, digest: str | None = None) -> bytes:
+        """One record as one gzip member. ``digest`` is the WARC-Payload-Digest of records
+        about an HTTP payload. Made outside the lock: the digests and the compression are
+        most of a record's cost, and the fetch threads of a process waited for each other
+        there."""
         lines = ["WARC/1.1", f"WARC-Type: {kind}", f"WARC-Record-ID: {record_id}"]
         if url is not None:
             lines.append(f"WARC-Target-URI: {url}")
@@ -128,15 +131,19 @@ class WarcStore:
         level = self.gzip_level
         comp = (isal_zlib.compressobj(level, isal_zlib.DEFLATED, 31) if level <= _ISAL_MAX_LEVEL
                 else zlib.compressobj(level, zlib.DEFLATED, 31))
+        return comp.compress(head) + comp.compress(block) + comp.compress(b"\r\n\r\n") + comp.flush()
+
+    def _append(self, *members: bytes) -> None:
+        """Under the lock, after ``_open``: the records go to the file together."""
         if len(self._pending) >= MAX_PENDING_BYTES:
             self._write_pending()   # a disk that keeps failing: the caller hears of it
-        self._pending += comp.compress(head) + comp.compress(block) + comp.compress(b"\r\n\r\n") + comp.flush()
+        for member in members:
+            self._pending += member
         if len(self._pending) >= WRITE_AT_BYTES:
             try:
                 self._write_pending()
             except OSError:
                 pass   # kept pending: the next flush writes them, or says why it cannot
-        return record_id
 
     def _write_pending(self) -> None:
         """Append the pending records whole, or cut the file back to its last whole record
@@ -165,39 +172,38 @@ class WarcStore:
         ``digest`` is the body's ``warc_digest`` when the caller has it already."""
         if res.status is None:
             return None
+        date = warc_date(res.started)
+        parts = res.url.split("/", 3)
+        target = "/" + (parts[3] if len(parts) > 3 else "")
+        request_id, response_id = _record_id(), _record_id()
+        headers = [(k, v) for k, v in res.headers if k.lower() not in _HOP_BY_HOP]
+        http_head = _http_block(f"HTTP/1.1 {res.status} {res.reason}".rstrip(), headers)
+        extra = [("WARC-Date", date), ("WARC-Concurrent-To", request_id)]
+        if res.status != 304:
+            digest = digest or warc_digest(res.body)
+        if res.ip:
+            extra.append(("WARC-IP-Address", res.ip))
+        if res.truncated:
+            extra.append(("WARC-Truncated", res.truncated if res.truncated in ("time", "disconnect") else "length"))
+        if res.status == 304:  # our conditional GET: nothing changed, no payload
+            extra += [("WARC-Profile", NOT_MODIFIED_PROFILE), ("WARC-Refers-To-Target-URI", res.url),
+                      ("Content-Type", "application/http; msgtype=response")]
+            response = self._member("revisit", res.url, http_head, extra, response_id)
+        elif duplicate_of is not None:  # same payload as an earlier capture: headers only
+            extra += [("WARC-Profile", IDENTICAL_PAYLOAD_PROFILE), ("WARC-Refers-To-Target-URI", duplicate_of[0]),
+                      ("WARC-Refers-To-Date", duplicate_of[1]),
+                      ("Content-Type", "application/http; msgtype=response")]
+            response = self._member("revisit", res.url, http_head, extra, response_id, digest=digest)
+        else:
+            extra.append(("Content-Type", "application/http; msgtype=response"))
+            response = self._member("response", res.url, http_head + res.body, extra, response_id, digest=digest)
+        request = self._member("request", res.url, _http_block(f"GET {target} HTTP/1.1", res.request_headers),
+                               [("WARC-Date", date), ("WARC-Concurrent-To", response_id),
+                                ("Content-Type", "application/http; msgtype=request")], request_id)
         with self._lock:
             self._open()
-            date = warc_date(res.started)
-            parts = res.url.split("/", 3)
-            target = "/" + (parts[3] if len(parts) > 3 else "")
-            request_id, response_id = _record_id(), _record_id()
-            headers = [(k, v) for k, v in res.headers if k.lower() not in _HOP_BY_HOP]
-            http_head = _http_block(f"HTTP/1.1 {res.status} {res.reason}".rstrip(), headers)
-            extra = [("WARC-Date", date), ("WARC-Concurrent-To", request_id)]
-            if res.status != 304:
-                digest = digest or warc_digest(res.body)
-            if res.ip:
-                extra.append(("WARC-IP-Address", res.ip))
-            if res.truncated:
-                extra.append(("WARC-Truncated", res.truncated if res.truncated in ("time", "disconnect") else "length"))
-            if res.status == 304:  # our conditional GET: nothing changed, no payload
-                extra += [("WARC-Profile", NOT_MODIFIED_PROFILE), ("WARC-Refers-To-Target-URI", res.url),
-                          ("Content-Type", "application/http; msgtype=response")]
-                self._write("revisit", res.url, http_head, extra, response_id)
-            elif duplicate_of is not None:  # same payload as an earlier capture: headers only
-                extra += [("WARC-Profile", IDENTICAL_PAYLOAD_PROFILE), ("WARC-Refers-To-Target-URI", duplicate_of[0]),
-                          ("WARC-Refers-To-Date", duplicate_of[1]),
-                          ("Content-Type", "application/http; msgtype=response")]
-                self._write("revisit", res.url, http_head, extra, response_id,
-                            digest=digest)
-            else:
-                extra.append(("Content-Type", "application/http; msgtype=response"))
-                self._write("response", res.url, http_head + res.body, extra, response_id,
-                            digest=digest)
-            self._write("request", res.url, _http_block(f"GET {target} HTTP/1.1", res.request_headers),
-                        [("WARC-Date", date), ("WARC-Concurrent-To", response_id),
-                         ("Content-Type", "application/http; msgtype=request")], request_id)
-            return response_id
+            self._append(response, request)
+        return response_id
 
     def write_metadata(self, url: str, refers_to: str | None, outlinks: list[str], date: str) -> None:
         """A ``metadata`` record with the page's outlinks (Heritrix's ``outlink:`` lines)."""
@@ -214,9 +220,12 @@ class WarcStore:
     def _write_derived(self, url: str, kind: str, body: bytes, content_type: str, date: str,
                        links: list[tuple[str, str]]) -> str:
         """A record derived from a response (``links`` names it); returns its id."""
+        record_id = _record_id()
+        member = self._member(kind, url, body, [("WARC-Date", date), *links, ("Content-Type", content_type)], record_id)
         with self._lock:
             self._open()
-            return self._write(kind, url, body, [("WARC-Date", date), *links, ("Content-Type", content_type)])
+            self._append(member)
+        return record_id
 
     def flush(self) -> None:
         """Write every pending record (OSError when the disk refuses: they stay pending)."""
