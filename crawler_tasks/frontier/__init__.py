@@ -521,8 +521,11 @@ class Frontier:
         return int(self.client(shard).hget(self.keys(shard).host_counts, host) or 0)
 
     def leased_hosts(self) -> int:
-        """Hosts leased over all shards (fetches in flight)."""
-        return sum(int(self.client(s).zcard(self.keys(s).lease)) for s in range(self.shards))
+        """Hosts leased over all shards (fetches in flight): one round trip per server."""
+        client = self.client(0)
+        pipe = client.pipeline(transaction=False)
+        read = self.queue_leased_hosts(pipe, client)
+        return read(pipe.execute(raise_on_error=False))
 
     def queue_leased_hosts(self, pipe: redis.client.Pipeline, client: redis.Redis) -> Callable[[list[object]], int]:
         """``leased_hosts`` with the shards on ``client``'s server (``same_server``) queued

@@ -10,7 +10,8 @@
 -- not consumed, and fetched again). An entry already in its host's queue is only dropped
 -- from the zset: a live snapshot can hold both copies (it read the queue before the turn
 -- parked the entry), and queued twice it would be fetched and recorded twice.
--- Returns the number of entries put back (not those queued already). Entries are "<depth> <tries> <hops> <kind> <url>".
+-- Returns the number of entries put back (not those queued already). Entries are
+-- "<depth> <tries> <hops> <kind> <url>".
 local entries = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[4], 'LIMIT', 0, tonumber(ARGV[3]))
 local now = tonumber(ARGV[1])
 local returned = 0

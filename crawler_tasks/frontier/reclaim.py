@@ -93,6 +93,8 @@ def drop_front_copies(frontier: Frontier, shard: int, chunk: int = 10_000) -> in
                 url = _url_of(raw)
                 if url and hash(url) in hashes:
                     candidates.setdefault(url, []).append((key, raw))
+    if not candidates:   # the usual case: the back queues are not read a second time
+        return 0
     twice = {url for url in later_urls() if url in candidates}   # hashes can collide: the URLs may not
     pipe = client.pipeline(transaction=False)
     for url in twice:

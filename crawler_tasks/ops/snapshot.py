@@ -23,22 +23,22 @@ Large lists are read from the tail towards the head, so a concurrent LPOP cannot
 make the reader skip entries (a concurrent RPUSH can only duplicate a few); their
 later parts carry ``"at": "head"`` and are prepended on restore.
 
-Consistency: a snapshot taken while workers run is *not* a point-in-time image
-across keys (each small key is read atomically, big keys chunk by chunk). It is
-ordered to fail safe: per shard the Bloom segments and the exact seen-set first,
-then the front queues, then everything else (back queues, host tables, stats). A
-URL moving from a front queue to a back queue (or on to the hand-off zset) during the
-snapshot is therefore captured at least once, possibly twice: the restore drops the
-earlier copy (``frontier.reclaim.drop_front_copies``, ``handoff.lua``), so it is not
-fetched twice; a URL whose Bloom bits are missing may be enqueued again later. Leases present in the snapshot are
-restored as-is: no worker holds them after a restore, so maintenance's lease expiry
-(``Frontier.expire``, at most ``LEASE_S`` later) returns those hosts to the ready
-heap, and no URL is lost because a leased host's URL stays at the head of its back
-queue until ``complete``. ``ops.restore`` loads a file back; it also repairs host-table entries torn between
-keys (a back queue whose host is not active, an active host in neither the ready
-heap nor the lease table) and, by default, forgets the in-flight batch table (those
-batches cannot exist in a restored crawl and would only hold back-pressure slots
-until BATCH_TIMEOUT_S). What a live snapshot cannot hold: links found by batches
+Consistency: a snapshot taken while workers run is *not* a point-in-time image across
+keys (each small key is read atomically, big keys chunk by chunk). It is ordered to fail
+safe: per shard the Bloom segments and the exact seen-set first, then the front queues,
+then everything else (back queues, host tables, stats). A URL moving from a front queue
+to a back queue (or on to the hand-off zset) during the snapshot is therefore captured
+at least once, possibly twice: the restore drops the earlier copy
+(``frontier.reclaim.drop_front_copies``, ``handoff.lua``), so it is not fetched twice; a
+URL whose Bloom bits are missing may be enqueued again later. Leases present in the
+snapshot are restored as-is: no worker holds them after a restore, so maintenance's
+lease expiry (``Frontier.expire``, at most ``LEASE_S`` later) returns those hosts to the
+ready heap, and no URL is lost because a leased host's URL stays at the head of its back
+queue until ``complete``. ``ops.restore`` loads a file back; it also repairs host-table
+entries torn between keys (a back queue whose host is not active, an active host in
+neither the ready heap nor the lease table) and, by default, forgets the in-flight batch
+table (those batches cannot exist in a restored crawl and would only hold back-pressure
+slots until BATCH_TIMEOUT_S). What a live snapshot cannot hold: links found by batches
 that were in flight and enqueued after the front queues were read. For an exact
 checkpoint, take it while the crawl is stopped (or STOPPING with no batch in flight).
 """
