@@ -87,7 +87,8 @@ def dupes(items: list[str]) -> int:
 
 
 def children(manage_pid: int, out: Path) -> dict[str, psutil.Process]:
-    """The crawl's processes by role: redis, worker-fetch, worker-process, worker-control (which runs Beat)."""
+    """The crawl's processes by role: redis, worker-fetch, worker-process, and worker-control
+    (which runs Beat) when the crawl has more than one fetch worker."""
     found: dict[str, psutil.Process] = {}
     port = json.loads((out / "crawl.json").read_text())["redis_url"].rsplit(":", 1)[1].split("/")[0]
     for p in psutil.process_iter(["cmdline"]):
@@ -183,10 +184,12 @@ def clean(web: TestWeb, tmp_path_factory: pytest.TempPathFactory) -> float:
 
 @pytest.mark.parametrize("victim", ["redis", "fetch", "process", "control"])
 def test_kill_9_of_a_child(victim: str, web: TestWeb, clean: float, tmp_path: Path) -> None:
+    """``fetch`` also runs the control tasks and Beat (one fetch worker); ``control`` is
+    their own worker, as with two fetch workers."""
     out = tmp_path / "out"
     web.clear_log()
     t0 = time.monotonic()
-    proc = crawl(out, web)
+    proc = crawl(out, web, *(["--workers", "2"] if victim == "control" else []))
     wait_records(out, 40, proc)
     target = children(proc.pid, out)[victim]
     target.kill()
