@@ -672,6 +672,29 @@ def test_an_idle_session_lingers_only_for_hosts_ready_soon(fast, wait_s, soon):
     assert session._nothing_ready_soon()
 
 
+def test_a_busy_session_leases_no_more_hosts_and_new_ones_queue_behind_due_ones(fast):
+    """A new host is due when leased, not at time 0: hosts whose next page is due sooner go
+    first. While a held host waits past its time (the pool is busy), the session leases no
+    more: at 5,000 hosts every host's robots.txt went before any page (first page at 6-10 s)."""
+    from crawler_tasks.stages.fetch import FetchSession
+
+    s = dataclasses.replace(fast, SHARDS=1)
+    reset_settings(s)
+    seed_urls(s, [f"http://127.0.0.{9 + i}:9/a.html" for i in range(6)])
+    worker = Worker.create(s)
+    session = FetchSession(worker, 0, "b1", lambda pages, group_id: None)
+    before = time.time()
+    session._take(worker.frontier.get_urls(0, 1), own=True)
+    (te, _, host), = session.heap
+    assert before <= te <= time.time()
+    session.heap[0] = (time.time() - 1.0, 0, host)   # due a second ago, still waiting: the pool is full
+    session._lease_more()
+    assert len(session.waiting) == 1
+    session.heap[0] = (time.time() + 1.0, 0, host)   # waiting for its delay: room for more hosts
+    session._lease_more()
+    assert len(session.waiting) == 6
+
+
 def test_held_hosts_wait_in_the_heap_not_in_threads(fast):
     """A session holds every host of the crawl at once, each at its delay, with four
     exchange threads for forty hosts: a waiting host holds no thread. Politeness holds

@@ -48,6 +48,7 @@ _EARLY_S = 0.002          # a due host goes to the pool this much before te and 
                           # turn while the request itself waits for te (fetch's not_before)
 _SLACK_S = 0.001          # and goes this much after te: a busy server may stamp its answer's end a
                           # little after our read of its last byte (a threaded Python server: 3 ms)
+_OVERDUE_S = 0.1          # a held host waiting this long past its te: no more hosts are leased
 _DRY_POLL_S = 0.5         # after a host ran dry, ready hosts are looked for every tick this long,
 _DRY_TICK_S = 0.02        # on a shorter tick: its links come back from parse in ~20 ms (so does the end)
 _DRY_FLUSH_S = 0.1        # a group that holds a dry host's page goes to parse once this old: at once,
@@ -240,10 +241,13 @@ class FetchSession:
     def _lease_more(self) -> None:
         """Lease ready hosts while the pool has room for them and, with a page budget,
         the budget too: the process's sessions take their hosts from its room
-        (``view.py``), each leased host fetching a page."""
+        (``view.py``), each leased host fetching a page. Not while a held host waits past
+        its time: the pool is busy, and hosts leased now would only queue before held
+        hosts' next pages (each new host's turn is its robots.txt; at 5,000 hosts, pages
+        waited for every host's robots.txt) and away from other fetch processes."""
         s, w = self.w.settings, self.w
         room = min(max(s.FETCH_BATCH, s.WAKE_MAX_HOSTS), self.pool.host_room())
-        if room <= 0:
+        if room <= 0 or (self.heap and self.heap[0][0] < time.time() - _OVERDUE_S):
             return
         if self.spare is None:
             self._take(w.frontier.get_urls(self.shard, room, owner=w.frontier.owner), own=True)
@@ -292,8 +296,12 @@ class FetchSession:
         self.pool.hold(len(renewed))
         with self.lock:
             flying = set(self.flying)
+        # due now, behind hosts due since earlier: as te 0, thousands of new hosts leased
+        # during a crawl's first seconds held every host's page back until each had
+        # fetched its robots.txt (5,000 hosts: the first page at 7.6 s, parse idle)
+        now = time.time()
         for lease in renewed:
-            held = Held(lease, _host_state(states.get(lease.host, {})))
+            held = Held(lease, _host_state(states.get(lease.host, {})), now)
             if lease.host in flying:
                 self.again[lease.host] = held
             else:
