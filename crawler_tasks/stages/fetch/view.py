@@ -18,6 +18,7 @@ import time
 import weakref
 
 from crawler_tasks.runtime.control import Control, ControlView
+from crawler_tasks.settings import Settings
 from crawler_tasks.stages.worker import Worker
 
 CONTROL_EVERY_S = 0.25   # the sessions' control grid: crawl state, page budget, room for more hosts
@@ -44,10 +45,11 @@ class _CrawlView:
         self.leased = read_leased(replies) if read_leased is not None else 0
         self.since, self.at = 0, now
 
-    def read(self, w: Worker) -> tuple[ControlView, int]:
+    def read(self, w: Worker, fresh: bool = False) -> tuple[ControlView, int]:
+        """The view of this control tick (``fresh``: read now)."""
         with self.lock:
             now = time.monotonic()
-            if self.view is None or now // CONTROL_EVERY_S != self.at // CONTROL_EVERY_S:
+            if fresh or self.view is None or now // CONTROL_EVERY_S != self.at // CONTROL_EVERY_S:
                 self._refresh(w, now)
             assert self.view is not None
             return self.view, self.leased + self.since + self.pending
@@ -98,6 +100,12 @@ def shared_view(w: Worker) -> _CrawlView:
     return shared
 
 
-def crawl_view(w: Worker) -> tuple[ControlView, int]:
+def crawl_view(w: Worker, fresh: bool = False) -> tuple[ControlView, int]:
     """(the crawl's state, hosts leased over the crawl: 0 without a page budget)."""
-    return shared_view(w).read(w)
+    return shared_view(w).read(w, fresh)
+
+
+def near_budget_end(s: Settings, spare: int | None) -> bool:
+    """Whether the page budget's spare is within what the crawl can lease in a control
+    tick unseen by a view of it (a round of leases by every session, or by wake)."""
+    return spare is not None and spare < s.MAX_FETCH_SESSIONS * max(s.FETCH_BATCH, s.WAKE_MAX_HOSTS)
