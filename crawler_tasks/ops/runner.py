@@ -377,7 +377,7 @@ class CrawlRunner:
         # control tasks and Beat: a process less (~40 MiB), the same CPU a page
         folded = self.workers == 1 and s.MAX_FETCH_SESSIONS <= s.FETCH_CONCURRENCY
         specs = [(f"worker-fetch-{i}", celery + ["worker", "-Q", fetch_queues + (f",{CONTROL_QUEUE}" if folded else ""),
-                                                 "-P", "threads", "-c", str(s.FETCH_CONCURRENCY + folded),
+                                                 "-P", "threads", "-c", str(s.FETCH_CONCURRENCY + (1 if folded else 0)),
                                                  "-n", f"fetch{i}-{tag}@%h"] + (beat if folded else []) + common)
                  for i in range(self.workers)]
         specs += [(f"worker-process-{i}", celery + ["worker", "-Q", ",".join([parse_queue(s.node_name), *ENQUEUE_QUEUES]), "-P", "solo",

@@ -66,7 +66,7 @@ class Held:
 
     lease: Lease
     state: HostState
-    not_before: float = 0.0   # epoch s: its next request goes then, not a moment before
+    not_before: float   # epoch s: its next request goes then, not a moment before
 
 
 @dataclass(slots=True)
@@ -336,7 +336,7 @@ class FetchSession:
             return
         held, self.waiting, self.heap = list(self.waiting.items()), {}, []
         self.pool.hold(-len(held))
-        self.w.frontier.give_back([(h.lease, h.not_before or time.time()) for _, h in held])
+        self.w.frontier.give_back([(h.lease, h.not_before) for _, h in held])
         for host, _ in held:
             self.w.fetcher.release(host)
 

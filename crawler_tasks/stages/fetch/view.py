@@ -70,8 +70,7 @@ class _CrawlView:
             spare = s.MAX_PAGES - self.view.pages - leased
             # since the read: at most about a page per leased host and delay, and hosts
             # leased by the other sessions, at most a round of leases each
-            margin = (self.leased * (1 + age / max(s.MIN_DELAY_S, 0.01))
-                      + s.MAX_FETCH_SESSIONS * max(s.FETCH_BATCH, s.WAKE_MAX_HOSTS)) if age else 0
+            margin = (self.leased * (1 + age / max(s.MIN_DELAY_S, 0.01)) + _lease_round(s)) if age else 0
             if age and spare - want < margin:
                 self._refresh(w, now)
                 leased = self.leased + self.pending
@@ -107,5 +106,10 @@ def crawl_view(w: Worker, fresh: bool = False) -> tuple[ControlView, int]:
 
 def near_budget_end(s: Settings, spare: int | None) -> bool:
     """Whether the page budget's spare is within what the crawl can lease in a control
-    tick unseen by a view of it (a round of leases by every session, or by wake)."""
-    return spare is not None and spare < s.MAX_FETCH_SESSIONS * max(s.FETCH_BATCH, s.WAKE_MAX_HOSTS)
+    tick unseen by a view of it."""
+    return spare is not None and spare < _lease_round(s)
+
+
+def _lease_round(s: Settings) -> int:
+    """Hosts a round of leases by every session (or by wake) can take."""
+    return s.MAX_FETCH_SESSIONS * max(s.FETCH_BATCH, s.WAKE_MAX_HOSTS)
