@@ -244,6 +244,9 @@ class ShardKeys:
         return f"{self.base}:soft404"
 
 
+PAGES_FIELD = "fetch/pages"   # the ``stats`` counter of pages fetched: the page budget's count
+
+
 @dataclass(frozen=True, slots=True)
 class GlobalKeys:
     prefix: str

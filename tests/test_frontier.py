@@ -10,6 +10,7 @@ import pytest
 
 import crawler_tasks.frontier as frontier_module
 from crawler_tasks.frontier import Discovered, Entry, Frontier, Verdict
+from crawler_tasks.records import Action
 
 
 def d(url: str, depth: int = 0, priority: int = 0, force: bool = False) -> Discovered:
@@ -294,3 +295,35 @@ def test_finish_queued_on_a_callers_pipeline_shares_its_round_trip(settings, rcl
     done = read(pipe.execute(raise_on_error=False))
     assert done.ok and done.held is None
     assert [e.url for e in f.host_queue(0, "q.test")] == ["http://q.test/2"]
+
+
+def test_the_page_budget_holds_in_the_lease_and_hold_scripts(settings, rclient):
+    """Every leased host is owed a page: lease.lua leases no more hosts than the budget has
+    pages left after those counted and the hosts leased, and complete.lua holds a host for
+    another page only within it (however many processes lease and finish at once)."""
+    s = dataclasses.replace(settings, MAX_PAGES=10, SHARDS=2)
+    frontier = Frontier(s)
+    assert frontier.budget_in_scripts
+    stats = f"{s.KEY_PREFIX}:{{g}}:stats"
+    hosts = [f"h{i}.test" for i in range(12)]
+    frontier.put_discovered([d(f"http://{h}/{k}") for h in hosts for k in range(3)])
+    rclient.hset(stats, "fetch/pages", 4)
+    leases = [lease for shard in range(2) for lease in frontier.get_urls(shard, 100, now=1000.0)]
+    assert len(leases) == 6                           # 10 pages: 4 counted, 6 owed to leased hosts
+    assert [lease for shard in range(2) for lease in frontier.get_urls(shard, 100, now=1000.0)] == []
+    # a host that gives its turn back without a page frees what it was owed ...
+    assert frontier.complete(leases[0], te=1000.0, action=Action.KEEP)
+    # ... so the next host that fetches a page (counted first, as the fetch session does)
+    # may be held for another: 5 counted + 5 leased
+    rclient.hincrby(stats, "fetch/pages", 1)
+    held = frontier.finish(leases[1], te=1000.0, hold_until=2000.0)
+    assert held.held is not None and not held.spent
+    # but not the one after it (6 + 5 would pass 10): it is given back, its URLs kept
+    rclient.hincrby(stats, "fetch/pages", 1)
+    given = frontier.finish(leases[2], te=1000.0, hold_until=2000.0)
+    assert given.ok and given.held is None and given.spent
+    assert frontier.leased_hosts() == 4 and frontier.host_queue(leases[2].shard, leases[2].host)
+    # without a page budget nothing of this applies
+    unbounded = Frontier(dataclasses.replace(s, MAX_PAGES=0))
+    assert not unbounded.budget_in_scripts
+    assert len([lease for shard in range(2) for lease in unbounded.get_urls(shard, 100, now=1000.0)]) == 8  # the rest

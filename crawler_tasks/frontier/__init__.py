@@ -24,7 +24,7 @@ import redis
 
 from crawler_tasks.connection import global_client, replies_of, shard_client
 from crawler_tasks.frontier.bloom import BloomSpec
-from crawler_tasks.keys import GlobalKeys, ShardKeys, shard_of
+from crawler_tasks.keys import PAGES_FIELD, GlobalKeys, ShardKeys, shard_of
 from crawler_tasks.records import Action, EntryKind
 from crawler_tasks.settings import Settings
 
@@ -113,6 +113,7 @@ def group_by(items: Iterable[T], key: Callable[[T], K]) -> dict[K, list[T]]:
 class Completion:
     ok: bool                 # False: the lease had been lost, nothing changed
     held: Lease | None       # the host's next lease when it was held for the caller
+    spent: bool = False      # given back although the caller would hold it: the page budget is spent
 
 
 @dataclass(slots=True)
@@ -145,12 +146,13 @@ class Lease:
 
 
 def _completion(lease: Lease, reply: object) -> Completion:
-    """complete.lua's reply: 1 given back, 2 held (then the next head and token), -1 the
-    lease was lost (nothing changed)."""
+    """complete.lua's reply: 1 given back, 2 held (then the next head and token), 3 given
+    back for the page budget, -1 the lease was lost (nothing changed)."""
     out = list(reply)  # type: ignore[call-overload]
-    if int(out[0]) == 2:
+    code = int(out[0])
+    if code == 2:
         return Completion(True, Lease(lease.shard, lease.host, out[1], out[2]))
-    return Completion(int(out[0]) == 1, None)
+    return Completion(code in (1, 3), None, spent=code == 3)
 
 
 class Frontier:
@@ -164,6 +166,7 @@ class Frontier:
         per_shard = max(1, settings.BLOOM_EXPECTED_URLS // self.shards)
         self.bloom = BloomSpec.for_capacity(per_shard, settings.BLOOM_ERROR_RATE)
         self._scripts: dict[tuple[int, str], redis.commands.core.Script] = {}
+        self._budget_here: bool | None = None
 
     # -- plumbing ---------------------------------------------------------------------
     def keys(self, shard: int) -> ShardKeys:
@@ -235,10 +238,12 @@ class Frontier:
         now = time.time() if now is None else now
         lease_s = self.settings.LEASE_S if lease_s is None else lease_s
         k = self.keys(shard)
-        out = self._run(shard, "lease", [k.active, k.ready, k.lease, k.te, k.lease_owner] + k.fronts(self.levels), [
+        budget_keys, budget_args = self._budget()
+        out = self._run(shard, "lease", [k.active, k.ready, k.lease, k.te, k.lease_owner, *k.fronts(self.levels),
+                                         *budget_keys], [
             now, lease_s, max_hosts, self.settings.MAX_ACTIVE_HOSTS, k.queue_prefix,
             random.getrandbits(31) if seed is None else seed, MAX_REFILL_MOVES,
-            self.settings.HOST_QUEUE_CAP, k.overflow, owner,
+            self.settings.HOST_QUEUE_CAP, k.overflow, owner, *budget_args, len(budget_keys),
         ])
         flat = list(out)[1:]  # type: ignore[call-overload]
         return [Lease(shard, flat[i], flat[i + 1], flat[i + 2]) for i in range(0, len(flat), 3)]
@@ -322,13 +327,35 @@ class Frontier:
             retry_raw = Entry(e.url, e.depth, e.tries + 1, e.hops, e.kind).encode()
         keys = [k.active, k.ready, k.lease, k.te, k.queue(lease.host), k.queued, k.handoff, k.handoff_owner,
                 k.lease_owner]
+        budget_keys, budget_args = self._budget() if hold_until > 0 else ([], [0, ""])
         args: list[str | float] = [lease.host, lease.token, action.value, te, lease.raw, retry_raw, hold_until,
-                                   handoff_until, self.owner]
+                                   handoff_until, self.owner, *budget_args]
         if host_state:   # saved by the same script (one slot: cluster-safe, one round trip)
             keys.append(k.host_state(lease.host))
             for name, value in host_state.items():
                 args += [name, value]
-        return keys, args
+        return keys + budget_keys, args
+
+    @property
+    def budget_in_scripts(self) -> bool:
+        """Whether the leasing and holding scripts keep the page budget themselves: with
+        ``MAX_PAGES``, when every shard lives on the server of the crawl's counters (one
+        Redis, the common case). Otherwise the fetch sessions hold it from their reads of
+        the counters, which can trail by the pages of a round trip."""
+        if self._budget_here is None:
+            client = global_client(self.settings)
+            self._budget_here = bool(self.settings.MAX_PAGES) and all(
+                self.same_server(shard, client) for shard in range(self.shards))
+        return self._budget_here
+
+    def _budget(self) -> tuple[list[str], list[str | int]]:
+        """lease.lua's and complete.lua's page-budget keys (the counters' hash, every
+        shard's lease zset) and arguments (the budget, its counter's field); none when the
+        scripts cannot keep it (``budget_in_scripts``)."""
+        if not self.budget_in_scripts:
+            return [], [0, ""]
+        keys = [GlobalKeys(self.settings.KEY_PREFIX).stats, *(self.keys(shard).lease for shard in range(self.shards))]
+        return keys, [self.settings.MAX_PAGES, PAGES_FIELD]
 
     def give_back(self, held: list[tuple[Lease, float]]) -> int:
         """Give leased hosts back at their next contact time (``complete`` with KEEP), one

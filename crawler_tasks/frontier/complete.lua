@@ -2,8 +2,13 @@
 -- KEYS[1] active set, KEYS[2] ready zset, KEYS[3] lease zset, KEYS[4] te hash,
 -- KEYS[5] the host's back queue, KEYS[6] the shard's queued-URL counter, KEYS[7] the
 -- shard's hand-off zset, KEYS[8] its owner hash (entry -> fetch process), KEYS[9] the
--- lease owner hash (host -> fetch process), KEYS[10] (optional) the host's politeness
--- hash, set from the field/value pairs ARGV[10..] whatever happens.
+-- lease owner hash (host -> fetch process), then (with field/value pairs in ARGV[12..]) the
+-- host's politeness hash, set from those pairs whatever happens, then (with a page budget)
+-- the budget's keys: the counters' hash and the lease zset of every shard on this server.
+-- ARGV[10] the page budget (0 or absent: none), ARGV[11] its counter's field: a host is
+-- held for another page only while the pages counted (this turn's included: the caller
+-- counts it first) and the hosts leased (this one included) are within the budget, checked
+-- in the same step as the hold (see lease.lua).
 -- ARGV[1] host, ARGV[2] lease token (deadline given by lease.lua), ARGV[3] action:
 --   'done'  the head URL is finished (fetched, refused, or failed for good): pop it;
 --   'retry' pop the head and append ARGV[6] (the same URL with tries + 1) at the tail;
@@ -22,15 +27,19 @@
 -- Otherwise the host re-enters the ready heap at te if its back queue still has URLs,
 -- else it leaves the active set and its te is remembered in the te hash; either way it
 -- has no lease owner any more.
--- Returns {1} (given back), {2, next head entry, new token} (held), or {-1} when the
--- lease is no longer ours (expired and re-leased): nothing changed.
+-- Returns {1} (given back), {2, next head entry, new token} (held), {3} (given back: the
+-- hold would pass the page budget), or {-1} when the lease is no longer ours (expired and
+-- re-leased): nothing changed.
 local active, ready, lease, te_hash, queue, queued = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local host, token, action = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local te = tonumber(ARGV[4])
 local hold = tonumber(ARGV[7] or '0')
 local handoff = tonumber(ARGV[8] or '0')
-if KEYS[10] and #ARGV >= 11 then
-  redis.call('HSET', KEYS[10], unpack(ARGV, 10, #ARGV))
+local budget = tonumber(ARGV[10] or '0')
+local first_budget_key = 10
+if #ARGV >= 13 then
+  redis.call('HSET', KEYS[10], unpack(ARGV, 12, #ARGV))
+  first_budget_key = 11
 end
 local score = redis.call('ZSCORE', lease, host)
 if not score or math.abs(tonumber(score) - token) > 0.001 then
@@ -48,6 +57,16 @@ if action ~= 'keep' and redis.call('LINDEX', queue, 0) == ARGV[5] then
   end
 end
 local head = redis.call('LINDEX', queue, 0)
+local spent = false
+if hold > 0 and head and budget > 0 then
+  local owed = tonumber(redis.call('HGET', KEYS[first_budget_key], ARGV[11]) or '0')
+  for i = first_budget_key + 1, #KEYS do
+    owed = owed + redis.call('ZCARD', KEYS[i])
+  end
+  if owed > budget then
+    hold, spent = 0, true
+  end
+end
 if hold > 0 and head then
   redis.call('ZADD', lease, hold, host)
   return {2, head, tostring(hold)}
@@ -59,5 +78,8 @@ if head then
 else
   redis.call('SREM', active, host)
   redis.call('HSET', te_hash, host, te)
+end
+if spent then
+  return {3}
 end
 return {1}

@@ -7,6 +7,11 @@
 -- hash tag): URLs of a host whose back queue is at the cap go there, then to disk;
 -- ARGV[10] who the leases are for ('' = nobody yet): a fetch process, or the session
 -- wake leases them for (see orphan.lua).
+-- ARGV[11] the page budget (0 or absent: none), ARGV[12] its counter's field, ARGV[13] the
+-- number N of budget keys that end KEYS: the counters' hash, then the lease zset of every
+-- shard (all on this server). Every leased host is owed a page, so no more hosts are leased
+-- than the budget has pages left after the pages counted and the hosts leased: checked
+-- here, in the same step as the lease, it holds however many processes lease at once.
 -- Back queues ``<prefix><host>`` share the shard's hash tag, so they are in the same slot.
 -- Refill (Mercator): while fewer than B hosts are active, draw a front queue weighted
 -- 2^(F-1-level) among the non-empty ones, pop its head; a URL of an active host joins
@@ -17,7 +22,9 @@
 -- nothing.
 -- Returns {moved, host1, entry1, deadline1, host2, ...}.
 local active, ready, lease, te_hash, owners = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local F = #KEYS - 5
+local max_pages = tonumber(ARGV[11] or '0')
+local nbudget = tonumber(ARGV[13] or '0')
+local F = #KEYS - 5 - nbudget
 local owner = ARGV[10] or ''
 local now = tonumber(ARGV[1])
 local deadline = now + tonumber(ARGV[2])
@@ -62,6 +69,15 @@ while moved < max_moves and redis.call('SCARD', active) < B do
     end
   end
   moved = moved + 1
+end
+
+if max_pages > 0 and max_hosts > 0 then
+  local first = #KEYS - nbudget + 1
+  local room = max_pages - tonumber(redis.call('HGET', KEYS[first], ARGV[12]) or '0')
+  for i = first + 1, #KEYS do
+    room = room - redis.call('ZCARD', KEYS[i])
+  end
+  max_hosts = math.max(0, math.min(max_hosts, room))
 end
 
 local out = {moved}

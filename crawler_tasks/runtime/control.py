@@ -27,7 +27,7 @@ from typing import NamedTuple
 import redis
 
 from crawler_tasks.connection import global_client, replies_of
-from crawler_tasks.keys import GlobalKeys
+from crawler_tasks.keys import PAGES_FIELD, GlobalKeys
 from crawler_tasks.settings import Settings
 
 
@@ -179,7 +179,7 @@ class Control:
         at = len(pipe)
         pipe.hget(self.keys.control, "state")
         pipe.zcard(self.keys.inflight)
-        pipe.hget(self.keys.stats, "fetch/pages")
+        pipe.hget(self.keys.stats, PAGES_FIELD)
 
         def read(replies: list[object]) -> ControlView:
             state, inflight, pages = replies_of(replies, at, 3)
@@ -204,7 +204,7 @@ class Control:
         fetches), on a pipeline of the global client that the caller runs. Returns the
         reader of its reply among the pipeline's: the new total (an error reply raises)."""
         at = len(pipe)
-        pipe.hincrby(self.keys.stats, "fetch/pages", 1)
+        pipe.hincrby(self.keys.stats, PAGES_FIELD, 1)
 
         def read(replies: list[object]) -> int:
             return int(replies_of(replies, at, 1)[0])  # type: ignore[call-overload]

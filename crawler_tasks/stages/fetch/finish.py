@@ -28,9 +28,11 @@ class End:
 
 def finish_turn(w: Worker, lease: Lease, turn: Turn, hold_until: float, leased: int) -> End:
     """Finish the turn's lease (held on until ``hold_until`` when > 0 and the host has
-    URLs left). ``leased``: hosts leased over the crawl as last read, which count against
-    the page budget. On one round trip the count cannot decide the hold, so a held host
-    is given back after it when the budget is spent (``End.spent``)."""
+    URLs left). With a page budget, the turn's page is counted first on the same round
+    trip; the frontier's script then holds the host only within the budget
+    (``budget_in_scripts``). Otherwise ``leased`` (hosts leased over the crawl as last
+    read) decides: a held host is given back after the round trip when the count and
+    they pass the budget (``End.spent``)."""
     s = w.settings
     res = turn.exchange
     date = warc_date(res.started) if res is not None else ""
@@ -49,15 +51,17 @@ def finish_turn(w: Worker, lease: Lease, turn: Turn, hold_until: float, leased: 
     if w.frontier.same_server(lease.shard, w.control.client):
         read_done = w.frontier.queue_finish(pipe, lease, turn.te, turn.action, fields, hold_until, park_until)
     replies = pipe.execute(raise_on_error=False) if len(pipe) else []
-    spent = read_count is not None and read_count(replies) + leased > s.MAX_PAGES
+    spent = (read_count is not None and not w.frontier.budget_in_scripts
+             and read_count(replies) + leased > s.MAX_PAGES)
     earlier = read_earlier(replies) if read_earlier is not None else None
     if read_done is not None:
         done = read_done(replies)
     else:
         hold_until = 0.0 if spent else hold_until
         done = w.frontier.finish(lease, turn.te, turn.action, fields, hold_until, park_until)
+    spent = spent or done.spent
     return End(done, lease.raw if park and done.ok else None, spent, earlier,
-               dry=bool(hold_until) and done.ok and done.held is None)
+               dry=bool(hold_until) and done.ok and done.held is None and not spent)
 
 
 def archive_turn(w: Worker, turn: Turn, end: End) -> str | None:

@@ -397,12 +397,14 @@ class FetchSession:
 
     def _finish(self, held: Held, turn: Turn) -> End:
         hold_until = 0.0 if turn.last else self._hold_until(turn.te)
-        # hosts leased: the process's count (with what its other sessions leased since), read
-        # afresh near the budget's end (wake and other processes lease too): a session's
-        # own copy let a held host take a page other hosts were leased for (8,004 of 8,000)
-        s = self.w.settings
-        leased = crawl_view(self.w, near_budget_end(s, self.spare))[1] if s.MAX_PAGES else 0
-        return finish_turn(self.w, held.lease, turn, hold_until, leased)
+        # where the frontier's script cannot hold the budget: hosts leased as the process
+        # counts them (with what its other sessions leased since), read afresh near the
+        # budget's end (wake and other processes lease too)
+        s, w = self.w.settings, self.w
+        leased = 0
+        if s.MAX_PAGES and not w.frontier.budget_in_scripts:
+            leased = crawl_view(w, near_budget_end(s, self.spare))[1]
+        return finish_turn(w, held.lease, turn, hold_until, leased)
 
     def _hold_until(self, te: float) -> float:
         s = self.w.settings
