@@ -8,6 +8,7 @@ redis-server."""
 from __future__ import annotations
 
 import gzip
+import os
 import resource
 import signal
 from collections.abc import Iterator
@@ -50,13 +51,14 @@ def test_an_append_that_fails_midway_is_cut_back_to_where_it_began(tmp_path: Pat
 
 
 def test_a_warc_write_that_fails_keeps_whole_records_and_writes_each_once_later(tmp_path: Path) -> None:
-    store = WarcStore(tmp_path, max_bytes=10**9, gzip_level=0)   # level 0: the bodies take their size on disk
+    store = WarcStore(tmp_path, max_bytes=10**9, gzip_level=0)
     store.write_metadata("http://a.test/0", None, ["http://a.test/1"], "2026-12-03T10:00:00Z")
     store.flush()
     assert store.path is not None
     whole = store.path.stat().st_size
     for i in range(1, 6):
-        store.write_metadata(f"http://a.test/{i}", None, [f"http://a.test/{i}/{j}" for j in range(300)],
+        # random links: the records keep most of their size on disk
+        store.write_metadata(f"http://a.test/{i}", None, [f"http://a.test/{i}/{os.urandom(8).hex()}" for _ in range(300)],
                              "2026-12-03T10:00:00Z")
     with file_size_limit(whole + 20_000), pytest.raises(OSError):
         store.flush()

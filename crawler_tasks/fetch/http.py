@@ -212,7 +212,9 @@ class _Conn:
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise self.deadline_passed()
-        self.sock.settimeout(min(self.read_timeout_s, left))
+        timeout = min(self.read_timeout_s, left)
+        if timeout != self.sock.gettimeout():   # setting it lets go of the GIL (see output/warc.py)
+            self.sock.settimeout(timeout)
 
     def deadline_passed(self) -> _Fail:
         return _Fail(ErrorKind.DEADLINE, f"exchange deadline of {self.budget_s:g} s passed while {self.phase}")

@@ -27,6 +27,7 @@ import base64
 import contextlib
 import hashlib
 import os
+import random
 import socket
 import threading
 import time
@@ -50,10 +51,20 @@ WRITE_AT_BYTES = 1 << 20
 MAX_PENDING_BYTES = 64 << 20
 
 
+# Calls that let go of the GIL hand it to another of the fetch worker's hundreds of threads
+# (a futex round and a context switch: 50-70 of them a page were half its CPU), so each
+# record takes as few as it can: ``hashlib.sha1()`` lets go of it to look the algorithm up
+# (a copy does not), ``uuid4`` to read the kernel's random bytes, and every ``compress``
+# call of a compressor to deflate.
+_SHA1 = hashlib.sha1()
+
+
 def warc_digest(data: bytes) -> str:
     """A WARC-Payload-Digest or WARC-Block-Digest (sha1, base32, as warcio and Heritrix
     write them)."""
-    return "sha1:" + base64.b32encode(hashlib.sha1(data).digest()).decode("ascii")
+    h = _SHA1.copy()
+    h.update(data)
+    return "sha1:" + base64.b32encode(h.digest()).decode("ascii")
 
 
 def warc_date(ts: float) -> str:
@@ -61,7 +72,9 @@ def warc_date(ts: float) -> str:
 
 
 def _record_id() -> str:
-    return f"<urn:uuid:{uuid.uuid4()}>"
+    """A random (version 4) UUID from the process's generator, which ``random`` seeds from
+    the kernel at start and again in each forked child."""
+    return f"<urn:uuid:{uuid.UUID(int=random.getrandbits(128), version=4)}>"
 
 
 def _http_block(start_line: str, headers: list[tuple[str, str]]) -> bytes:
@@ -128,10 +141,11 @@ class WarcStore:
             lines.append(f"WARC-Payload-Digest: {digest}")
         lines += [f"WARC-Block-Digest: {warc_digest(block)}", f"Content-Length: {len(block)}", "", ""]
         head = "\r\n".join(lines).encode("utf-8", "replace")
+        record = b"".join((head, block, b"\r\n\r\n"))
         level = self.gzip_level
-        comp = (isal_zlib.compressobj(level, isal_zlib.DEFLATED, 31) if level <= _ISAL_MAX_LEVEL
-                else zlib.compressobj(level, zlib.DEFLATED, 31))
-        return comp.compress(head) + comp.compress(block) + comp.compress(b"\r\n\r\n") + comp.flush()
+        if level <= _ISAL_MAX_LEVEL:
+            return isal_zlib.compress(record, level, 31)
+        return zlib.compress(record, level, 31)
 
     def _append(self, *members: bytes) -> None:
         """Under the lock, after ``_open``: the records go to the file together."""
