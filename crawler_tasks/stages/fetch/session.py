@@ -239,8 +239,9 @@ class FetchSession:
 
     def _lease_more(self) -> None:
         """Lease ready hosts while the pool has room for them and, with a page budget,
-        the budget too: the process's sessions take their hosts from its room
-        (``view.py``), each leased host fetching a page. Not while a held host waits past
+        the budget too: lease.lua holds it where it can (``budget_in_scripts``), else the
+        process's sessions take their hosts from its room (``view.py``), each leased host
+        fetching a page. Not while a held host waits past
         its time: the pool is busy, and hosts leased now would only queue before held
         hosts' next pages (each new host's turn is its robots.txt; at 5,000 hosts, pages
         waited for every host's robots.txt) and away from other fetch processes."""
@@ -248,8 +249,9 @@ class FetchSession:
         room = min(max(s.FETCH_BATCH, s.WAKE_MAX_HOSTS), self.pool.host_room())
         if room <= 0 or (self.heap and self.heap[0][0] < time.time() - _OVERDUE_S):
             return
-        if self.spare is None:
-            self._take(w.frontier.get_urls(self.shard, room, owner=w.frontier.owner), own=True)
+        if self.spare is None or w.frontier.budget_in_scripts:   # no budget, or lease.lua holds it
+            if self.spare is None or self.spare > 0:
+                self._take(w.frontier.get_urls(self.shard, room, owner=w.frontier.owner), own=True)
             return
         shared = shared_view(w)
         granted, self.spare, _ = shared.reserve(w, room)
