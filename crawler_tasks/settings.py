@@ -327,7 +327,8 @@ class Settings:
     TEXT_MODE: str = "main"
 
     # --- Crawl control -------------------------------------------------------------------
-    # Stop after this many fetched pages (0 = no limit).
+    # Stop after this many fetched pages (0 = no limit). Exact on one Redis: the frontier's
+    # scripts lease a host, or hold it for another page, only within what is left of it.
     MAX_PAGES: int = 0
     # Stop after this many seconds (0 = no limit; enforced by manage.py crawl).
     MAX_SECONDS: float = 0.0
