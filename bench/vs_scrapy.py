@@ -219,22 +219,28 @@ def served(run: Run) -> ServerView:
 
 def scrapy_python() -> Path:
     """The venv's python with Scrapy importable; creates the venv and installs Scrapy on first use."""
-    python = VENV / "bin" / "python"
-    check = [str(python), "-c", "import scrapy; print(scrapy.__version__)"]
+    return bench_python(VENV, ["scrapy"], "scrapy")
+
+
+def bench_python(venv: Path, packages: list[str], module: str) -> Path:
+    """The python of ``venv`` with ``module`` importable: the venv is made and ``packages``
+    installed on first use (a competitor runs apart from the crawler's own venv)."""
+    python = venv / "bin" / "python"
+    check = [str(python), "-c", f"import {module}"]
     if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
         return python
-    print(f"installing Scrapy into {VENV} (first use) ...", file=sys.stderr)
-    steps = [[sys.executable, "-m", "venv", str(VENV)],
-             [str(python), "-m", "pip", "install", "--quiet", "scrapy"]]
+    print(f"installing {', '.join(packages)} into {venv} (first use) ...", file=sys.stderr)
+    steps = [[sys.executable, "-m", "venv", str(venv)],
+             [str(python), "-m", "pip", "install", "--quiet", *packages]]
     for step in steps:
         done = subprocess.run(step, capture_output=True, text=True)
         if done.returncode != 0:
             tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-8:])
-            raise BenchError(f"cannot install Scrapy: `{' '.join(step)}` exited {done.returncode}\n{tail}\n"
+            raise BenchError(f"cannot install {module}: `{' '.join(step)}` exited {done.returncode}\n{tail}\n"
                              "(the next run tries again; PyPI must be reachable)")
     done = subprocess.run(check, capture_output=True, text=True)
     if done.returncode != 0:
-        raise BenchError(f"Scrapy was installed into {VENV} but does not import:\n{done.stderr.strip()}")
+        raise BenchError(f"{module} was installed into {venv} but does not import:\n{done.stderr.strip()}")
     return python
 
 
