@@ -201,6 +201,8 @@ def parse(pages: Any, group_id: Any) -> int:
         # made again whole while the storage refuses, up to its first output (the feed);
         # from there on each write is made again in place, never the stage
         records = once_written(lambda: parse_stage(w, checked, group_id))
+        if records is None:   # a redelivery of a run that handed the group on
+            return 0
         # claimed here, not first: a parse task blocked on a restarting Redis at its start was
         # also queued again by the runner's recovery (requeue_unacked), and ran twice
         if not once_written(lambda: w.control.claim_group(group_id, w.settings.node_name)):

@@ -122,6 +122,20 @@ def drop_message(settings: Settings, batch_id: str) -> None:
         os.unlink(kept_path(settings, batch_id))
 
 
+def handed_on(settings: Settings, batch_id: str) -> bool:
+    """Whether an earlier run of the batch's parse task ran to its end: the message it
+    keeps is the enqueue one (``keep_message``), or the batch's records are written (the
+    ``pages`` marker). Its spool file is gone then, and its pages must not be fetched again:
+    a Redis restart hands a parse message out again when its ack was lost with it."""
+    if os.path.exists(written_marker(settings, batch_id, "pages")):
+        return True
+    try:
+        with open(kept_path(settings, batch_id), "rb") as fh:
+            return bool(orjson.loads(fh.read()).get("task") == "enqueue")
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        return False
+
+
 def kept_messages(settings: Settings) -> dict[str, tuple[str, list[Any]]]:
     """batch id -> (task, items) of every message kept on this node (unreadable ones skipped)."""
     out: dict[str, tuple[str, list[Any]]] = {}

@@ -17,7 +17,7 @@ from crawler_tasks.dedup.simhash import to_hex
 from crawler_tasks.frontier import Discovered
 from crawler_tasks.output.feed import feed_record
 from crawler_tasks.output.jsonl import once_written
-from crawler_tasks.output.spool import read_spool, remove_spool, written_marker
+from crawler_tasks.output.spool import handed_on, read_spool, remove_spool, written_marker
 from crawler_tasks.parse.page import Analysis, analyse
 from crawler_tasks.parse.sandbox import ParseFailed, ParseSandbox
 from crawler_tasks.parse.sitemaps import parse_sitemap
@@ -34,13 +34,18 @@ MAX_SHOWN_URL_CHARS = 1024
 UNBUDGETED_PARSE_S = 1.0
 
 
-def parse_stage(w: Worker, pages: list[Capture], group_id: str) -> list[PageRecord]:
-    """Parse the page group; the spool file is removed at the end."""
+def parse_stage(w: Worker, pages: list[Capture], group_id: str) -> list[PageRecord] | None:
+    """Parse the page group; the spool file is removed at the end. None: an earlier run of
+    this group's task handed it on (this one is a redelivery), so there is nothing to do."""
     data = b""
     if any(cap.body is not None for cap in pages):
         try:
             data = read_spool(w.settings, group_id)
         except OSError as exc:
+            if handed_on(w.settings, group_id):
+                log.info("page group %s was handed on by an earlier run of its parse task: skipped", group_id)
+                w.count({"parse/redelivered_done": 1})
+                return None
             pages = _fetch_again(w, pages, group_id, exc)
     records: list[PageRecord] = []
     extra: list[PageRecord] = []   # over-long links: one record each, so an operator sees why
@@ -96,10 +101,10 @@ def parse_stage(w: Worker, pages: list[Capture], group_id: str) -> list[PageReco
 
 
 def _fetch_again(w: Worker, pages: list[Capture], group_id: str, exc: OSError) -> list[Capture]:
-    """A task run again after its spool was removed (a retry of a Redis error in sending
-    its records on, or a redelivery after a Redis restart lost its first run): the pages
-    with a body go back to the frontier to be fetched again, or their links would be
-    lost; the rest go on."""
+    """A task run again after its spool was removed and before its records were handed on
+    (a retry of a Redis error in sending them on, or a redelivery of a run that a crash
+    stopped there): the pages with a body go back to the frontier to be fetched again, or
+    their links would be lost; the rest go on."""
     log.warning("spool file of group %s unreadable (%s): its pages are fetched again", group_id, exc)
     again = [cap.page for cap in pages if cap.body is not None]
     w.frontier.put_discovered([Discovered(url=page.url, host=host_key(page.url), depth=page.depth, hops=page.hops,
