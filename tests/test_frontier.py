@@ -221,6 +221,37 @@ def test_a_fetched_url_stays_parked_until_its_page_is_handed_on(settings):
     assert f.sizes(0)["back"] == 2
 
 
+def test_a_finish_sent_again_after_its_reply_was_lost_answers_as_its_first_run(settings):
+    """redis-py sends a script again when a Redis restart (or a dropped connection) lost
+    its reply, and complete.lua then finds its own work done. It answers as its first run
+    did, so that the turn's page is handed on with its parked entry: answered "lease
+    lost", the entry stayed parked, came back after its deadline and was fetched and
+    recorded twice (a kill -9 of Redis, 1 run in ~20 of the fault test)."""
+    from crawler_tasks.frontier import Lease
+    from crawler_tasks.records import Action
+
+    s = dataclasses.replace(settings, SHARDS=1)
+    f = Frontier(s)
+    f.put_discovered([Discovered(url=f"http://r.test/{i}", host="r.test") for i in range(2)])
+    lease = f.get_urls(0, 1)[0]
+    now = time.time()
+    stale = Lease(lease.shard, lease.host, lease.raw, str(float(lease.token) - 5))
+    assert not f.finish(stale, te=now, action=Action.DONE, handoff_until=now + 30).ok   # not parked: refused
+    first = f.finish(lease, te=now, action=Action.DONE, hold_until=now + 60, handoff_until=now + 30)
+    again = f.finish(lease, te=now, action=Action.DONE, hold_until=now + 60, handoff_until=now + 30)
+    assert first.held is not None and first.held.entry.url == "http://r.test/1"
+    assert again == first
+    assert f.queued(0) == 2 and f.ack(0, [lease.raw], "g1") == 1   # parked once, handed on once
+    # the last URL: the host is given back and the entry parked; sent again, the same
+    gone = f.finish(first.held, te=now, action=Action.DONE, hold_until=now + 60, handoff_until=now + 30)
+    assert gone.ok and gone.held is None
+    owner, f.owner = f.owner, "another process"   # whose call finds no entry of its own: refused
+    assert not f.finish(first.held, te=now, action=Action.DONE, handoff_until=now + 30).ok
+    f.owner = owner
+    assert f.finish(first.held, te=now, action=Action.DONE, hold_until=now + 60, handoff_until=now + 30) == gone
+    assert f.ack(0, [first.held.raw], "g2") == 1 and f.queued(0) == 0
+
+
 def test_a_parked_url_still_in_its_queue_is_not_queued_twice(settings):
     """A live snapshot can read a host's queue before a turn parks its head and the
     hand-off zset after: restored, the entry is in both. Returned, it must be queued once

@@ -30,6 +30,11 @@
 -- Returns {1} (given back), {2, next head entry, new token} (held), {3} (given back: the
 -- hold would pass the page budget), or {-1} when the lease is no longer ours (expired and
 -- re-leased): nothing changed.
+-- The same call sent again (redis-py does, when a Redis restart or a dropped connection
+-- lost the reply) finds its own first run's work done: the host leased until this call's
+-- hold deadline, or its fetched entry parked under the caller's name. It answers as the
+-- first run did (held, or given back), so that the caller hands the page on with its
+-- entry, which would otherwise stay parked and be fetched (and recorded) again.
 local active, ready, lease, te_hash, queue, queued = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local host, token, action = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local te = tonumber(ARGV[4])
@@ -43,6 +48,15 @@ if #ARGV >= 13 then
 end
 local score = redis.call('ZSCORE', lease, host)
 if not score or math.abs(tonumber(score) - token) > 0.001 then
+  if hold > 0 and score and tonumber(score) == hold then
+    local head = redis.call('LINDEX', queue, 0)
+    if head then
+      return {2, head, tostring(hold)}
+    end
+  end
+  if handoff > 0 and action == 'done' and redis.call('HGET', KEYS[8], ARGV[5]) == ARGV[9] then
+    return {1}
+  end
   return {-1}
 end
 if action ~= 'keep' and redis.call('LINDEX', queue, 0) == ARGV[5] then
