@@ -129,11 +129,18 @@ def handed_on(settings: Settings, batch_id: str) -> bool:
     a Redis restart hands a parse message out again when its ack was lost with it."""
     if os.path.exists(written_marker(settings, batch_id, "pages")):
         return True
+    kept = _read_kept(kept_path(settings, batch_id))
+    return kept is not None and kept[0] == "enqueue"
+
+
+def _read_kept(path: str) -> tuple[str, list[Any]] | None:
+    """(task, items) of a kept message; None when it is missing or unreadable."""
     try:
-        with open(kept_path(settings, batch_id), "rb") as fh:
-            return bool(orjson.loads(fh.read()).get("task") == "enqueue")
-    except (OSError, orjson.JSONDecodeError, AttributeError):
-        return False
+        with open(path, "rb") as fh:
+            kept = orjson.loads(fh.read())
+        return str(kept["task"]), list(kept["items"])
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError):
+        return None
 
 
 def kept_messages(settings: Settings) -> dict[str, tuple[str, list[Any]]]:
@@ -147,12 +154,9 @@ def kept_messages(settings: Settings) -> dict[str, tuple[str, list[Any]]]:
         stem, _, ext = name.partition(".")
         if ext != "msg" or not _BATCH_ID_RE.fullmatch(stem):
             continue
-        try:
-            with open(os.path.join(spool_dir(settings), name), "rb") as fh:
-                kept = orjson.loads(fh.read())
-            out[stem] = (str(kept["task"]), list(kept["items"]))
-        except (OSError, orjson.JSONDecodeError, KeyError, TypeError):
-            continue
+        kept = _read_kept(os.path.join(spool_dir(settings), name))
+        if kept is not None:
+            out[stem] = kept
     return out
 
 
