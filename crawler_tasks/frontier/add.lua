@@ -25,6 +25,7 @@ local seen_key = KEYS[F + S + 1]
 local counts, variants, seed_hosts = KEYS[F + S + 2], KEYS[F + S + 3], KEYS[F + S + 4]
 local queued = KEYS[F + S + 5]
 local out = {}
+local bits = {}   -- BITFIELD's arguments after the key: SET u1 offset 1, k times
 local i = 8
 while i <= #ARGV do
   local force = ARGV[i] == '1'
@@ -36,11 +37,14 @@ while i <= #ARGV do
   local host, qkey = ARGV[i + 6], ARGV[i + 7]
   local verdict = 1
   if not again then
-    local all_set = true
+    -- one BITFIELD for the k bits (k SETBITs were most of the script's calls)
     for j = 0, k - 1 do
-      if redis.call('SETBIT', seg, (h1 + j * h2) % m, 1) == 0 then
-        all_set = false
-      end
+      local at = 4 * j
+      bits[at + 1], bits[at + 2], bits[at + 3], bits[at + 4] = 'SET', 'u1', (h1 + j * h2) % m, 1
+    end
+    local all_set = true
+    for _, old in ipairs(redis.call('BITFIELD', seg, unpack(bits))) do
+      if old == 0 then all_set = false end
     end
     if force then
       if redis.call('SADD', seen_key, string.match(entry, '([^ ]+)$')) == 0 then
