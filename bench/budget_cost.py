@@ -94,12 +94,12 @@ def bombs(lexbor_deadline: float) -> None:
             result = stage._sandboxed(box, body, "https://bomb.example/", args, counted.update)
             stage_ms = (time.monotonic() - start) * 1000
             start = time.monotonic()
-            box.analyse(body, "https://bomb.example/", *args, True)
+            box.analyse(body, "https://bomb.example/", *args, budget=True)
             first_ms = (time.monotonic() - start) * 1000
             alone = cpu_ms(lambda body=body: apply_budget(body), reps=1)
             start = time.monotonic()
             try:
-                box.analyse(body, "https://bomb.example/", *args, False, timeout_s=lexbor_deadline)
+                box.analyse(body, "https://bomb.example/", *args, budget=False, timeout_s=lexbor_deadline)
                 lexbor = f"{(time.monotonic() - start) * 1000:.0f} ms"
             except ParseFailed:
                 lexbor = f"> {lexbor_deadline:g} s (stopped)"

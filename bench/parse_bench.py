@@ -62,7 +62,7 @@ def analyse_args() -> tuple[Any, ...]:
     options = {"content_type": "text/html", "headers": {"content-type": "text/html"}, "agent": "bench",
                "max_text_chars": s.MAX_TEXT_CHARS, "drop_params": None, "max_elements": s.PARSE_MAX_ELEMENTS,
                "max_depth": s.PARSE_MAX_DEPTH, "max_attrs": s.PARSE_MAX_ATTRS}
-    return options, s.TEXT_MODE, s.MAX_TEXT_CHARS, s.SIMHASH_MAX_CHARS, False
+    return options, s.TEXT_MODE, s.MAX_TEXT_CHARS, s.SIMHASH_MAX_CHARS, bool(s.TRAP_SHAPE_MIN_PAGES), False
 
 
 def analyse_pass(pages: list[tuple[str, bytes]]) -> float:

@@ -16,6 +16,7 @@ from crawler_tasks.dedup.dust import (
     shape,
     walks,
 )
+from crawler_tasks.dedup.evidence import TextSketch
 from crawler_tasks.dedup.rules import RuleDrop, UrlRules, _shapes_of, _walks
 from crawler_tasks.frontier import Discovered, Frontier
 from crawler_tasks.records import FetchedPage, Found, PageRecord, Parsed
@@ -167,7 +168,7 @@ def test_trap_shapes_need_content_evidence(settings):
     for m in range(1, 6):   # a calendar: every month the same page with another number
         url = f"{H}/cal/2026/{m}"
         rules.observe([page(url, f"c{m}", links=[f"{H}/cal/2026/{m + 1}"])], counters,
-                      {url: f"events of month {m} of 2026: none {TEMPLATE}"})
+                      {url: TextSketch.of(f"events of month {m} of 2026: none {TEMPLATE}")})
     drops: list[RuleDrop] = []
     assert rules.judge(f"{H}/cal/2030/7", "h.test", counters, 4, drops) is None
     [dropped] = drops
@@ -175,7 +176,7 @@ def test_trap_shapes_need_content_evidence(settings):
     assert dropped.evidence == "4 of the 5 pages of this shape added nothing new: 4 template"
     for c in range(4):      # facets: each combination lists what its siblings list
         url = f"{H}/shop?color={c}&size=1"
-        rules.observe([page(url, f"s{c}")], counters, {url: f"{TEMPLATE} items {text(c, 4)} {text('shop', 40)}"})
+        rules.observe([page(url, f"s{c}")], counters, {url: TextSketch.of(f"{TEMPLATE} items {text(c, 4)} {text('shop', 40)}")})
     assert rules.judge(f"{H}/shop?size=9&sort=a", "h.test", counters) is None
     assert rules.judge(f"{H}/shop?color=1", "h.test", counters) == f"{H}/shop?color=1"
     for i in range(3):      # duplicates need no text
@@ -200,10 +201,11 @@ def test_calendar_linking_new_pages_that_add_nothing_is_cut(settings):
             break
         nxt = f"{H}/cal/{2026 + (m + 1) // 12}/{(m + 1) % 12 + 1}"
         rules.observe([page(url, f"c{m}", links=[nxt, add, f"{H}/about"])], counters,
-                      {url: f"{TEMPLATE} month {m}: no events"})
+                      {url: TextSketch.of(f"{TEMPLATE} month {m}: no events")})
         months += 1
         if rules.judge(add, "h.test", counters) is not None:
-            rules.observe([page(add, f"a{m}", links=[f"{H}/about"])], counters, {add: f"Add an event: day {m}. {TEMPLATE}"})
+            rules.observe([page(add, f"a{m}", links=[f"{H}/about"])], counters,
+                          {add: TextSketch.of(f"Add an event: day {m}. {TEMPLATE}")})
             adds += 1
     traps = rules.host_rules("h.test")[1]
     assert months <= 15 and adds <= 12 and set(traps) == {"/cal/#/#", "/event/add?date"}, (months, adds, traps)
@@ -217,7 +219,7 @@ def test_numbered_series_of_distinct_pages_is_never_a_trap(settings):
     for k in range(1, 400, 7):
         batch = [page(f"{H}/releases/3.1.{j}.html", f"r{j}", links=[f"{H}/releases/3.1.{j + 1}.html"])
                  for j in range(k, k + 7)]
-        rules.observe(batch, counters, {r.page.url: f"Django 3.1.{j} release notes. Fixed {text(j, 3 + j % 40)}."
+        rules.observe(batch, counters, {r.page.url: TextSketch.of(f"Django 3.1.{j} release notes. Fixed {text(j, 3 + j % 40)}.")
                                         for j, r in enumerate(batch, k)})
     assert "dust/trap_shapes" not in counters
     assert rules.judge(f"{H}/releases/3.1.400.html", "h.test", counters) == f"{H}/releases/3.1.400.html"
@@ -257,7 +259,7 @@ def test_prefetch_reads_a_batch_of_hosts_at_once(settings, monkeypatch):
     for m in range(1, 6):
         url = f"{H}/cal/2026/{m}"
         learner.observe([page(url, f"c{m}", links=[f"{H}/cal/2026/{m + 1}"])], counters,
-                        {url: f"events of month {m} of 2026: none {TEMPLATE}"})
+                        {url: TextSketch.of(f"events of month {m} of 2026: none {TEMPLATE}")})
     hosts = ["h.test", *(f"o{i}.test" for i in range(20))]
     links = [(f"http://{h}/{p}", h) for h in hosts for p in ("9.html?ref=nav", "cal/2030/7", "a/1")]
     one_by_one = [UrlRules(s).judge(url, host, {}) for url, host in links]

@@ -14,11 +14,13 @@ from crawler_tasks.dedup.evidence import (
     PageSketch,
     Ring,
     Tally,
+    TextSketch,
     TrapBar,
     Yield,
     _bottom,
     page_yield,
 )
+from crawler_tasks.parse.page import analyse
 
 WORDS = [a + b + c for a in "bcdfg" for b in "aeiou" for c in "klmnprst"]   # no digits: they fold
 CHROME = "Home | Events | About us | Contact. The society meets on the first Monday of every month."
@@ -131,3 +133,14 @@ def test_bottom_k_is_the_k_smallest_whatever_the_set():
     assert PageSketch.of("a b c d e f g h i j k").n_shingles == 8 >= MIN_SHINGLES     # few: distinct ones
     assert PageSketch.of("a b c d " * 3).n_shingles == 4 < MIN_SHINGLES                 # repeats count once
     assert PageSketch.load(sketch.dump()) == sketch
+
+
+def test_the_sandbox_sketches_the_text_it_made():
+    """``analyse(..., sketch=True)`` hands the parse worker its text's sketch: the one the
+    text itself gives, with links joined later; no sketch unless asked."""
+    body = ("<html><body><main><h1>Minutes</h1><p>" + words("minutes", 60) + "</p><p>"
+            + words("more", 40) + " in 2026.</p></main></body></html>").encode()
+    result = analyse(body, "http://a.test/m/1", {}, "main", 100_000, 12_000, True)
+    assert result.sketch == TextSketch.of(result.text.text) and result.sketch.n_shingles >= MIN_SHINGLES
+    assert PageSketch.joined(result.sketch, ["/a"]) == PageSketch.of(result.text.text, ["/a"])
+    assert analyse(body, "http://a.test/m/1", {}, "main", 100_000, 12_000).sketch is None

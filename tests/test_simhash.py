@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import zlib
 
 import pytest
 
@@ -13,8 +14,10 @@ from crawler_tasks.dedup.simhash import (
     from_hex,
     hamming,
     simhash64,
+    simhash64_of_words,
     simhash64_with_count,
     to_hex,
+    words_of,
 )
 
 _SYLLABLES = ["ka", "to", "ri", "men", "sa", "lo", "ver", "ing", "pa", "de", "un", "tion",
@@ -146,3 +149,17 @@ def test_unspaced_text_uses_character_trigrams():
         other = "".join(rng.choices(chars, cum_weights=cum, k=3000))
         assert hamming(simhash64(text), simhash64(other)) > 3
     assert close >= 17
+
+
+def test_the_simhash_from_the_sketch_words_is_the_texts():
+    """The parse sandbox hashes a spaced text's words once for the simhash and the trap
+    sketch (``simhash64_of_words``): the same fingerprint as from the text."""
+    rng = random.Random(7)
+    texts = [" ".join(words(rng, n)) for n in (1, 5, 300, 2000)]
+    texts += ["Ünïcode ÉTÉ été 2026-12-07 ΣΟΦΙΑ σοφια", "The quick brown fox jumps over the lazy dog"]
+    for text in texts:
+        found, spaced = words_of(text)
+        assert spaced
+        assert simhash64_of_words(list(map(zlib.crc32, found))) == simhash64_with_count(text), text[:40]
+    assert simhash64_of_words([]) == (0, 0)
+    assert not words_of("".join(chr(0x4E00 + i) for i in range(300)))[1]   # unspaced: trigrams instead

@@ -50,6 +50,8 @@ from hashlib import blake2b
 from itertools import repeat
 from typing import TypeVar
 
+from crawler_tasks.dedup.simhash import words_of
+
 RING = 8              # recent pages of a shape its new pages are compared with
 BOTTOM_K = 32         # shingle hashes kept per page
 MIN_SHINGLES = 8      # fewer: the containment estimate is noise, only the template key counts
@@ -57,7 +59,6 @@ KNOWN_SHARE = 0.8     # of a page's kept shingles found in the ring: known text
 POOR_PAGES = 3        # pages of a shape before links to it stop counting when they added nothing
 MAX_CHARS = 12_000    # of a page's text read for its sketch (its head decides, as for simhash)
 PREFILTER = 3         # x BOTTOM_K: hashes expected below the cut that finds the bottom k (``_bottom``)
-_FOLD = bytes.maketrans(b"123456789", b"000000000")
 
 
 class Yield(StrEnum):
@@ -97,6 +98,35 @@ def _unhex(text: str) -> frozenset[int]:
 
 
 @dataclass(frozen=True, slots=True)
+class TextSketch:
+    """The text's part of a page's sketch (``PageSketch``)."""
+
+    template: str
+    shingles: frozenset[int]
+    n_shingles: int
+
+    @classmethod
+    def of(cls, text: str) -> "TextSketch":
+        words = words_of(text[:MAX_CHARS])[0]
+        return text_sketch(words, list(map(zlib.crc32, words)))
+
+
+def text_sketch(words: list[bytes], crcs: list[int]) -> TextSketch:
+    """The sketch of a text's first MAX_CHARS characters from their words (lower-cased,
+    digits folded: ``simhash.words_of``) and the words' CRC-32s, which the simhash shares.
+    A shingle is hashed as the tuple of its words' CRCs (as ``minhash`` does: tuples of
+    ints hash alike in every process of one Python version, in C; a sketch stored by
+    another version only makes pages look new)."""
+    template = blake2b(b" ".join(words), digest_size=6).hexdigest()
+    hashes = list(map(hash, zip(crcs, crcs[1:], crcs[2:], crcs[3:], strict=False)))
+    bottom = _bottom(hashes, -1 << 63, 64)
+    return TextSketch(template, bottom, len(bottom) if len(bottom) < BOTTOM_K else len(hashes))
+
+
+EMPTY_TEXT = text_sketch([], [])
+
+
+@dataclass(frozen=True, slots=True)
 class PageSketch:
     """A page reduced to what the ring keeps: its template key, the bottom-k hashes of
     its shingles and of the links that count (``links``: out of its shapes and of trap
@@ -111,17 +141,14 @@ class PageSketch:
 
     @classmethod
     def of(cls, text: str, links: Iterable[str] = ()) -> "PageSketch":
-        """A shingle is hashed as the tuple of its words' CRC-32s (as ``minhash`` does:
-        tuples of ints hash alike in every process of one Python version, in C; a
-        sketch stored by another version only makes pages look new)."""
-        words = text[:MAX_CHARS].encode("utf-8", "surrogatepass").lower().translate(_FOLD).split()
-        template = blake2b(b" ".join(words), digest_size=6).hexdigest()
-        ids = list(map(zlib.crc32, words))
-        hashes = list(map(hash, zip(ids, ids[1:], ids[2:], ids[3:], strict=False)))
-        bottom = _bottom(hashes, -1 << 63, 64)
+        return cls.joined(TextSketch.of(text), links)
+
+    @classmethod
+    def joined(cls, text: "TextSketch", links: Iterable[str] = ()) -> "PageSketch":
+        """The page's sketch from its text's (made where the text is: the parse sandbox)
+        and its links (known once they are normalized: the parse worker)."""
         linked = {zlib.crc32(link.encode("utf-8", "surrogatepass")) for link in links}
-        return cls(template, bottom, len(bottom) if len(bottom) < BOTTOM_K else len(hashes),
-                   _bottom(linked, 0, 32))
+        return cls(text.template, text.shingles, text.n_shingles, _bottom(linked, 0, 32))
 
     def dump(self) -> str:
         text = _TEXTS.get(self)

@@ -51,7 +51,7 @@ from crawler_tasks.dedup.dust import (
     shape,
     walks,
 )
-from crawler_tasks.dedup.evidence import PageSketch, Ring, Tally, TrapBar, Yield, page_yield
+from crawler_tasks.dedup.evidence import PageSketch, Ring, Tally, TextSketch, TrapBar, Yield, page_yield
 from crawler_tasks.frontier.bloom import BloomSpec
 from crawler_tasks.keys import ShardKeys, shard_of
 from crawler_tasks.records import EntryKind, PageRecord
@@ -260,9 +260,10 @@ class UrlRules:
         return [drop for drop in unseen if next(added[self._keys(drop.host)[1]])]
 
     # -- the parse stage's side --------------------------------------------------------
-    def observe(self, records: list[PageRecord], counters: Counters, texts: Mapping[str, str] | None = None) -> None:
+    def observe(self, records: list[PageRecord], counters: Counters,
+                texts: Mapping[str, TextSketch] | None = None) -> None:
         """Count the batch's evidence for rules and judge its pages per shape (``texts``:
-        url -> main text of the batch's pages, for the template and known-text tests):
+        url -> sketch of the main text of the batch's pages, for the template and known-text tests):
         one pipeline of reads and one of writes per shard for the whole batch."""
         shaped = [r for r in records
                   if r.page.status == 200 and r.page.kind == EntryKind.PAGE and not r.page.error_kind]
@@ -411,7 +412,7 @@ class UrlRules:
             writes.hget(dust_key, f"x:{rule}")
 
     def _count_shapes(self, pipe: Pipeline, plan: _HostPlan, n_fields: int, rings: dict[str, str | None],
-                      texts: Mapping[str, str], poor: set[str]) -> list[tuple[str, bool]]:
+                      texts: Mapping[str, TextSketch], poor: set[str]) -> list[tuple[str, bool]]:
         """Judge each page of the batch per shape (``dedup.evidence``) and queue the
         counts, the shapes' rings, then one HMGET of each shape's counts; returns
         (shape, is facet shape) in the order of those HMGETs."""
@@ -427,7 +428,7 @@ class UrlRules:
             text = texts.get(rec.page.url)
             links = rec.found.links[:MAX_WALK_LINKS]
             mine = _shapes_of(rec.page.url)
-            sketch = None if text is None else PageSketch.of(
+            sketch = None if text is None else PageSketch.joined(
                 text, _links_that_count(links, plan.link_shapes, skip | {name for name, _ in mine}))
             walk = s.TRAP_WALK_PAGES and _walks(rec.page.url, mine, links)
             for name, facet in mine:

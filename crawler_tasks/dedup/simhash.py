@@ -52,11 +52,18 @@ _UNSPACED = 24                   # mean bytes per token above which text counts 
 _BIT_MASKS: dict[int, list[int]] = {}
 
 
-def features(text: str) -> set[bytes]:
-    """The distinct features of a text, as UTF-8 bytes (see the module doc)."""
+def words_of(text: str) -> tuple[list[bytes], bool]:
+    """The text's words, lower-cased with digits folded, and whether the text is spaced
+    (its words are its features; else character trigrams are)."""
     data = lower_utf8(text).translate(_FOLD)
     words = data.split()
-    if words and len(data) > _UNSPACED * len(words):
+    return words, not (words and len(data) > _UNSPACED * len(words))
+
+
+def features(text: str) -> set[bytes]:
+    """The distinct features of a text, as UTF-8 bytes (see the module doc)."""
+    words, spaced = words_of(text)
+    if not spaced:
         s = "".join(text.lower().split()).translate(_FOLD_STR)
         if len(s) < 3:
             return {s.encode("utf-8", "surrogatepass")}
@@ -68,9 +75,13 @@ def features(text: str) -> set[bytes]:
 def feature_hashes(feats: Collection[bytes]) -> bytes:
     """64-bit hashes of the features, as ``len(feats)`` lanes of ``LANE`` bytes whose
     bytes 2..9 are the little-endian hash (all features mixed by one multiplication)."""
-    n = len(feats)
+    return _mixed(array(_U32, map(zlib.crc32, feats)))
+
+
+def _mixed(crcs: array[int]) -> bytes:
+    n = len(crcs)
     lanes = array(_U32, bytes(LANE * n))
-    lanes[::LANE // 4] = array(_U32, map(zlib.crc32, feats))
+    lanes[::LANE // 4] = crcs
     if sys.byteorder == "big":  # pragma: no cover - the lanes are read as little-endian
         lanes.byteswap()
     return (int.from_bytes(lanes, "little") * _MIX).to_bytes(LANE * n, "little")
@@ -105,10 +116,21 @@ def simhash64_with_count(text: str) -> tuple[int, int]:
     """(simhash, number of distinct features). Few features make a weak fingerprint:
     pages of a few words collide easily, so callers may skip indexing them."""
     feats = features(text)
-    if not feats:
+    return _simhash(feature_hashes(feats), len(feats))
+
+
+def simhash64_of_words(crcs: Collection[int]) -> tuple[int, int]:
+    """``simhash64_with_count`` of a spaced text from its words' CRC-32s (``words_of``),
+    which the trap sketch hashes too: one split and one CRC a word serve both. Two words
+    of one page with one CRC count as one feature (about one page in 10^4)."""
+    distinct = array(_U32, set(crcs))
+    return _simhash(_mixed(distinct), len(distinct))
+
+
+def _simhash(lanes: bytes, n: int) -> tuple[int, int]:
+    if not n:
         return 0, 0
-    n = len(feats)
-    counts = bit_counts(feature_hashes(feats), n)
+    counts = bit_counts(lanes, n)
     return sum(1 << j for j, c in enumerate(counts) if 2 * c > n), n
 
 

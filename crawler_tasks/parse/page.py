@@ -1,15 +1,20 @@
 """One document's analysis: links and robots signals (``html``), the indexer's text
 (``text``: main content, language, metadata) and the text's fingerprints. The parse
 sandbox runs this as a whole, so all of it stays within the page's deadline and memory
-cap; the body is decoded and capped once for both parsers, and the text's whitespace
-collapsed once for its word count, fingerprint and simhash."""
+cap; the body is decoded and capped once for both parsers, the text's whitespace
+collapsed once for its word count, fingerprint and simhash, and its head split into
+words once for the simhash and the trap evidence's sketch (``dedup.evidence``), which
+hash the same words."""
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from crawler_tasks.dedup import evidence
+from crawler_tasks.dedup.evidence import TextSketch, text_sketch
 from crawler_tasks.dedup.fingerprint import collapse_words_utf8, fingerprint_collapsed
-from crawler_tasks.dedup.simhash import simhash64_with_count
+from crawler_tasks.dedup.simhash import simhash64_of_words, simhash64_with_count, words_of
 from crawler_tasks.parse.html import ParsedPage, parse_html, prepare_document
 from crawler_tasks.parse.text import PageText, extract_text
 
@@ -21,12 +26,13 @@ class Analysis:
     fingerprint: str = ""     # of the text, case-folded and whitespace-collapsed ("": no text)
     simhash: int = 0
     simhash_words: int = 0    # distinct features behind the simhash (0: not computed)
+    sketch: TextSketch | None = None   # the text's part of the trap evidence (None: not asked)
 
 
 def analyse(body: bytes, url: str, html_options: dict[str, Any], text_mode: str, max_chars: int,
-            simhash_max_chars: int = 0, budget: bool = True) -> Analysis:
+            simhash_max_chars: int = 0, sketch: bool = False, budget: bool = True) -> Analysis:
     """``simhash_max_chars`` > 0 also computes the simhash of that much collapsed text;
-    ``budget=False`` skips the parse budget's caps."""
+    ``sketch`` the text's sketch; ``budget=False`` skips the parse budget's caps."""
     caps = {name: html_options[name] for name in ("max_elements", "max_depth", "max_attrs") if name in html_options}
     doc = prepare_document(body, html_options.get("content_type"), **caps, budget=budget)
     if text_mode == "body":
@@ -43,6 +49,14 @@ def analyse(body: bytes, url: str, html_options: dict[str, Any], text_mode: str,
     # no text, no fingerprint: empty pages (a bomb cut to nothing, an image page, an app
     # shell) are not copies of one another, nor evidence that two URLs spell one page
     result = Analysis(parsed, text, fingerprint_collapsed(flat, data) if flat else "")
+    spaced = False
+    if sketch:
+        words, spaced = words_of(flat[:evidence.MAX_CHARS])
+        crcs = list(map(zlib.crc32, words))
+        result.sketch = text_sketch(words, crcs)
     if simhash_max_chars > 0:
-        result.simhash, result.simhash_words = simhash64_with_count(flat[:simhash_max_chars])
+        if spaced and simhash_max_chars == evidence.MAX_CHARS:
+            result.simhash, result.simhash_words = simhash64_of_words(crcs)
+        else:
+            result.simhash, result.simhash_words = simhash64_with_count(flat[:simhash_max_chars])
     return result

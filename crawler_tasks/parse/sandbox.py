@@ -48,9 +48,9 @@ class ParseSandbox:
         self._poller: select.poll | None = None
         self._region = mmap.mmap(-1, REGION_BYTES)   # shared with every child forked from here
 
-    def analyse(self, body: bytes, url: str, *args: Any, timeout_s: float | None = None) -> Analysis:
-        """``parse.page.analyse(body, url, *args)`` in the child; ParseFailed if it had to be
-        stopped. ``timeout_s`` is a shorter deadline for this page."""
+    def analyse(self, body: bytes, url: str, *args: Any, timeout_s: float | None = None, **kwargs: Any) -> Analysis:
+        """``parse.page.analyse(body, url, *args, **kwargs)`` in the child; ParseFailed if it
+        had to be stopped. ``timeout_s`` is a shorter deadline for this page."""
         conn = self._connection()
         assert self._poller is not None
         deadline = self.timeout_s if timeout_s is None else min(timeout_s, self.timeout_s)
@@ -58,7 +58,8 @@ class ParseSandbox:
         if shared:
             self._region[:len(body)] = body
         try:
-            conn.send_bytes(pickle.dumps((len(body) if shared else body, url, args), protocol=pickle.HIGHEST_PROTOCOL))
+            conn.send_bytes(pickle.dumps((len(body) if shared else body, url, args, kwargs),
+                                         protocol=pickle.HIGHEST_PROTOCOL))
             if not self._poller.poll(deadline * 1000):
                 self._kill()
                 raise ParseFailed(f"parse stopped after its {deadline:g} s deadline")
@@ -119,13 +120,13 @@ def _serve(conn: Connection, memory_mb: int, region: mmap.mmap) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     while True:
         try:
-            body, url, args = pickle.loads(conn.recv_bytes())
+            body, url, args, kwargs = pickle.loads(conn.recv_bytes())
         except (EOFError, OSError):
             os._exit(0)
         if isinstance(body, int):
             body = region[:body]
         try:
-            page = analyse(body, url, *args)
+            page = analyse(body, url, *args, **kwargs)
         except MemoryError:
             os._exit(3)
         answer = pickle.dumps(page, protocol=pickle.HIGHEST_PROTOCOL)

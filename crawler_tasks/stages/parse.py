@@ -13,6 +13,7 @@ from functools import partial
 from typing import Any
 
 from crawler_tasks.counters import Counters, bump
+from crawler_tasks.dedup.evidence import EMPTY_TEXT, TextSketch
 from crawler_tasks.dedup.simhash import to_hex
 from crawler_tasks.frontier import Discovered
 from crawler_tasks.output.feed import feed_record
@@ -50,6 +51,7 @@ def parse_stage(w: Worker, pages: list[Capture], group_id: str) -> list[PageReco
     records: list[PageRecord] = []
     extra: list[PageRecord] = []   # over-long links: one record each, so an operator sees why
     texts: dict[str, tuple[PageText, Anchors, str | None]] = {}   # and the page's WARC response record
+    sketches: dict[str, TextSketch] = {}   # of the pages' texts, for the trap evidence
     for cap in pages:
         rec, ref = PageRecord(cap.page), cap.body
         page = rec.page
@@ -61,7 +63,8 @@ def parse_stage(w: Worker, pages: list[Capture], group_id: str) -> list[PageReco
                 if page.kind == EntryKind.SITEMAP:
                     _parse_sitemap_into(rec, body)
                 else:
-                    texts[page.url] = (*_parse_into(w, rec, body, extra), cap.warc_id)
+                    text, anchors, sketches[page.url] = _parse_into(w, rec, body, extra)
+                    texts[page.url] = (text, anchors, cap.warc_id)
             except Exception as exc:  # noqa: BLE001 - bad input is a per-URL error, never a dead worker
                 log_once(f"parse/{type(exc).__name__}", "cannot parse %s", page.url)
                 page.error_kind, page.error = ErrorKind.PARSE, f"{type(exc).__name__}: {exc}"
@@ -77,7 +80,7 @@ def parse_stage(w: Worker, pages: list[Capture], group_id: str) -> list[PageReco
         w.frontier.put_discovered([Discovered(url=u, host=host_key(u), kind=EntryKind.PROBE) for u in probes])
         bump(counters, "dedup/soft_404_probes", len(probes))
     # same-content URL pairs teach the host's URL rules; texts judge its URL shapes
-    w.rules.observe(records, counters, {url: text.text for url, (text, _, _) in texts.items()})
+    w.rules.observe(records, counters, sketches)
     feed = []
     for rec in records:
         page, parsed = rec.page, rec.parsed
@@ -151,22 +154,25 @@ def _sandboxed(sandbox: ParseSandbox, body: bytes, url: str, args: tuple[Any, ..
     costs a real page nothing this way (it took 50-300 ms on real pages of 0.5-8 MB,
     and lexbor reads them in 0.1-0.4 s), and a bomb ~1 s more than with the tokenizer first."""
     try:
-        return sandbox.analyse(body, url, *args, False, timeout_s=UNBUDGETED_PARSE_S)
+        return sandbox.analyse(body, url, *args, budget=False, timeout_s=UNBUDGETED_PARSE_S)
     except ParseFailed:
         count({"parse/budget_retry": 1})
         return sandbox.analyse(body, url, *args)
 
 
-def _parse_into(w: Worker, rec: PageRecord, body: bytes, extra: list[PageRecord]) -> tuple[PageText, Anchors]:
+def _parse_into(w: Worker, rec: PageRecord, body: bytes,
+                extra: list[PageRecord]) -> tuple[PageText, Anchors, TextSketch]:
     """Fill the record from the HTML; returns the page's text and outlinks (with anchor
-    text and rel) for the indexer feed, which must not travel through the broker."""
+    text and rel) for the indexer feed, which must not travel through the broker, and
+    its text's sketch."""
     s = w.settings
     page, out = rec.page, rec.parsed
     options: dict[str, Any] = dict(content_type=page.content_type, headers=page.headers, agent=w.robots_agent,
                                    max_text_chars=s.MAX_TEXT_CHARS, drop_params=w.gate.drop,
                                    max_elements=s.PARSE_MAX_ELEMENTS, max_depth=s.PARSE_MAX_DEPTH,
                                    max_attrs=s.PARSE_MAX_ATTRS)
-    args = (options, s.TEXT_MODE, s.MAX_TEXT_CHARS, s.SIMHASH_MAX_CHARS if s.NEAR_DUPLICATES else 0)
+    args = (options, s.TEXT_MODE, s.MAX_TEXT_CHARS, s.SIMHASH_MAX_CHARS if s.NEAR_DUPLICATES else 0,
+            bool(s.TRAP_SHAPE_MIN_PAGES))
     if w.sandbox is None:
         result = analyse(body, page.url, *args)
     else:
@@ -175,7 +181,7 @@ def _parse_into(w: Worker, rec: PageRecord, body: bytes, extra: list[PageRecord]
         except ParseFailed as exc:
             page.error_kind, page.error = ErrorKind.PARSE_LIMIT, str(exc)
             w.count({"parse/stopped": 1})
-            return PageText(url=page.url), []
+            return PageText(url=page.url), [], EMPTY_TEXT
     parsed, text = result.parsed, result.text
     if text.error:
         w.count({"parse/text_error": 1})
@@ -215,4 +221,4 @@ def _parse_into(w: Worker, rec: PageRecord, body: bytes, extra: list[PageRecord]
         w.count({"parse/outlinks_dropped": len(links) - s.MAX_OUTLINKS_PER_PAGE})
         links = links[: s.MAX_OUTLINKS_PER_PAGE]
     rec.found = Found(links=links)
-    return text, anchors
+    return text, anchors, result.sketch or EMPTY_TEXT
