@@ -18,16 +18,25 @@ switches a page, medians of ``--runs`` interleaved runs.
   and a pool thread, so its cost is at least this.
 - ``aiohttp``: aiohttp 3 on one asyncio loop, one connection per host
   (``limit_per_host=1``), the same request headers, bodies decoded. Installed into
-  ``bench/.venv-engines`` on first use, apart from the crawler's venv.
+  ``bench/.venv-engines`` on first use, apart from the crawler's venv (with redis-py
+  for ``--turn``).
+
+``--turn`` adds what a host turn of the fetch worker does around its exchange, the same
+in both engines: one Redis round trip (a script with a few writes, like the frontier's
+finish, on a redis-server of its own: redis-py on the threads, ``redis.asyncio`` on the
+loop) and the WARC record's CPU work (two SHA-1 digests and ISA-L's gzip of the body). The
+exchange alone (without it) is a tenth of the fetch worker's CPU a page; the turn says
+what an event loop for the whole turn would save.
 
     python bench/engine_cpu.py [--hosts 100] [--pages 50] [--mean-bytes 60000]
-                               [--concurrency 64] [--latency-median 0] [--runs 3]
+                               [--concurrency 64] [--latency-median 0] [--turn] [--runs 3]
 
 Loopback only; at most hosts x pages requests a run.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import queue
@@ -38,6 +47,7 @@ import sys
 import tempfile
 import threading
 import time
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -45,19 +55,36 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "bench" / ".venv-engines"
 ENGINES = ("threads", "aiohttp")
 RUN_TIMEOUT_S = 600
+REDIS_CONNECTIONS = 64   # --turn: each engine's pool, as the fetch worker's (waits for a free one)
+# --turn: the finish's round trip (a count, the lease zset, its size back) and the archive's CPU
+FINISH_LUA = ("redis.call('HINCRBY', KEYS[1], 'pages', 1) redis.call('ZADD', KEYS[2], ARGV[1], ARGV[2]) "
+              "return redis.call('ZCARD', KEYS[2])")
+
+
+def archive(body: bytes) -> int:
+    """The WARC record's CPU work on a body: its payload and block digests and its gzip
+    member (ISA-L level 1, as ``output.warc`` writes it)."""
+    from isal import isal_zlib
+
+    return len(hashlib.sha1(body).digest()) + len(hashlib.sha1(body).digest()) + len(isal_zlib.compress(body, 1, 31))
 
 
 # -- the engines, each in its own process ---------------------------------------------
 
-def threads_engine(hosts: list[list[str]], concurrency: int) -> tuple[int, int]:
-    """(pages with status 200, decoded bytes) fetched with the crawler's Fetcher."""
+def threads_engine(hosts: list[list[str]], concurrency: int, redis_url: str | None) -> tuple[int, int]:
+    """(pages with status 200, decoded bytes) fetched with the crawler's Fetcher; with
+    ``redis_url``, each page's turn also finishes there and archives its body."""
     import dataclasses
+
+    import redis
 
     sys.path.insert(0, str(ROOT))
     from crawler_tasks.fetch.http import Fetcher
     from crawler_tasks.settings import Settings
 
     fetcher = Fetcher(dataclasses.replace(Settings(), ALLOW_PRIVATE=True))
+    pool = redis.BlockingConnectionPool.from_url(redis_url, max_connections=REDIS_CONNECTIONS) if redis_url else None
+    finish = redis.Redis(connection_pool=pool).register_script(FINISH_LUA) if pool is not None else None
     todo: queue.SimpleQueue[list[str]] = queue.SimpleQueue()
     for urls in hosts:
         todo.put(urls)
@@ -72,6 +99,9 @@ def threads_engine(hosts: list[list[str]], concurrency: int) -> tuple[int, int]:
                 return
             for url in urls:
                 result = fetcher.fetch(url)
+                if finish is not None:
+                    finish(keys=[f"h:{url.split('/')[2]}", "lease"], args=[time.time(), url])
+                    archive(result.content)
                 with lock:
                     done[0] += result.status == 200
                     done[1] += len(result.content)
@@ -84,15 +114,21 @@ def threads_engine(hosts: list[list[str]], concurrency: int) -> tuple[int, int]:
     return done[0], done[1]
 
 
-def aiohttp_engine(hosts: list[list[str]], concurrency: int, headers: dict[str, str]) -> tuple[int, int]:
-    """(pages with status 200, decoded bytes) fetched with aiohttp on one event loop."""
+def aiohttp_engine(hosts: list[list[str]], concurrency: int, headers: dict[str, str],
+                   redis_url: str | None) -> tuple[int, int]:
+    """(pages with status 200, decoded bytes) fetched with aiohttp on one event loop; with
+    ``redis_url``, each page's turn also finishes there and archives its body."""
     import asyncio
 
     import aiohttp
+    import redis.asyncio
 
     async def crawl() -> tuple[int, int]:
         done = [0, 0]
         todo = iter(hosts)
+        pool = (redis.asyncio.BlockingConnectionPool.from_url(redis_url, max_connections=REDIS_CONNECTIONS)
+                if redis_url else None)
+        finish = redis.asyncio.Redis(connection_pool=pool).register_script(FINISH_LUA) if pool is not None else None
         connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=1)
         timeout = aiohttp.ClientTimeout(total=30, sock_read=10)
         async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=headers) as session:
@@ -104,6 +140,9 @@ def aiohttp_engine(hosts: list[list[str]], concurrency: int, headers: dict[str, 
                                 body = await response.read()
                         except (TimeoutError, aiohttp.ClientError):
                             continue
+                        if finish is not None:
+                            await finish(keys=[f"h:{url.split('/')[2]}", "lease"], args=[time.time(), url])
+                            archive(body)
                         done[0] += response.status == 200
                         done[1] += len(body)
             await asyncio.gather(*(work() for _ in range(concurrency)))
@@ -117,9 +156,9 @@ def child(args: argparse.Namespace) -> None:
     job = json.loads(Path(args.child_job).read_text())
     start = time.perf_counter()
     if args.child == "threads":
-        pages, nbytes = threads_engine(job["hosts"], job["concurrency"])
+        pages, nbytes = threads_engine(job["hosts"], job["concurrency"], job["redis_url"])
     else:
-        pages, nbytes = aiohttp_engine(job["hosts"], job["concurrency"], job["headers"])
+        pages, nbytes = aiohttp_engine(job["hosts"], job["concurrency"], job["headers"], job["redis_url"])
     wall = time.perf_counter() - start
     use = resource.getrusage(resource.RUSAGE_SELF)
     print(json.dumps({"pages": pages, "bytes": nbytes, "wall_s": wall, "cpu_s": use.ru_utime + use.ru_stime,
@@ -144,6 +183,7 @@ def main() -> None:
     ap.add_argument("--mean-bytes", type=int, default=60_000)
     ap.add_argument("--concurrency", type=int, default=64, help="hosts fetched at once")
     ap.add_argument("--latency-median", type=float, default=0.0, help="median answer time, s (0: none)")
+    ap.add_argument("--turn", action="store_true", help="each page also finishes in Redis and is archived")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--child", choices=ENGINES, help=argparse.SUPPRESS)
     ap.add_argument("--child-job", help=argparse.SUPPRESS)
@@ -158,9 +198,13 @@ def main() -> None:
 
     from crawler_tasks.fetch.http import ACCEPT, ACCEPT_ENCODING
     from crawler_tasks.ops.child import die_with_parent
+    from crawler_tasks.ops.embedded import EmbeddedRedis
     from testweb.pages import node_path
 
-    pythons = {"threads": Path(sys.executable), "aiohttp": bench_python(VENV, ["aiohttp"], "aiohttp")}
+    # redis-py, hiredis and ISA-L as the crawler pins them, for --turn on the loop
+    pins = [f"{name}=={version(name)}" for name in ("redis", "hiredis", "isal")]
+    pythons = {"threads": Path(sys.executable),
+               "aiohttp": bench_python(VENV, ["aiohttp", *pins], "aiohttp, redis, isal")}
     web = subprocess.Popen([sys.executable, "-m", "testweb", "--hosts", str(args.hosts), "--pages", str(args.pages),
                             "--mean-bytes", str(args.mean_bytes), "--latency-median", str(args.latency_median)],
                            cwd=ROOT, stdout=subprocess.PIPE, text=True, preexec_fn=die_with_parent)
@@ -169,10 +213,14 @@ def main() -> None:
     hosts = [[home.rstrip("/") + node_path(k) for k in range(args.pages)] for home in homes]
     headers = {"User-Agent": USER_AGENT, "Accept": ACCEPT, "Accept-Encoding": ACCEPT_ENCODING}
     results: dict[str, list[dict[str, Any]]] = {engine: [] for engine in ENGINES}
+    store: EmbeddedRedis | None = None
     try:
         with tempfile.TemporaryDirectory(prefix="engine-cpu-") as tmp:
+            if args.turn:
+                store = EmbeddedRedis(Path(tmp) / "redis", save="").start()
             job = Path(tmp) / "job.json"
-            job.write_text(json.dumps({"hosts": hosts, "concurrency": args.concurrency, "headers": headers}))
+            job.write_text(json.dumps({"hosts": hosts, "concurrency": args.concurrency, "headers": headers,
+                                       "redis_url": store.url if store is not None else None}))
             for run in range(args.runs):
                 for engine in ENGINES if run % 2 == 0 else ENGINES[::-1]:
                     r = run_engine(engine, pythons[engine], job)
@@ -182,11 +230,14 @@ def main() -> None:
                           f"{r['switches'] / max(r['pages'], 1):.1f} context switches a page, "
                           f"{r['pages'] / r['wall_s']:.0f} pages/s", flush=True)
     finally:
+        if store is not None:
+            store.stop()
         web.terminate()
         web.wait(10)
 
     print(f"\n{args.hosts} hosts x {args.pages} pages of ~{args.mean_bytes} B, {args.concurrency} hosts at once, "
-          f"latency median {args.latency_median:g} s; medians of {args.runs}")
+          f"latency median {args.latency_median:g} s{'; whole turns (finish + archive)' if args.turn else ''}; "
+          f"medians of {args.runs}")
     print(f"  {'':28}{'threads':>10}{'aiohttp':>10}{'ratio':>8}")
     rows = [("client CPU ms a page", lambda r: 1000 * r["cpu_s"] / max(r["pages"], 1)),
             ("context switches a page", lambda r: r["switches"] / max(r["pages"], 1)),
