@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import heapq
 import zlib
+from collections import OrderedDict
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -151,16 +152,17 @@ class PageSketch:
         return cls(text.template, text.shingles, text.n_shingles, _bottom(linked, 0, 32))
 
     def dump(self) -> str:
-        text = _TEXTS.get(self)
+        text = _recall(_TEXTS, self)
         if text is None:
             text = _remember(_TEXTS, self,
                              f"{self.template}:{self.n_shingles}:{_hexes(self.shingles)}:{_hexes(self.links)}")
+            _remember(_SKETCHES, text, self)   # the next group of its host reads it back
         return text
 
     @classmethod
     def load(cls, text: str) -> "PageSketch | None":
         """The sketch ``dump`` wrote, None for anything else (a damaged entry is ignored)."""
-        sketch = _SKETCHES.get(text)
+        sketch = _recall(_SKETCHES, text)
         if sketch is None:
             try:
                 template, n, hashes, links = text.split(":")
@@ -173,19 +175,28 @@ class PageSketch:
 
 
 # A shape's ring is read and written back whole by each page group of its host: its
-# sketches' texts are parsed and made once per process, not once per group. A sketch
-# and its text take ~7.5 kB here: 4,096 of each made a parse worker 25-30 MiB larger.
+# sketches' texts are parsed and made once per process, not once per group, the least
+# recently used going first (a memo emptied when full missed half its lookups on the
+# 100-host bench). A sketch and its text take ~7.5 kB here: 4,096 of each made a parse
+# worker 25-30 MiB larger.
 MEMO = 1024
-_SKETCHES: dict[str, PageSketch] = {}
-_TEXTS: dict[PageSketch, str] = {}
+_SKETCHES: OrderedDict[str, PageSketch] = OrderedDict()
+_TEXTS: OrderedDict[PageSketch, str] = OrderedDict()
 K = TypeVar("K")
 V = TypeVar("V")
 
 
-def _remember(memo: dict[K, V], key: K, value: V) -> V:
-    if len(memo) >= MEMO:
-        memo.clear()
+def _recall(memo: OrderedDict[K, V], key: K) -> V | None:
+    value = memo.get(key)
+    if value is not None:
+        memo.move_to_end(key)
+    return value
+
+
+def _remember(memo: OrderedDict[K, V], key: K, value: V) -> V:
     memo[key] = value
+    if len(memo) > MEMO:
+        memo.popitem(last=False)
     return value
 
 
