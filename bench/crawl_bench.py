@@ -125,6 +125,7 @@ class Monitor:
         # runs of commands from one client with no other client's between: round trips
         # (the server runs a pipeline it read at once; two in a row count as one)
         self.trips: dict[str, int] = {}
+        self.trip_starts: dict[tuple[str, str, str], int] = {}   # (client, first command, key shape) of each
         self.scripts = {hashlib.sha1(path.read_bytes()).hexdigest(): path.stem
                         for path in (ROOT / "crawler_tasks").rglob("*.lua")}
         conn = redis.Redis.from_url(server.url, socket_timeout=None).connection_pool.get_connection("MONITOR")
@@ -174,10 +175,11 @@ class Monitor:
                 elif len(args) > 1:
                     key = args[1]
                 where = "lua" if client == "lua" else client.rsplit(":", 1)[-1]
+                item = (where, cmd, _key_shape(key))
                 if where != "lua" and where != last:
                     self.trips[where] = self.trips.get(where, 0) + 1
+                    self.trip_starts[item] = self.trip_starts.get(item, 0) + 1
                     last = where
-                item = (where, cmd, _key_shape(key))
                 seen[item] = seen.get(item, 0) + 1
         except (redis.ConnectionError, OSError):
             pass
@@ -196,6 +198,14 @@ class Monitor:
             trips[role] = trips.get(role, 0) + n
         print("round trips per page by role (MONITOR: runs of one client's commands): " +
               ", ".join(f"{role} {n / pages:.2f}" for role, n in sorted(trips.items(), key=lambda kv: -kv[1])))
+        starts: dict[str, dict[tuple[str, str], int]] = {}
+        for (where, cmd, key), n in list(self.trip_starts.items()):
+            role_starts = starts.setdefault(self.roles.get(where, "unmapped"), {})
+            role_starts[(cmd, key)] = role_starts.get((cmd, key), 0) + n
+        print("round trips per page by role and first command:")
+        for role, firsts in sorted(starts.items(), key=lambda kv: -sum(kv[1].values())):
+            top = sorted(firsts.items(), key=lambda kv: -kv[1])[:12]
+            print(f"  {role}: " + ", ".join(f"{c} {k} {n / pages:.2f}" for (c, k), n in top))
         print("commands per page by role (MONITOR; scripts by file; key shape):")
         for role, cmds in sorted(by_role.items(), key=lambda kv: -sum(kv[1].values())):
             top = sorted(cmds.items(), key=lambda kv: -kv[1])[:14]
