@@ -108,8 +108,16 @@ class TextSketch:
 
     @classmethod
     def of(cls, text: str) -> "TextSketch":
-        words = words_of(text[:MAX_CHARS])[0]
-        return text_sketch(words, list(map(zlib.crc32, words)))
+        words, crcs, _ = head_words(text)
+        return text_sketch(words, crcs)
+
+
+def head_words(text: str) -> tuple[list[bytes], list[int], bool]:
+    """The words of the text's first MAX_CHARS characters (``simhash.words_of``: lower-cased,
+    digits folded), their CRC-32s, and whether the text is spaced (then those words are
+    also its simhash's features)."""
+    words, spaced = words_of(text[:MAX_CHARS])
+    return words, list(map(zlib.crc32, words)), spaced
 
 
 def text_sketch(words: list[bytes], crcs: list[int]) -> TextSketch:

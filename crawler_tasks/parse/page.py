@@ -7,14 +7,13 @@ words once for the simhash and the trap evidence's sketch (``dedup.evidence``), 
 hash the same words."""
 from __future__ import annotations
 
-import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from crawler_tasks.dedup import evidence
-from crawler_tasks.dedup.evidence import TextSketch, text_sketch
+from crawler_tasks.dedup.evidence import MAX_CHARS as SKETCH_CHARS
+from crawler_tasks.dedup.evidence import TextSketch, head_words, text_sketch
 from crawler_tasks.dedup.fingerprint import collapse_words_utf8, fingerprint_collapsed
-from crawler_tasks.dedup.simhash import simhash64_of_words, simhash64_with_count, words_of
+from crawler_tasks.dedup.simhash import simhash64_of_words, simhash64_with_count
 from crawler_tasks.parse.html import ParsedPage, parse_html, prepare_document
 from crawler_tasks.parse.text import PageText, extract_text
 
@@ -49,14 +48,13 @@ def analyse(body: bytes, url: str, html_options: dict[str, Any], text_mode: str,
     # no text, no fingerprint: empty pages (a bomb cut to nothing, an image page, an app
     # shell) are not copies of one another, nor evidence that two URLs spell one page
     result = Analysis(parsed, text, fingerprint_collapsed(flat, data) if flat else "")
-    spaced = False
+    shared = None   # the head's word CRCs, when they are the simhash's features too
     if sketch:
-        words, spaced = words_of(flat[:evidence.MAX_CHARS])
-        crcs = list(map(zlib.crc32, words))
+        words, crcs, spaced = head_words(flat)
         result.sketch = text_sketch(words, crcs)
+        if spaced and simhash_max_chars == SKETCH_CHARS:
+            shared = crcs
     if simhash_max_chars > 0:
-        if spaced and simhash_max_chars == evidence.MAX_CHARS:
-            result.simhash, result.simhash_words = simhash64_of_words(crcs)
-        else:
-            result.simhash, result.simhash_words = simhash64_with_count(flat[:simhash_max_chars])
+        result.simhash, result.simhash_words = (simhash64_of_words(shared) if shared is not None
+                                                else simhash64_with_count(flat[:simhash_max_chars]))
     return result
