@@ -358,3 +358,47 @@ def test_the_page_budget_holds_in_the_lease_and_hold_scripts(settings, rclient):
     unbounded = Frontier(dataclasses.replace(s, MAX_PAGES=0))
     assert not unbounded.budget_in_scripts
     assert len([lease for shard in range(2) for lease in unbounded.get_urls(shard, 100, now=1000.0)]) == 8  # the rest
+
+
+def test_the_page_a_finish_counts_is_counted_once_when_the_call_is_sent_again(settings, rclient):
+    """Where complete.lua keeps the page budget it also counts the turn's page, so a
+    pipeline that redis-py sends again after a lost reply counts it once (a HINCRBY beside
+    the script counted it twice: the crawl stopped a page short). A turn whose lease ran
+    out still fetched its page: that is counted."""
+    from crawler_tasks.connection import global_client
+    from crawler_tasks.frontier import Lease
+
+    s = dataclasses.replace(settings, MAX_PAGES=100, SHARDS=1)
+    f = Frontier(s)
+    client = global_client(s)
+    stats = f"{s.KEY_PREFIX}:{{g}}:stats"
+    f.put_discovered([d(f"http://c.test/{k}") for k in range(3)] + [d("http://c2.test/0")])
+    leases = {lease.host: lease for lease in f.get_urls(0, 10, now=1000.0)}
+    now = time.time()
+
+    def finish_sent_twice(lease: Lease, hold_until: float) -> list:
+        pipe = client.pipeline(transaction=False)
+        read = f.queue_finish(pipe, lease, now, Action.DONE, hold_until=hold_until, handoff_until=now + 30,
+                              count_page=True)
+        commands = list(pipe.command_stack)
+        first = read(pipe.execute(raise_on_error=False))
+        pipe.command_stack = commands          # what redis-py sends when the reply is lost
+        return [first, read(pipe.execute(raise_on_error=False))]
+
+    held, again = finish_sent_twice(leases["c.test"], hold_until=now + 60)
+    assert held.held is not None and again == held
+    assert int(rclient.hget(stats, "fetch/pages")) == 1
+    first, again = finish_sent_twice(held.held, hold_until=0.0)   # given back, its entry parked
+    assert first.ok and first.held is None and again == first
+    assert int(rclient.hget(stats, "fetch/pages")) == 2
+    lost = leases["c2.test"]
+    stale = Lease(lost.shard, lost.host, lost.raw, str(float(lost.token) - 5))
+    assert not f.finish(stale, te=now, action=Action.DONE).ok
+    pipe = client.pipeline(transaction=False)
+    read = f.queue_finish(pipe, stale, now, Action.DONE, count_page=True)
+    assert not read(pipe.execute(raise_on_error=False)).ok
+    assert int(rclient.hget(stats, "fetch/pages")) == 3
+    # without the budget in the scripts the caller counts: the script refuses to
+    with pytest.raises(ValueError):
+        Frontier(dataclasses.replace(s, MAX_PAGES=0)).queue_finish(client.pipeline(), held.held, now,
+                                                                     count_page=True)

@@ -293,12 +293,14 @@ class Frontier:
 
     def queue_finish(self, pipe: redis.client.Pipeline, lease: Lease, te: float, action: Action = Action.DONE,
                      host_state: dict[str, str] | None = None, hold_until: float = 0.0,
-                     handoff_until: float = 0.0) -> Callable[[list[object]], Completion]:
+                     handoff_until: float = 0.0, count_page: bool = False) -> Callable[[list[object]], Completion]:
         """``finish`` queued on ``pipe``, a pipeline to the shard's server that the caller
         runs with its own commands (``same_server``): one round trip for both. Returns the
         reader of its reply among the pipeline's (it runs ``finish`` again if the server
-        lost the script)."""
-        keys, args = self._finish_call(lease, te, action, host_state, hold_until, handoff_until)
+        lost the script). ``count_page`` (only where ``budget_in_scripts``): the turn's page
+        is counted in the page budget by the script, once however often the call is sent
+        (a HINCRBY beside it counted a page twice when redis-py sent the pipeline again)."""
+        keys, args = self._finish_call(lease, te, action, host_state, hold_until, handoff_until, count_page)
         at = len(pipe)
         pipe.evalsha(self._script(self.client(lease.shard), "complete").sha, len(keys), *keys, *args)
 
@@ -318,7 +320,8 @@ class Frontier:
         return self.client(shard) is client and not isinstance(client, redis.cluster.RedisCluster)
 
     def _finish_call(self, lease: Lease, te: float, action: Action, host_state: dict[str, str] | None,
-                     hold_until: float, handoff_until: float) -> tuple[list[str], list[str | float]]:
+                     hold_until: float, handoff_until: float,
+                     count_page: bool = False) -> tuple[list[str], list[str | float]]:
         action = Action(action)
         k = self.keys(lease.shard)
         retry_raw = ""
@@ -327,9 +330,11 @@ class Frontier:
             retry_raw = Entry(e.url, e.depth, e.tries + 1, e.hops, e.kind).encode()
         keys = [k.active, k.ready, k.lease, k.te, k.queue(lease.host), k.queued, k.handoff, k.handoff_owner,
                 k.lease_owner]
-        budget_keys, budget_args = self._budget() if hold_until > 0 else ([], [0, ""])
+        if count_page and not self.budget_in_scripts:
+            raise ValueError("the script counts pages only where it keeps the page budget")
+        budget_keys, budget_args = self._budget() if hold_until > 0 or count_page else ([], [0, ""])
         args: list[str | float] = [lease.host, lease.token, action.value, te, lease.raw, retry_raw, hold_until,
-                                   handoff_until, self.owner, *budget_args]
+                                   handoff_until, self.owner, *budget_args, int(count_page)]
         if host_state:   # saved by the same script (one slot: cluster-safe, one round trip)
             keys.append(k.host_state(lease.host))
             for name, value in host_state.items():

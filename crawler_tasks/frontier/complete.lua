@@ -8,7 +8,8 @@
 -- ARGV[10] the page budget (0 or absent: none), ARGV[11] its counter's field: a host is
 -- held for another page only while the pages counted (this turn's included: the caller
 -- counts it first) and the hosts leased (this one included) are within the budget, checked
--- in the same step as the hold (see lease.lua).
+-- in the same step as the hold (see lease.lua). ARGV[12] '1': this call counts the turn's
+-- page in that field itself (the budget's keys are passed), on its first run only.
 -- ARGV[1] host, ARGV[2] lease token (deadline given by lease.lua), ARGV[3] action:
 --   'done'  the head URL is finished (fetched, refused, or failed for good): pop it;
 --   'retry' pop the head and append ARGV[6] (the same URL with tries + 1) at the tail;
@@ -34,16 +35,18 @@
 -- lost the reply) finds its own first run's work done: the host leased until this call's
 -- hold deadline, or its fetched entry parked under the caller's name. It answers as the
 -- first run did (held, or given back), so that the caller hands the page on with its
--- entry, which would otherwise stay parked and be fetched (and recorded) again.
+-- entry, which would otherwise stay parked and be fetched (and recorded) again; nor does
+-- it count the page again.
 local active, ready, lease, te_hash, queue, queued = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local host, token, action = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local te = tonumber(ARGV[4])
 local hold = tonumber(ARGV[7] or '0')
 local handoff = tonumber(ARGV[8] or '0')
 local budget = tonumber(ARGV[10] or '0')
+local count = ARGV[12] == '1'
 local first_budget_key = 10
-if #ARGV >= 13 then
-  redis.call('HSET', KEYS[10], unpack(ARGV, 12, #ARGV))
+if #ARGV >= 14 then
+  redis.call('HSET', KEYS[10], unpack(ARGV, 13, #ARGV))
   first_budget_key = 11
 end
 local score = redis.call('ZSCORE', lease, host)
@@ -57,7 +60,13 @@ if not score or math.abs(tonumber(score) - token) > 0.001 then
   if handoff > 0 and action == 'done' and redis.call('HGET', KEYS[8], ARGV[5]) == ARGV[9] then
     return {1}
   end
+  if count then  -- the lease ran out during the turn: its page is still recorded
+    redis.call('HINCRBY', KEYS[first_budget_key], ARGV[11], 1)
+  end
   return {-1}
+end
+if count then
+  redis.call('HINCRBY', KEYS[first_budget_key], ARGV[11], 1)
 end
 if action ~= 'keep' and redis.call('LINDEX', queue, 0) == ARGV[5] then
   redis.call('LPOP', queue)

@@ -29,10 +29,10 @@ class End:
 def finish_turn(w: Worker, lease: Lease, turn: Turn, hold_until: float, leased: int) -> End:
     """Finish the turn's lease (held on until ``hold_until`` when > 0 and the host has
     URLs left). With a page budget, the turn's page is counted first on the same round
-    trip; the frontier's script then holds the host only within the budget
-    (``budget_in_scripts``). Otherwise ``leased`` (hosts leased over the crawl as last
-    read) decides: a held host is given back after the round trip when the count and
-    they pass the budget (``End.spent``)."""
+    trip; where the frontier's script keeps the budget (``budget_in_scripts``), the script
+    counts it and holds the host only within the budget. Otherwise ``leased`` (hosts
+    leased over the crawl as last read) decides: a held host is given back after the round
+    trip when the count and they pass the budget (``End.spent``)."""
     s = w.settings
     res = turn.exchange
     date = warc_date(res.started) if res is not None else ""
@@ -46,10 +46,15 @@ def finish_turn(w: Worker, lease: Lease, turn: Turn, hold_until: float, leased: 
     park_until = time.time() + s.LEASE_S if park else 0.0
     pipe = w.control.client.pipeline(transaction=False)
     read_earlier = w.content.queue_capture(pipe, res.url, turn.digest, date) if capture and res is not None else None
-    read_count = w.control.queue_count_page(pipe) if count else None
+    together = w.frontier.same_server(lease.shard, w.control.client)
+    # where the script keeps the budget it counts the page too: once, even when redis-py
+    # sends the pipeline again after a lost reply
+    in_script = count and together and w.frontier.budget_in_scripts
+    read_count = w.control.queue_count_page(pipe) if count and not in_script else None
     read_done = None
-    if w.frontier.same_server(lease.shard, w.control.client):
-        read_done = w.frontier.queue_finish(pipe, lease, turn.te, turn.action, fields, hold_until, park_until)
+    if together:
+        read_done = w.frontier.queue_finish(pipe, lease, turn.te, turn.action, fields, hold_until, park_until,
+                                            count_page=in_script)
     replies = pipe.execute(raise_on_error=False) if len(pipe) else []
     spent = (read_count is not None and not w.frontier.budget_in_scripts
              and read_count(replies) + leased > s.MAX_PAGES)
