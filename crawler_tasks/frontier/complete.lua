@@ -50,7 +50,8 @@ if #ARGV >= 14 then
   first_budget_key = 11
 end
 local score = redis.call('ZSCORE', lease, host)
-if not score or math.abs(tonumber(score) - token) > 0.001 then
+local ours = score and math.abs(tonumber(score) - token) <= 0.001
+if not ours then   -- this call sent again finds its first run's work (which counted the page)
   if hold > 0 and score and tonumber(score) == hold then
     local head = redis.call('LINDEX', queue, 0)
     if head then
@@ -60,13 +61,12 @@ if not score or math.abs(tonumber(score) - token) > 0.001 then
   if handoff > 0 and action == 'done' and redis.call('HGET', KEYS[8], ARGV[5]) == ARGV[9] then
     return {1}
   end
-  if count then  -- the lease ran out during the turn: its page is still recorded
-    redis.call('HINCRBY', KEYS[first_budget_key], ARGV[11], 1)
-  end
-  return {-1}
 end
-if count then
+if count then   -- a lease that ran out during the turn counts too: its page is still recorded
   redis.call('HINCRBY', KEYS[first_budget_key], ARGV[11], 1)
+end
+if not ours then
+  return {-1}
 end
 if action ~= 'keep' and redis.call('LINDEX', queue, 0) == ARGV[5] then
   redis.call('LPOP', queue)
