@@ -1,5 +1,6 @@
-"""The Celery broker: kombu's Redis transport with one crash contained, and what a dead
-crawl left in it settled at resume (``settle_leftovers``).
+"""The Celery broker: kombu's Redis transport with one crash contained, what a dead
+crawl left in it settled at resume (``settle_leftovers``), and the stage messages of page
+groups past their deadline delivered again (``redeliver_held``).
 
 When the broker's Redis dies, Celery 5.6+ collects the lost connection (closing its
 channel, then dropping the transport's ``client``) and closes it again; kombu 5.7's
@@ -23,6 +24,21 @@ from typing import Any
 from kombu import Connection
 from kombu.transport import redis as kombu_redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+
+from crawler_tasks.settings import Settings
+
+# How long an idle consumer's BRPOP blocks in Redis (kombu's ``polling_interval``; its
+# default is 1 s). Closing the channel at shutdown reads that reply first, so this is a
+# worker's exit delay; a message arriving ends the wait at once whatever the value.
+BROKER_POLL_S = 0.2
+
+
+def broker_options(settings: Settings) -> dict[str, Any]:
+    """Every broker key (queues, unacked table, bindings, pub/sub channels) under the
+    crawl's KEY_PREFIX, so two crawls share a broker and keep their tasks apart while
+    the queue names (``-Q crawl.fetch.0``) stay the same for every crawl."""
+    return {"visibility_timeout": max(600, int(settings.batch_timeout_s)), "polling_interval": BROKER_POLL_S,
+            "global_keyprefix": f"{settings.KEY_PREFIX}/"}
 
 
 class Channel(kombu_redis.Channel):
@@ -83,7 +99,7 @@ def settle_leftovers(url: str, stage_queues: Collection[str], fetch_queues: Coll
     message: the items ``written`` names leave a taken message before it is queued
     again (a message left with none is dropped, its batch id in ``done``), so no task
     run again writes a record or feed line twice. ``transport_options``: the workers'
-    (``celery.broker_options``), whose key prefix names the queues and unacked table."""
+    (``broker_options``), whose key prefix names the queues and unacked table."""
     out = Leftovers()
     with Connection(url, transport_options=transport_options or {}) as conn:
         channel = conn.default_channel
@@ -127,6 +143,38 @@ def settle_leftovers(url: str, stage_queues: Collection[str], fetch_queues: Coll
             out.requeued += 1
         out.urls = _queued_urls(channel, stage_queues)
         out.batches = _queued_batches(channel, stage_queues)
+    return out
+
+
+def redeliver_held(url: str, stage_tasks: Collection[str], batch_ids: Collection[str], taken_before: float,
+                   transport_options: dict[str, Any] | None = None) -> dict[str, bool]:
+    """Page groups past their deadline whose stage message (a task of ``stage_tasks``, on
+    any node's queue) a worker took and never acknowledged: batch id -> True when it was taken before
+    ``taken_before`` (its worker died or hangs): it goes back to the head of its queue, to
+    run again from where that run stopped (its outputs' markers keep each line once);
+    False when taken since (the group waited in the queue): it stays with its worker.
+    A batch absent is held by no worker."""
+    wanted = set(batch_ids)
+    out: dict[str, bool] = {}
+    if not wanted:
+        return out
+    with Connection(url, transport_options=transport_options or {}) as conn:
+        channel = conn.default_channel
+        client, qos = channel.client, channel.qos
+        for tag, taken_at in client.zrange(qos.unacked_index_key, 0, -1, withscores=True):
+            raw = client.hget(qos.unacked_key, tag)
+            try:
+                message = json.loads(raw)[0] if raw else None
+                task = message["headers"]["task"] if message else None
+            except (ValueError, TypeError, IndexError, KeyError):
+                continue
+            args = _args(message) if task in stage_tasks else []
+            batch_id = str(args[1]) if args else None
+            if batch_id not in wanted:
+                continue
+            out[batch_id] = taken_at < taken_before
+            if out[batch_id]:
+                qos.restore_by_tag(tag, client, leftmost=True)
     return out
 
 

@@ -4,12 +4,12 @@ Configuration comes from the crawler settings (``CRAWLER_*`` variables). JSON on
 no result backend (each stage sends the next one its input), one message prefetched per
 worker process, late acks on the idempotent stage tasks, and the broker in its own
 Redis database so task messages never mix with frontier state, every broker key under
-the crawl's prefix (``broker_options``), and every worker of a machine's fetch or parse
+the crawl's prefix (``broker.broker_options``), and every worker of a machine's fetch or parse
 queues claiming its node name first (``ClaimNode``).
 
 Workers act on SIGTERM at once: ``manage.py crawl`` stops them with a warm shutdown,
 which otherwise waited out the event loop's idle poll (``WakeOnSignal``) and then the
-pending BRPOP (``BROKER_POLL_S``), up to a second each.
+pending BRPOP (``broker.BROKER_POLL_S``), up to a second each.
 """
 from __future__ import annotations
 
@@ -23,16 +23,13 @@ from typing import Any
 from celery import Celery, bootsteps
 from celery.signals import worker_init
 
+from crawler_tasks.broker import broker_options
 from crawler_tasks.connection import broker_url
 from crawler_tasks.queues import CONTROL_QUEUE, ENQUEUE_QUEUE, FETCH_QUEUE, OLD_ENQUEUE_QUEUE, PARSE_QUEUE
 from crawler_tasks.runtime.malloc import tune_malloc
 from crawler_tasks.schedule import build_schedule
 from crawler_tasks.settings import Settings, get_settings
 
-# How long an idle consumer's BRPOP blocks in Redis (kombu's ``polling_interval``; its
-# default is 1 s). Closing the channel at shutdown reads that reply first, so this is a
-# worker's exit delay; a message arriving ends the wait at once whatever the value.
-BROKER_POLL_S = 0.2
 PUBLISH_RETRY_POLICY = {"max_retries": 30, "interval_start": 0, "interval_step": 0.2, "interval_max": 1.0}
 
 
@@ -107,14 +104,6 @@ class WakeOnSignal(bootsteps.StartStopStep):
         writer.close()
 
     shutdown = stop
-
-
-def broker_options(settings: Settings) -> dict[str, Any]:
-    """Every broker key (queues, unacked table, bindings, pub/sub channels) under the
-    crawl's KEY_PREFIX, so two crawls share a broker and keep their tasks apart while
-    the queue names (``-Q crawl.fetch.0``) stay the same for every crawl."""
-    return {"visibility_timeout": max(600, int(settings.batch_timeout_s)), "polling_interval": BROKER_POLL_S,
-            "global_keyprefix": f"{settings.KEY_PREFIX}/"}
 
 
 def make_app() -> Celery:

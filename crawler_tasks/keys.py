@@ -67,8 +67,9 @@ between fetch and enqueue), ``sessions`` (zset ``<shard>/<session id>`` -> deadl
 sessions running or queued), ``sessionowner`` (hash: the same members -> the fetch process
 (``<node>/<process>``) that took the session), ``groupowner`` (hash: page group id -> node
 whose parse or enqueue worker has it, until enqueued), ``givenup`` (set of page groups given
-up because their node was lost: their pages are fetched again, and their parse or enqueue
-message, should it turn up, is skipped), ``exchanges`` (zset ``<session id>/<host>`` ->
+up because their node was lost or their deadline passed: their pages are fetched again, and
+their parse or enqueue message, should it turn up, is skipped), ``redelivered`` (hash: page
+group id -> times its stage message was delivered again past its deadline), ``exchanges`` (zset ``<session id>/<host>`` ->
 deadline: HTTP exchanges in flight, for the progress line),
 ``feed`` (stream of indexable pages for indexers), ``latency`` (fetch latency buckets),
 ``ipte`` (hash address -> next contact, when per-IP politeness is on),
@@ -278,6 +279,10 @@ class GlobalKeys:
     @property
     def groups_given_up(self) -> str:
         return f"{self.prefix}:{{g}}:givenup"
+
+    @property
+    def groups_redelivered(self) -> str:
+        return f"{self.prefix}:{{g}}:redelivered"
 
     @property
     def exchanges(self) -> str:

@@ -10,6 +10,8 @@ ENQUEUE_QUEUE = "crawl.enqueue"
 OLD_ENQUEUE_QUEUE = "crawl.dedup"
 ENQUEUE_QUEUES = (ENQUEUE_QUEUE, OLD_ENQUEUE_QUEUE)
 CONTROL_QUEUE = "crawl.control"
+# The tasks that carry a page group between fetch and the frontier (its message names it).
+STAGE_TASKS = ("crawler.parse", "crawler.enqueue", "crawler.dedup")
 
 
 def fetch_queue(shard: int) -> str:

@@ -97,7 +97,9 @@ class Settings:
     # Most page groups between fetch and enqueue (back-pressure: sessions give hosts back).
     MAX_INFLIGHT_BATCHES: int = 16
     # A session or page group not finished by then is forgotten (its worker died; its
-    # hosts come back when their leases expire). 0 = 2 x LEASE_S.
+    # hosts come back when their leases expire; a group's pages are fetched again), but a
+    # group whose parse or enqueue message a worker took and never acknowledged has the
+    # message delivered again (twice at most). 0 = 2 x LEASE_S.
     BATCH_TIMEOUT_S: float = 0.0
     # Maximum link depth from a seed (0 = seeds only, -1 = unlimited).
     MAX_DEPTH: int = -1

@@ -26,7 +26,15 @@ from crawler_tasks.exceptions import MessageError
 from crawler_tasks.frontier import Lease
 from crawler_tasks.ops.snapshot import maybe_checkpoint
 from crawler_tasks.output.jsonl import WorkerStopping, once_written
-from crawler_tasks.output.spool import check_batch_id, drop_message, keep_message, prune_markers
+from crawler_tasks.output.spool import (
+    check_batch_id,
+    drop_message,
+    keep_message,
+    kept_enqueue,
+    prune_markers,
+    records_written,
+    remove_spool,
+)
 from crawler_tasks.queues import ENQUEUE_QUEUE, fetch_queue, parse_queue
 from crawler_tasks.records import Capture, capture_from_message, record_from_message, to_message
 from crawler_tasks.runtime.control import CrawlState
@@ -198,21 +206,50 @@ def parse(pages: Any, group_id: Any) -> int:
     except MessageError as exc:
         return _refuse("parse", exc)
     with _unacked_if_stopped():
-        # made again whole while the storage refuses, up to its first output (the feed);
-        # from there on each write is made again in place, never the stage
-        records = once_written(lambda: parse_stage(w, checked, group_id))
-        if records is None:   # a redelivery of a run that handed the group on
+        message = _enqueue_message(w, checked, group_id)
+        if message is None:
             return 0
-        # claimed here, not first: a parse task blocked on a restarting Redis at its start was
-        # also queued again by the runner's recovery (requeue_unacked), and ran twice
-        if not once_written(lambda: w.control.claim_group(group_id, w.settings.node_name)):
-            return _given_up("parse", group_id)
-        message = [to_message(r) for r in records]
-        once_written(lambda: keep_message(w.settings, group_id, "enqueue", message))   # in the parse message's place
         once_written(lambda: enqueue.apply_async((message, group_id), queue=ENQUEUE_QUEUE,
-                                                 **_summary(f"<{len(records)} records>, {group_id!r}")))
+                                                 **_summary(f"<{len(message)} records>, {group_id!r}")))
+        # last: a run stopped before this (its worker died) is made again from the spool
+        # file, and writes nothing twice (its outputs' markers)
+        remove_spool(w.settings, group_id)
         w.count({"cpu_ms/parse": round((time.process_time() - t0) * 1000)})
-    return len(records)
+    return len(message)
+
+
+def _enqueue_message(w: Worker, checked: list[Capture], group_id: str) -> list[Any] | None:
+    """The group's enqueue message: the one an earlier run of this task kept (it stopped
+    before it sent it, or was acknowledged; sent again, as enqueue writes a group's records
+    once), or made from its parse (again). None: nothing to send (its records are written,
+    or the group was given up)."""
+    s = w.settings
+    if records_written(s, group_id):
+        log.info("page group %s was handed on by an earlier run of its parse task: skipped", group_id)
+        w.count({"parse/redelivered_done": 1})
+        remove_spool(s, group_id)
+        return None
+    kept = kept_enqueue(s, group_id)
+    # its feed lines are in place, unless a resume moved them aside as uncommitted (it drops
+    # every feed marker): then they are written again from a parse
+    if kept is not None and (not s.FEED_JSONL or records_written(s, group_id, "feed")
+                             or not any(isinstance(item, dict) and item.get("indexable") for item in kept)):
+        log.info("page group %s was parsed by an earlier run of its parse task: its records are sent on", group_id)
+        w.count({"parse/redelivered_resent": 1})
+        return kept
+    # made again whole while the storage refuses, up to its first output (the feed);
+    # from there on each write is made again in place, never the stage
+    records = once_written(lambda: parse_stage(w, checked, group_id))
+    if records is None:   # a redelivery of a run that handed the group on
+        return None
+    # claimed here, not first: a parse task blocked on a restarting Redis at its start was
+    # also queued again by the runner's recovery (requeue_unacked), and ran twice
+    if not once_written(lambda: w.control.claim_group(group_id, s.node_name)):
+        _given_up("parse", group_id)
+        return None
+    message = [to_message(r) for r in records]
+    once_written(lambda: keep_message(s, group_id, "enqueue", message))   # in the parse message's place
+    return message
 
 
 @app.task(name="crawler.enqueue", acks_late=True)

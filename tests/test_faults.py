@@ -201,6 +201,40 @@ def test_kill_9_of_a_child(victim: str, web: TestWeb, clean: float, tmp_path: Pa
           + counter(out, "frontier/group_returned"))
 
 
+def test_kill_9_of_the_parse_workers_right_after_a_feed_write(web: TestWeb, clean: float, tmp_path: Path) -> None:
+    """Both parse workers stopped, then killed, the moment a group's feed lines land: the
+    task that wrote them dies before it sends its records on. Past the group's deadline
+    its message is delivered again and the run goes on from where it stopped; the group
+    is not given up, so its pages are not fetched, nor their feed lines written, twice."""
+    out = tmp_path / "out"
+    web.clear_log()
+    t0 = time.monotonic()
+    proc = crawl(out, web)
+    wait_records(out, 40, proc)
+    parsers: dict[str, psutil.Process] = {}
+    for p in psutil.process_iter(["cmdline"]):
+        mark = next((m for m in (f"process0-{proc.pid}@", f"process1-{proc.pid}@")
+                     if m in " ".join(p.info["cmdline"] or [])), None)
+        if mark and (mark not in parsers or p.create_time() < parsers[mark].create_time()):
+            parsers[mark] = p
+    feed = out / "feed.jsonl"
+    size = feed.stat().st_size
+    deadline = time.monotonic() + 30
+    while feed.stat().st_size == size and time.monotonic() < deadline:
+        time.sleep(0.0005)
+    for p in parsers.values():
+        p.suspend()
+    for p in parsers.values():
+        p.kill()
+    _, err = proc.communicate(timeout=180)
+    assert proc.returncode == 0, err[-3000:]
+    f = figures("kill -9 after feed", out, web, time.monotonic() - t0,
+                said(err, "restart", "exited", "crawl finished", "Error"))
+    check(f, clean, len(web.reachable()), MAX_IN_FLIGHT + counter(out, "frontier/handoff_returned")
+          + counter(out, "frontier/group_returned"))
+    assert len(parsers) == 2 and counter(out, "frontier/group_returned") == 0, f.line()
+
+
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
 def test_manage_py_stopped_then_resumed(how: signal.Signals, web: TestWeb, clean: float, tmp_path: Path) -> None:
     out = tmp_path / "out"

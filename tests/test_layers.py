@@ -35,8 +35,8 @@ FLOORS: list[set[str]] = [
     {"dedup"},
     {"frontier"},
     {"fetch", "freshness", "urls"},
-    {"connection"},
-    {"broker", "counters", "keys", "queues", "records", "settings"},
+    {"broker", "connection"},                   # the Celery broker's transport and messages; Redis clients
+    {"counters", "keys", "queues", "records", "settings"},
     {"exceptions", "crawler_tasks"},            # the error tree; the package's face (its version)
 ]
 PACKAGE = Path(__file__).resolve().parent.parent / "crawler_tasks"

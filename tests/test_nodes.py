@@ -14,7 +14,7 @@ import pytest
 import redis
 from kombu import Connection, Exchange, Queue
 
-from crawler_tasks.celery import broker_options
+from crawler_tasks.broker import broker_options
 from crawler_tasks.exceptions import ConfigError
 from crawler_tasks.keys import GlobalKeys
 from crawler_tasks.queues import CONTROL_QUEUE, fetch_queue

@@ -238,7 +238,8 @@ def test_stage_messages_a_crash_left_unacknowledged_are_queued_again(redis_url):
     it and never acknowledged go back to their queues; a fetch session's stays."""
     from kombu import Connection, Exchange, Queue
 
-    from crawler_tasks.celery import broker_options, requeue_unacked
+    from crawler_tasks.broker import broker_options
+    from crawler_tasks.celery import requeue_unacked
     from crawler_tasks.settings import get_settings
 
     url = redis_url.rsplit("/", 1)[0] + "/2"

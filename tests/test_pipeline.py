@@ -14,6 +14,7 @@ import pytest
 
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.ops.seeds import seed_urls
+from crawler_tasks.output.spool import remove_spool, spool_path
 from crawler_tasks.records import capture_from_message, record_from_message, to_message
 from crawler_tasks.robots.rules import MAX_ROBOTS_BYTES
 from crawler_tasks.runtime.control import CrawlState
@@ -561,6 +562,7 @@ def test_a_parse_task_run_again_after_its_spool_was_removed(fast):
             messages = [to_message(p) for p in pages]
             bodies = [p.page.url for p in pages if p.body is not None]
             records = parse_stage(worker, [capture_from_message(m) for m in messages], group_id)
+            remove_spool(fast, group_id)   # as the task does once it sent the records on
             if bodies and not stopped:   # the first run's records are lost: the task runs again
                 records = parse_stage(worker, [capture_from_message(m) for m in messages], group_id)
                 stopped.extend(bodies)
@@ -587,6 +589,51 @@ def test_a_parse_task_run_again_after_its_spool_was_removed(fast):
         assert not [r for r in recs if r.get("error_kind") == "parse"]
         recorded = Counter(r["url"] for r in recs)
         assert all(recorded[url] == 1 for url in stopped + handed), recorded
+
+
+def test_a_parse_task_whose_worker_died_is_run_again_from_where_it_stopped(fast):
+    """Delivered again (maintenance, past the group's deadline), a parse task goes on from
+    where its dead run stopped: after the feed, it parses the spool again and writes no
+    feed line twice; after it kept its enqueue message, it sends that one (unless a resume
+    moved its feed lines aside: they are written again); once the records are written,
+    nothing. The spool file stays until the records are sent on."""
+    from crawler_tasks.output.spool import kept_enqueue
+    from crawler_tasks.tasks import _enqueue_message
+
+    with TestWeb(n_hosts=1, pages_per_host=8, seed=7) as web:
+        fast = dataclasses.replace(fast, MAX_PAGES=0, PARSE_GROUP_PAGES=64, PARSE_GROUP_S=30.0)
+        reset_settings(fast)
+        seed_urls(fast, sorted(web.reachable())[:6])   # no page's links are enqueued here
+        worker = Worker.create(fast)
+        groups: list[tuple[list[dict], str]] = []
+        deadline = time.time() + 20
+        while time.time() < deadline and sum(len(m) for m, _ in groups) < 6:
+            for b in plan_wake(fast, worker.frontier):
+                fetch_stage(worker, b.shard, b.leases, b.session_id,
+                            lambda pages, gid: groups.append(([to_message(p) for p in pages], gid)))
+            time.sleep(0.02)
+        messages, group_id = max(groups, key=lambda g: len(g[0]))
+        assert len(messages) >= 2
+
+        def run() -> list | None:
+            return _enqueue_message(worker, [capture_from_message(m) for m in messages], group_id)
+
+        feed = Path(fast.OUT_DIR) / "feed.jsonl"
+        first = run()   # the run that dies before it sends its message on
+        lines = feed.read_text().splitlines()
+        assert first and lines and Path(spool_path(fast, group_id)).exists()
+        assert run() == first and worker.control.stats().get("parse/redelivered_resent") == 1
+        feed.write_text("")   # a resume moved its feed lines aside as uncommitted, and dropped the markers
+        Path(spool_path(fast, group_id)).with_suffix(".feed").unlink()
+        assert run() == first and feed.read_text().splitlines() == lines   # written again, from a parse
+        Path(spool_path(fast, group_id)).with_suffix(".msg").unlink()   # died before it kept the message
+        assert run() == first == kept_enqueue(fast, group_id)           # parsed again from the spool
+        assert feed.read_text().splitlines() == lines                   # each feed line once
+        enqueue_stage(worker, [record_from_message(r) for r in first], group_id)
+        assert run() is None and not Path(spool_path(fast, group_id)).exists()
+        recorded = Counter(json.loads(line)["url"] for line in (Path(fast.OUT_DIR) / "pages.jsonl").read_text()
+                           .splitlines())
+        assert set(recorded.values()) == {1}
 
 
 def test_first_tasks_of_a_threads_pool_share_one_stage_state(settings):

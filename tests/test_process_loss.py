@@ -190,6 +190,59 @@ def test_a_lost_nodes_unparsed_page_groups_are_fetched_again_and_finished_groups
     assert set(rclient.hkeys(k.parsing)) == {"g-nb"}
 
 
+def test_a_stale_page_group_whose_worker_died_with_its_message_is_delivered_again(settings, tmp_path):
+    """A parse worker killed in its task leaves the group's message unacknowledged, and
+    the run may have written the group's feed lines. Past the group's deadline the
+    message goes back to its queue (run again, it writes nothing twice), rather than the
+    group given up and its pages fetched and written again; a message taken just now
+    stays with its worker; one delivered again MAX_REDELIVERIES times is given up."""
+    from kombu import Connection, Exchange, Queue
+
+    from crawler_tasks.broker import broker_options
+    from crawler_tasks.connection import broker_url
+    from crawler_tasks.queues import parse_queue
+    from crawler_tasks.runtime.maintenance import MAX_REDELIVERIES
+
+    s = dataclasses.replace(settings, BATCH_TIMEOUT_S=20.0)
+    control = Control(s)
+    control.start()
+    name = parse_queue(s.node_name)
+    with Connection(broker_url(s), transport_options=broker_options(s)) as conn:
+        queue = Queue(name, Exchange(name), routing_key=name)
+        producer = conn.Producer()
+        channel = conn.channel()
+
+        def send(group: str) -> None:   # as Celery sends it: [args, kwargs, embed]
+            producer.publish([[[{"url": f"http://a.test/{group}"}], group], {}, {}], exchange=queue.exchange,
+                             routing_key=name, declare=[queue], headers={"task": "crawler.parse"},
+                             serializer="json")
+            control.begin_batches([group], time.time() - 1, s.node_name)
+
+        def take() -> str:   # a worker takes the message; it never acknowledges it
+            message = queue(channel).get(no_ack=False)
+            assert message is not None
+            return message.payload[0][1]
+
+        send("g-dead")
+        assert take() == "g-dead"
+        t0 = time.time()
+        run_maintenance(s, now=t0)   # just taken: it is the worker's, which only now got to it
+        assert control.stale_groups(t0) == {} and control.stats().get("frontier/group_redelivered", 0) == 0
+        assert queue(conn.channel()).get(no_ack=True) is None   # not queued again
+        for times in range(1, MAX_REDELIVERIES + 1):   # its worker died: queued again, each time
+            later = time.time() + (s.batch_timeout_s + 1) * times
+            run_maintenance(s, now=later)
+            assert control.stats()["frontier/group_redelivered"] == times
+            assert "g-dead" in control.inflight_groups() and not control.stale_groups(later)
+            assert take() == "g-dead"   # and taken again by the next worker, which dies too
+        send("g-queued")   # past its deadline, still in its queue: nobody holds it
+        run_maintenance(s, now=time.time() + (s.batch_timeout_s + 1) * (MAX_REDELIVERIES + 1))
+        assert control.stats()["frontier/group_redelivered"] == MAX_REDELIVERIES
+        assert not control.inflight_groups()
+        assert not control.claim_group("g-dead", s.node_name)   # given up: should it turn up, skipped
+        assert not control.claim_group("g-queued", s.node_name)
+
+
 # -- kill -9 of one fetch worker of manage.py crawl: takeover time, measured -----------------
 HOSTS, PAGES, DELAY = 8, 25, 0.5
 UA = "lossbot/1.0 (+http://127.0.0.1/bot)"

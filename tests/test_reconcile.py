@@ -159,7 +159,8 @@ def test_a_stage_task_killed_after_it_wrote_writes_nothing_twice_when_run_again(
     from kombu import Connection, Exchange, Queue
 
     from crawler_tasks import tasks
-    from crawler_tasks.celery import app, broker_options
+    from crawler_tasks.broker import broker_options
+    from crawler_tasks.celery import app
     from crawler_tasks.output.spool import spool_path
     from crawler_tasks.queues import ENQUEUE_QUEUE, OLD_ENQUEUE_QUEUE, parse_queue
     from crawler_tasks.records import Capture, FetchedPage, PageRecord, record_from_message, to_message
@@ -242,7 +243,7 @@ def test_a_stage_message_the_broker_lost_is_sent_again_from_its_kept_copy(settin
     import redis
     from kombu import Connection, Exchange, Queue
 
-    from crawler_tasks.celery import broker_options
+    from crawler_tasks.broker import broker_options
     from crawler_tasks.output.spool import keep_message, kept_messages
     from crawler_tasks.queues import ENQUEUE_QUEUE, parse_queue
     from crawler_tasks.records import FetchedPage, PageRecord, to_message

@@ -310,8 +310,7 @@ def reconcile(settings: Settings, out_dir: Path, now: float | None = None) -> Re
 
     # imported here: Celery costs a crawl's start a tenth of a second, and kombu the runner
     # of a crawl that is not resumed ~30 ms and ~6 MiB
-    from crawler_tasks.broker import settle_leftovers
-    from crawler_tasks.celery import broker_options
+    from crawler_tasks.broker import broker_options, settle_leftovers
 
     leftovers = settle_leftovers(broker_url(settings), {parse_q, *ENQUEUE_QUEUES},
                                  {fetch_queue(i) for i in range(settings.SHARDS)},

@@ -123,14 +123,24 @@ def drop_message(settings: Settings, batch_id: str) -> None:
 
 
 def handed_on(settings: Settings, batch_id: str) -> bool:
-    """Whether an earlier run of the batch's parse task ran to its end: the message it
-    keeps is the enqueue one (``keep_message``), or the batch's records are written (the
-    ``pages`` marker). Its spool file is gone then, and its pages must not be fetched again:
-    a Redis restart hands a parse message out again when its ack was lost with it."""
-    if os.path.exists(written_marker(settings, batch_id, "pages")):
-        return True
+    """Whether an earlier run of the batch's parse task got its records out: they are
+    written (``records_written``), or its enqueue message is kept (``kept_enqueue``).
+    Its pages must not be fetched again then: a Redis restart, or maintenance past the
+    group's deadline, hands a parse message out again when its ack was lost or its
+    worker died."""
+    return records_written(settings, batch_id) or kept_enqueue(settings, batch_id) is not None
+
+
+def records_written(settings: Settings, batch_id: str, output: str = "pages") -> bool:
+    """Whether the batch's lines of ``output`` are written (its marker): its records in
+    pages.jsonl, or its feed lines."""
+    return os.path.exists(written_marker(settings, batch_id, output))
+
+
+def kept_enqueue(settings: Settings, batch_id: str) -> list[Any] | None:
+    """The items of the batch's enqueue message kept by its parse task (``keep_message``)."""
     kept = _read_kept(kept_path(settings, batch_id))
-    return kept is not None and kept[0] == "enqueue"
+    return kept[1] if kept is not None and kept[0] == "enqueue" else None
 
 
 def _read_kept(path: str) -> tuple[str, list[Any]] | None:

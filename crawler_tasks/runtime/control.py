@@ -18,7 +18,7 @@ dropped by maintenance.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -44,6 +44,7 @@ UNATTENDED_S = 15.0
 _TRANSITION = (Path(__file__).parent / "transition.lua").read_text()
 _GROUP_CLAIM = (Path(__file__).parent / "groupclaim.lua").read_text()
 _GROUP_DROP = (Path(__file__).parent / "groupdrop.lua").read_text()
+_GROUP_STALE = (Path(__file__).parent / "groupstale.lua").read_text()
 
 
 class Stale(NamedTuple):
@@ -235,6 +236,7 @@ class Control:
         pipe = self.client.pipeline(transaction=False)
         pipe.zrem(self.keys.inflight, batch_id)
         pipe.hdel(self.keys.group_owner, batch_id)
+        pipe.hdel(self.keys.groups_redelivered, batch_id)
         pipe.execute()
 
     def inflight(self) -> int:
@@ -245,28 +247,35 @@ class Control:
         groups, sessions = pipe.execute()
         return int(groups) + int(sessions)
 
-    def drop_stale_batches(self, now: float) -> Stale:
+    def stale_groups(self, now: float) -> dict[str, int]:
+        """Page groups past their deadline -> how often their message was delivered again."""
+        groups: list[str] = self.client.zrangebyscore(self.keys.inflight, "-inf", now)  # type: ignore[assignment]
+        if not groups:
+            return {}
+        times: list[str | None] = self.client.hmget(self.keys.groups_redelivered, groups)  # type: ignore[assignment]
+        return {group: int(n or 0) for group, n in zip(groups, times, strict=True)}
+
+    def drop_stale_batches(self, now: float, again: Collection[str] = (), held: Collection[str] = (),
+                           deadline: float = 0.0) -> Stale:
         """Forget groups and sessions past their deadline (their worker died; a session's
         hosts come back when their leases expire). A stale page group is given up, as a
         lost node's are: the caller queues its URLs again, and its parse or enqueue
-        message, should it turn up later, is skipped (``claim_group``)."""
+        message, should it turn up later, is skipped (``claim_group``). Those in ``again``
+        (their message was delivered again, counted) and ``held`` (a worker only just took
+        it) stay in flight until ``deadline``."""
         self.client.zremrangebyscore(self.keys.exchanges, "-inf", now)
-        groups: list[str] = self.client.zrangebyscore(self.keys.inflight, "-inf", now)  # type: ignore[assignment]
+        script = self.client.register_script(_GROUP_STALE)
+        groups = script(keys=[self.keys.inflight, self.keys.group_owner, self.keys.groups_given_up,
+                              self.keys.groups_redelivered], args=[now, deadline, len(again), *again, *held])
         sessions: list[str] = self.client.zrangebyscore(self.keys.sessions, "-inf", now)  # type: ignore[assignment]
-        pipe = self.client.pipeline(transaction=True)
-        if groups:
-            pipe.zrem(self.keys.inflight, *groups)
-            pipe.hdel(self.keys.group_owner, *groups)
-            pipe.sadd(self.keys.groups_given_up, *groups)
         if sessions:
-            pipe.zrem(self.keys.sessions, *sessions)
-        if groups or sessions:
-            pipe.execute()
-        return Stale(groups, len(sessions))
+            self.client.zrem(self.keys.sessions, *sessions)
+        return Stale([str(g) for g in groups], len(sessions))
 
     def forget_batches(self) -> None:
         """After a restore: no group or session of the old processes is still running."""
-        self.client.delete(self.keys.inflight, self.keys.sessions, self.keys.session_owner, self.keys.group_owner)
+        self.client.delete(self.keys.inflight, self.keys.sessions, self.keys.session_owner, self.keys.group_owner,
+                           self.keys.groups_redelivered)
 
     # -- exchanges in flight -----------------------------------------------------------
     def begin_exchange(self, pipe: redis.client.Pipeline, session_id: str, host: str, deadline: float) -> None:

@@ -24,10 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from crawler_tasks.connection import global_client, placement_warning
+from crawler_tasks.connection import broker_url, global_client, placement_warning
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.frontier.spill import Spiller
 from crawler_tasks.keys import GlobalKeys
+from crawler_tasks.queues import STAGE_TASKS
 from crawler_tasks.runtime.control import Control, CrawlState
 from crawler_tasks.runtime.nodes import hand_over_lost, hand_over_lost_processes
 from crawler_tasks.settings import Settings
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 
 # Only hosts further away than this remain: a finite crawl stops instead of idling.
 MAX_IDLE_WAIT_S = 300.0
+# A page group's message delivered again this often past its deadline is given up.
+MAX_REDELIVERIES = 2
 
 
 @dataclass(slots=True)
@@ -170,6 +173,29 @@ def forget_finished_groups(frontier: Frontier, control: Control) -> None:
         frontier.forget_groups(shard, [g for g in ids if g not in live])
 
 
+def redeliver_stale_groups(settings: Settings, control: Control, now: float) -> tuple[list[str], list[str]]:
+    """Page groups past their deadline whose stage message a worker still holds. Given up,
+    such a group's pages were fetched again, and a run that had written the group's feed
+    lines (or records) before it died had them written twice. Instead its message goes
+    back to its queue, to run again from where it stopped (``broker.redeliver_held``),
+    up to MAX_REDELIVERIES times (a group that kills its worker every time is given up);
+    one taken within the last half deadline only waited in the queue: it stays with its
+    worker. Returns the groups that stay in flight: (delivered again, left with their
+    worker). A group whose message no worker holds (its node was lost, or the broker lost
+    it) is given up."""
+    stale = [group for group, times in control.stale_groups(now).items() if times < MAX_REDELIVERIES]
+    if not stale:
+        return [], []
+    from crawler_tasks.broker import broker_options, redeliver_held  # kombu: only when a group is stale
+    try:
+        held = redeliver_held(broker_url(settings), STAGE_TASKS, stale, now - settings.batch_timeout_s / 2,
+                              broker_options(settings))
+    except Exception as exc:  # noqa: BLE001 - the broker is down: given up, as before it was looked at
+        log.warning("could not look for the tasks of %d page groups past their deadline: %s", len(stale), exc)
+        return [], []
+    return [group for group, again in held.items() if again], [group for group, again in held.items() if not again]
+
+
 def run_maintenance(settings: Settings, frontier: Frontier | None = None, now: float | None = None) -> Progress:
     frontier = frontier or Frontier(settings)
     now = time.time() if now is None else now
@@ -192,9 +218,15 @@ def run_maintenance(settings: Settings, frontier: Frontier | None = None, now: f
         control.count({"frontier/queued_recounted": drift})
         log.warning("queued-URL counters were off by %d with no host active (a checkpoint read while the "
                     "crawl ran can restore them so); set from the queues", drift)
-    stale = control.drop_stale_batches(now)
+    again, held = redeliver_stale_groups(settings, control, now)
+    stale = control.drop_stale_batches(now, again, held, now + settings.batch_timeout_s)
     refetch = frontier.return_groups(stale.groups, now)   # before they are forgotten as finished
     forget_finished_groups(frontier, control)
+    if again:
+        control.count({"frontier/group_redelivered": len(again)})
+        log.warning("%d page groups did not finish within %.0f s and their parse or enqueue task was taken and "
+                    "never acknowledged (its worker died or hangs): delivered again", len(again),
+                    settings.batch_timeout_s)
     if stale.groups or stale.sessions:
         control.count({"frontier/group_returned": refetch})
         log.warning("%d page groups and %d sessions did not finish within %.0f s (their worker died): %d fetched "

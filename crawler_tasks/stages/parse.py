@@ -18,7 +18,7 @@ from crawler_tasks.dedup.simhash import to_hex
 from crawler_tasks.frontier import Discovered
 from crawler_tasks.output.feed import feed_record
 from crawler_tasks.output.jsonl import once_written
-from crawler_tasks.output.spool import handed_on, read_spool, remove_spool, written_marker
+from crawler_tasks.output.spool import handed_on, read_spool, written_marker
 from crawler_tasks.parse.page import Analysis, analyse
 from crawler_tasks.parse.sandbox import ParseFailed, ParseSandbox
 from crawler_tasks.parse.sitemaps import parse_sitemap
@@ -36,8 +36,9 @@ UNBUDGETED_PARSE_S = 1.0
 
 
 def parse_stage(w: Worker, pages: list[Capture], group_id: str) -> list[PageRecord] | None:
-    """Parse the page group; the spool file is removed at the end. None: an earlier run of
-    this group's task handed it on (this one is a redelivery), so there is nothing to do."""
+    """Parse the page group (its task removes the spool file once the records are sent
+    on). None: an earlier run of this group's task handed it on (this one is a
+    redelivery), so there is nothing to do."""
     data = b""
     if any(cap.body is not None for cap in pages):
         try:
@@ -99,7 +100,6 @@ def parse_stage(w: Worker, pages: list[Capture], group_id: str) -> list[PageReco
         w.feed.emit(feed, written_marker(w.settings, group_id, "feed"))
         bump(counters, "feed/records", len(feed))
     once_written(partial(w.count, counters))   # the feed is out: a retry of the task would write it twice
-    remove_spool(w.settings, group_id)   # last: a retry after a Redis error parses the pages again
     return records
 
 
