@@ -1,6 +1,7 @@
 """The Celery broker: kombu's Redis transport with one crash contained, what a dead
-crawl left in it settled at resume (``settle_leftovers``), and the stage messages of page
-groups past their deadline delivered again (``redeliver_held``).
+crawl left in it settled at resume (``settle_leftovers``), and what a dead worker held
+while the crawl runs: a stale page group's message delivered again (``redeliver_held``),
+a fetch session's it never started dropped (``drop_unstarted``).
 
 When the broker's Redis dies, Celery 5.6+ collects the lost connection (closing its
 channel, then dropping the transport's ``client``) and closes it again; kombu 5.7's
@@ -149,33 +150,55 @@ def settle_leftovers(url: str, stage_queues: Collection[str], fetch_queues: Coll
 def redeliver_held(url: str, stage_tasks: Collection[str], batch_ids: Collection[str], taken_before: float,
                    transport_options: dict[str, Any] | None = None) -> dict[str, bool]:
     """Page groups past their deadline whose stage message (a task of ``stage_tasks``, on
-    any node's queue) a worker took and never acknowledged: batch id -> True when it was taken before
-    ``taken_before`` (its worker died or hangs): it goes back to the head of its queue, to
-    run again from where that run stopped (its outputs' markers keep each line once);
-    False when taken since (the group waited in the queue): it stays with its worker.
-    A batch absent is held by no worker."""
-    wanted = set(batch_ids)
+    any node's queue) a worker took and never acknowledged: batch id -> True when it was
+    taken before ``taken_before`` (its worker died or hangs): it goes back to the head of
+    its queue, to run again from where that run stopped (its outputs' markers keep each
+    line once); False when taken since (the group waited in the queue): it stays with its
+    worker. A batch absent is held by no worker."""
     out: dict[str, bool] = {}
-    if not wanted:
-        return out
     with Connection(url, transport_options=transport_options or {}) as conn:
         channel = conn.default_channel
-        client, qos = channel.client, channel.qos
-        for tag, taken_at in client.zrange(qos.unacked_index_key, 0, -1, withscores=True):
-            raw = client.hget(qos.unacked_key, tag)
-            try:
-                message = json.loads(raw)[0] if raw else None
-                task = message["headers"]["task"] if message else None
-            except (ValueError, TypeError, IndexError, KeyError):
-                continue
-            args = _args(message) if task in stage_tasks else []
-            batch_id = str(args[1]) if args else None
-            if batch_id not in wanted:
-                continue
+        for tag, taken_at, batch_id in _taken(channel, stage_tasks, batch_ids):
             out[batch_id] = taken_at < taken_before
             if out[batch_id]:
-                qos.restore_by_tag(tag, client, leftmost=True)
+                channel.qos.restore_by_tag(tag, channel.client, leftmost=True)
     return out
+
+
+def drop_unstarted(url: str, task: str, ids: Collection[str], taken_before: float,
+                   transport_options: dict[str, Any] | None = None) -> set[str]:
+    """Messages of ``task`` naming one of ``ids`` (their second argument) that a worker
+    took before ``taken_before`` and never started: its worker died in between. They are
+    dropped (a fetch session's: its hosts are handed over instead). Returns their ids."""
+    out: set[str] = set()
+    with Connection(url, transport_options=transport_options or {}) as conn:
+        channel = conn.default_channel
+        for tag, taken_at, name in _taken(channel, (task,), ids):
+            if taken_at < taken_before:
+                channel.client.hdel(channel.qos.unacked_key, tag)
+                channel.client.zrem(channel.qos.unacked_index_key, tag)
+                out.add(name)
+    return out
+
+
+def _taken(channel: Any, tasks: Collection[str], ids: Collection[str]) -> Iterator[tuple[Any, float, str]]:
+    """(delivery tag, time taken, id) of the unacknowledged messages of ``tasks`` whose
+    second argument (a batch or session id) is one of ``ids``."""
+    wanted = set(ids)
+    if not wanted:
+        return
+    client, qos = channel.client, channel.qos
+    for tag, taken_at in client.zrange(qos.unacked_index_key, 0, -1, withscores=True):
+        raw = client.hget(qos.unacked_key, tag)
+        try:
+            message = json.loads(raw)[0] if raw else None
+            task = message["headers"]["task"] if message else None
+        except (ValueError, TypeError, IndexError, KeyError):
+            continue
+        args = _task_args(message) if task in tasks else []
+        name = str(args[1]) if len(args) >= 2 else None
+        if name in wanted:
+            yield tag, taken_at, name
 
 
 def _queued_batches(channel: Any, queues: Collection[str]) -> set[str]:
@@ -210,6 +233,12 @@ def _queued_urls(channel: Any, queues: Collection[str]) -> dict[str, set[str]]:
 
 def _args(message: Any) -> list[Any]:
     """A stage task message's positional arguments (``[items, batch_id]``; [] if unreadable)."""
+    args = _task_args(message)
+    return args if len(args) >= 2 and isinstance(args[0], list) else []
+
+
+def _task_args(message: Any) -> list[Any]:
+    """A task message's positional arguments ([] if unreadable)."""
     try:
         body = message["body"]
         if message.get("properties", {}).get("body_encoding") == "base64":
@@ -217,7 +246,7 @@ def _args(message: Any) -> list[Any]:
         args = json.loads(body)[0]
     except (ValueError, TypeError, KeyError, IndexError, AttributeError):
         return []
-    return args if isinstance(args, list) and len(args) >= 2 and isinstance(args[0], list) else []
+    return args if isinstance(args, list) else []
 
 
 def _with_args(message: dict[str, Any], args: list[Any]) -> dict[str, Any]:

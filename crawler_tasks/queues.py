@@ -10,7 +10,9 @@ ENQUEUE_QUEUE = "crawl.enqueue"
 OLD_ENQUEUE_QUEUE = "crawl.dedup"
 ENQUEUE_QUEUES = (ENQUEUE_QUEUE, OLD_ENQUEUE_QUEUE)
 CONTROL_QUEUE = "crawl.control"
-# The tasks that carry a page group between fetch and the frontier (its message names it).
+# The task that runs a fetch session, and those that carry a page group between fetch and
+# the frontier (their messages name the session or group second).
+FETCH_TASK = "crawler.fetch"
 STAGE_TASKS = ("crawler.parse", "crawler.enqueue", "crawler.dedup")
 
 

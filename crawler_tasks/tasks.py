@@ -35,7 +35,7 @@ from crawler_tasks.output.spool import (
     records_written,
     remove_spool,
 )
-from crawler_tasks.queues import ENQUEUE_QUEUE, fetch_queue, parse_queue
+from crawler_tasks.queues import ENQUEUE_QUEUE, FETCH_TASK, fetch_queue, parse_queue
 from crawler_tasks.records import Capture, capture_from_message, record_from_message, to_message
 from crawler_tasks.runtime.control import CrawlState
 from crawler_tasks.runtime.maintenance import run_maintenance
@@ -156,7 +156,7 @@ def wake() -> int:
     return len(starts)
 
 
-@app.task(name="crawler.fetch", acks_late=True, autoretry_for=_REDIS_DOWN,
+@app.task(name=FETCH_TASK, acks_late=True, autoretry_for=_REDIS_DOWN,
           retry_backoff=True, retry_backoff_max=30, max_retries=10)
 def fetch(shard: Any, session_id: Any, leases: Any) -> int:
     """Acknowledged when done, although the frontier's leases, not the message, carry

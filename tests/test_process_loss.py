@@ -243,6 +243,51 @@ def test_a_stale_page_group_whose_worker_died_with_its_message_is_delivered_agai
         assert not control.claim_group("g-queued", s.node_name)
 
 
+def test_a_fetch_session_taken_by_a_worker_that_died_before_starting_it_frees_its_slot_and_hosts(settings):
+    """A fetch worker killed between taking a session's message and starting the session:
+    no process or node owns the session, so only its deadline (BATCH_TIMEOUT_S) freed its
+    slot and only LEASE_S its hosts, and a shard with one slot stopped fetching meanwhile
+    (CI: a two-node cluster crawl stalled with 180 URLs queued). Once the message is
+    1.5 x PROCESS_TTL_S old its hosts and slot go back; a session still queued, or
+    started, stays."""
+    from kombu import Connection, Exchange, Queue
+
+    from crawler_tasks.broker import broker_options
+    from crawler_tasks.connection import broker_url
+    from crawler_tasks.queues import fetch_queue
+    from crawler_tasks.stages.wake import plan_wake
+
+    s = dataclasses.replace(settings, SHARDS=1, MAX_FETCH_SESSIONS=3, FETCH_BATCH=2, PROCESS_TTL_S=3)
+    control = Control(s)
+    control.start()
+    frontier = Frontier(s)
+    frontier.put_discovered([Discovered(f"http://h{i}.test/", f"h{i}.test") for i in range(6)])
+    starts = plan_wake(s, frontier)
+    assert len(starts) == 3 and frontier.leased_hosts() == 6
+    dead, queued, started = starts
+    control.own_session(0, started.session_id, "n1/123.abc")   # its task began
+    name = fetch_queue(0)
+    with Connection(broker_url(s), transport_options=broker_options(s)) as conn:
+        queue = Queue(name, Exchange(name), routing_key=name)
+        producer = conn.Producer()
+        for start in (dead, queued):   # as Celery sends them: [args, kwargs, embed]
+            leases = [[lease.host, lease.raw, lease.token] for lease in start.leases]
+            producer.publish([[0, start.session_id, leases], {}, {}], exchange=queue.exchange, routing_key=name,
+                             declare=[queue], headers={"task": "crawler.fetch"}, serializer="json")
+        assert queue(conn.channel()).get(no_ack=False).payload[0][1] == dead.session_id   # its worker dies now
+        run_maintenance(s, frontier, now=time.time() + 1)   # not yet: a live worker may start it still
+        assert sum(control.sessions_by_shard().values()) == 3
+        later = time.time() + 1.5 * s.PROCESS_TTL_S + 1
+        run_maintenance(s, frontier, now=later)
+        assert sum(control.sessions_by_shard().values()) == 2
+        assert control.stats()["frontier/session_unstarted"] == 1
+        assert frontier.leased_hosts() == 4   # the dead session's two hosts are ready again
+        again = frontier.get_urls(0, 10, now=later + s.MIN_DELAY_S + 1)
+        assert {lease.host for lease in again} == {lease.host for lease in dead.leases}
+        assert conn.default_channel.client.hlen(conn.default_channel.qos.unacked_key) == 0   # not delivered again
+        assert queue(conn.channel()).get(no_ack=True).payload[0][1] == queued.session_id   # still waits for a worker
+
+
 # -- kill -9 of one fetch worker of manage.py crawl: takeover time, measured -----------------
 HOSTS, PAGES, DELAY = 8, 25, 0.5
 UA = "lossbot/1.0 (+http://127.0.0.1/bot)"

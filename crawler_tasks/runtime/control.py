@@ -323,6 +323,20 @@ class Control:
         pipe.hdel(self.keys.session_owner, self.session(shard, session_id))
         pipe.execute()
 
+    def unowned_sessions(self, begun_before: float) -> list[str]:
+        """Sessions begun before then that no fetch process took as its own (queued, or
+        taken by a worker that died before it started them)."""
+        members: list[str] = self.client.zrangebyscore(  # type: ignore[assignment]
+            self.keys.sessions, "-inf", begun_before + self.settings.batch_timeout_s)
+        if not members:
+            return []
+        owners = self.client.hmget(self.keys.session_owner, members)
+        return [member for member, owner in zip(members, owners, strict=True) if owner is None]
+
+    def forget_sessions(self, members: list[str]) -> None:
+        if members:
+            self.client.zrem(self.keys.sessions, *members)
+
     def own_session(self, shard: int, session_id: str, owner: str) -> None:
         """Which fetch process (``<node>/<process>``) runs a session: a lost one's slots
         are freed at once (``drop_sessions``)."""

@@ -30,7 +30,7 @@ from crawler_tasks.frontier.spill import Spiller
 from crawler_tasks.keys import GlobalKeys
 from crawler_tasks.queues import STAGE_TASKS
 from crawler_tasks.runtime.control import Control, CrawlState
-from crawler_tasks.runtime.nodes import hand_over_lost, hand_over_lost_processes
+from crawler_tasks.runtime.nodes import hand_over_lost, hand_over_lost_processes, hand_over_unstarted_sessions
 from crawler_tasks.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -205,6 +205,11 @@ def run_maintenance(settings: Settings, frontier: Frontier | None = None, now: f
         control.count({"frontier/process_lost": 1, "frontier/process_lost_hosts": hosts})
         log.warning("fetch process %s lost (no heartbeat for over %g s): %d leased hosts handed over, %d fetched "
                     "URLs not handed to parse queued again", process, 1.5 * settings.PROCESS_TTL_S, hosts, urls)
+    sessions, hosts = hand_over_unstarted_sessions(settings, frontier, now)
+    if sessions:
+        control.count({"frontier/session_unstarted": sessions, "frontier/session_unstarted_hosts": hosts})
+        log.warning("%d fetch sessions were taken by a worker that died before it started them: %d leased hosts "
+                    "handed over", sessions, hosts)
     for node, (hosts, urls) in hand_over_lost(settings, frontier, now).items():
         control.count({"frontier/node_lost": 1, "frontier/node_lost_hosts": hosts, "frontier/node_lost_urls": urls})
         log.warning("node %r lost (no worker renewed its claim for %g s): %d leased hosts handed over, %d "

@@ -35,10 +35,11 @@ from pathlib import Path
 
 import redis
 
-from crawler_tasks.connection import global_client
+from crawler_tasks.connection import broker_url, global_client
 from crawler_tasks.exceptions import ConfigError
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.keys import GlobalKeys
+from crawler_tasks.queues import FETCH_TASK
 from crawler_tasks.runtime.control import Control
 from crawler_tasks.settings import Settings
 
@@ -144,6 +145,32 @@ def hand_over_lost(settings: Settings, frontier: Frontier, now: float) -> dict[s
         out[name] = (hosts + more, parked + refetch)
         client.srem(GlobalKeys(settings.KEY_PREFIX).nodes, name)
     return out
+
+
+def hand_over_unstarted_sessions(settings: Settings, frontier: Frontier, now: float) -> tuple[int, int]:
+    """Fetch sessions whose message a worker took and never started: its worker died in
+    between (a live one owns a session as its task starts, ``Control.own_session``), so
+    neither its process's loss nor its node's names them. Their slots held the shard's
+    fetching to a stop until BATCH_TIMEOUT_S, and the hosts wake leased for them waited
+    out LEASE_S. Taken more than 1.5 x PROCESS_TTL_S ago (when a dead process is found
+    lost), their slots are freed, their hosts handed over and their messages dropped.
+    Returns (sessions, hosts)."""
+    taken_before = now - 1.5 * settings.PROCESS_TTL_S
+    control = Control(settings)
+    waiting = {member.split("/", 1)[1]: member for member in control.unowned_sessions(taken_before)}
+    if not waiting:
+        return 0, 0
+    from crawler_tasks.broker import broker_options, drop_unstarted  # kombu: only then
+
+    try:
+        dropped = drop_unstarted(broker_url(settings), FETCH_TASK, waiting, taken_before, broker_options(settings))
+    except Exception as exc:  # noqa: BLE001 - the broker is down: their slots wait for BATCH_TIMEOUT_S
+        log.warning("could not look for the messages of %d fetch sessions not started: %s", len(waiting), exc)
+        return 0, 0
+    members = [waiting[session_id] for session_id in dropped]
+    control.forget_sessions(members)
+    hosts, _ = _release_sessions(frontier, members, now)
+    return len(members), hosts
 
 
 def _release(settings: Settings, frontier: Frontier, owner: str, now: float) -> tuple[int, int]:
