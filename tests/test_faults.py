@@ -226,6 +226,7 @@ def test_kill_9_of_the_parse_workers_right_after_a_feed_write(web: TestWeb, clea
         p.suspend()
     for p in parsers.values():
         p.kill()
+    assert feed.stat().st_size > size, "no feed line was written after the first 40 records"
     _, err = proc.communicate(timeout=180)
     assert proc.returncode == 0, err[-3000:]
     f = figures("kill -9 after feed", out, web, time.monotonic() - t0,
