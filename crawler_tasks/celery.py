@@ -14,9 +14,11 @@ pending BRPOP (``broker.BROKER_POLL_S``), up to a second each.
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import socket
 import threading
+import time
 from collections.abc import Collection
 from typing import Any
 
@@ -25,11 +27,19 @@ from celery.signals import worker_init
 
 from crawler_tasks.broker import broker_options
 from crawler_tasks.connection import broker_url
-from crawler_tasks.queues import CONTROL_QUEUE, ENQUEUE_QUEUE, FETCH_QUEUE, OLD_ENQUEUE_QUEUE, PARSE_QUEUE
+from crawler_tasks.queues import (
+    CONTROL_QUEUE,
+    ENQUEUE_QUEUE,
+    ENQUEUE_QUEUES,
+    FETCH_QUEUE,
+    OLD_ENQUEUE_QUEUE,
+    PARSE_QUEUE,
+)
 from crawler_tasks.runtime.malloc import tune_malloc
 from crawler_tasks.schedule import build_schedule
 from crawler_tasks.settings import Settings, get_settings
 
+log = logging.getLogger(__name__)
 PUBLISH_RETRY_POLICY = {"max_retries": 30, "interval_start": 0, "interval_step": 0.2, "interval_max": 1.0}
 
 
@@ -57,6 +67,32 @@ class ClaimNode(bootsteps.StartStopStep):
             self.claim = None
 
     shutdown = stop
+
+
+class RedeliverPredecessor(bootsteps.StartStopStep):
+    """A worker of the stage queues (parse, enqueue) starting under the name of one that
+    died puts back at once the messages that one had taken and not acknowledged
+    (``maintenance.redeliver_predecessor``): its page groups would otherwise wait for their
+    deadline, and the crawl's end with them."""
+
+    def __init__(self, w: Any, **kwargs: Any) -> None:
+        super().__init__(w, **kwargs)
+        self.started = time.time()   # before this worker takes any message
+
+    def start(self, w: Any) -> None:
+        from crawler_tasks.runtime.maintenance import redeliver_predecessor
+
+        consumed = set(w.app.amqp.queues.consume_from or w.app.amqp.queues)
+        if not any(q.startswith(PARSE_QUEUE.partition("{")[0]) or q in ENQUEUE_QUEUES for q in consumed):
+            return
+        try:
+            back = redeliver_predecessor(get_settings(), w.hostname, self.started)
+        except Exception as exc:  # noqa: BLE001 - they come back after their groups' deadline
+            log.warning("could not look for the tasks a dead worker named %s left: %s", w.hostname, exc)
+            return
+        if back:
+            log.warning("%d page group task(s) that a dead worker named %s had taken are queued again", back,
+                        w.hostname)
 
 
 class WakeOnSignal(bootsteps.StartStopStep):
@@ -142,6 +178,7 @@ def make_app() -> Celery:
     app.conf.beat_schedule = build_schedule(settings)
     app.steps["worker"].add(WakeOnSignal)
     app.steps["worker"].add(ClaimNode)
+    app.steps["worker"].add(RedeliverPredecessor)
     return app
 
 

@@ -69,7 +69,8 @@ sessions running or queued), ``sessionowner`` (hash: the same members -> the fet
 whose parse or enqueue worker has it, until enqueued), ``givenup`` (set of page groups given
 up because their node was lost or their deadline passed: their pages are fetched again, and
 their parse or enqueue message, should it turn up, is skipped), ``redelivered`` (hash: page
-group id -> times its stage message was delivered again past its deadline), ``exchanges`` (zset ``<session id>/<host>`` ->
+group id -> times its stage message was delivered again past its deadline), ``groupworker``
+(hash: page group id -> ``<task> <worker name>`` of the stage worker running its task), ``exchanges`` (zset ``<session id>/<host>`` ->
 deadline: HTTP exchanges in flight, for the progress line),
 ``feed`` (stream of indexable pages for indexers), ``latency`` (fetch latency buckets),
 ``ipte`` (hash address -> next contact, when per-IP politeness is on),
@@ -279,6 +280,10 @@ class GlobalKeys:
     @property
     def groups_given_up(self) -> str:
         return f"{self.prefix}:{{g}}:givenup"
+
+    @property
+    def group_worker(self) -> str:
+        return f"{self.prefix}:{{g}}:groupworker"
 
     @property
     def groups_redelivered(self) -> str:

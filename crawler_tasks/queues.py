@@ -13,7 +13,9 @@ CONTROL_QUEUE = "crawl.control"
 # The task that runs a fetch session, and those that carry a page group between fetch and
 # the frontier (their messages name the session or group second).
 FETCH_TASK = "crawler.fetch"
-STAGE_TASKS = ("crawler.parse", "crawler.enqueue", "crawler.dedup")
+PARSE_TASK = "crawler.parse"
+ENQUEUE_TASK = "crawler.enqueue"
+STAGE_TASKS = (PARSE_TASK, ENQUEUE_TASK, "crawler.dedup")
 
 
 def fetch_queue(shard: int) -> str:

@@ -35,7 +35,7 @@ from crawler_tasks.output.spool import (
     records_written,
     remove_spool,
 )
-from crawler_tasks.queues import ENQUEUE_QUEUE, FETCH_TASK, fetch_queue, parse_queue
+from crawler_tasks.queues import ENQUEUE_QUEUE, ENQUEUE_TASK, FETCH_TASK, PARSE_TASK, fetch_queue, parse_queue
 from crawler_tasks.records import Capture, capture_from_message, record_from_message, to_message
 from crawler_tasks.runtime.control import CrawlState
 from crawler_tasks.runtime.maintenance import run_maintenance
@@ -196,7 +196,7 @@ def _unacked_if_stopped() -> Iterator[None]:
         raise WorkerShutdown(0) from exc
 
 
-@app.task(name="crawler.parse", acks_late=True)
+@app.task(name=PARSE_TASK, acks_late=True)
 def parse(pages: Any, group_id: Any) -> int:
     w = get_worker()
     t0 = time.process_time()
@@ -206,6 +206,7 @@ def parse(pages: Any, group_id: Any) -> int:
     except MessageError as exc:
         return _refuse("parse", exc)
     with _unacked_if_stopped():
+        once_written(lambda: w.control.work_on_group(group_id, PARSE_TASK, parse.request.hostname))
         message = _enqueue_message(w, checked, group_id)
         if message is None:
             return 0
@@ -252,7 +253,7 @@ def _enqueue_message(w: Worker, checked: list[Capture], group_id: str) -> list[A
     return message
 
 
-@app.task(name="crawler.enqueue", acks_late=True)
+@app.task(name=ENQUEUE_TASK, acks_late=True)
 def enqueue(records: Any, group_id: Any) -> int:
     w = get_worker()
     t0 = time.process_time()
@@ -262,6 +263,7 @@ def enqueue(records: Any, group_id: Any) -> int:
     except MessageError as exc:
         return _refuse("dedup", exc)
     with _unacked_if_stopped():   # as parse: made again whole up to the append of its records
+        once_written(lambda: w.control.work_on_group(group_id, ENQUEUE_TASK, enqueue.request.hostname))
         if not once_written(lambda: w.control.claim_group(group_id, w.settings.node_name)):
             return _given_up("dedup", group_id)
         enqueued = once_written(lambda: enqueue_stage(w, checked, group_id))

@@ -203,9 +203,10 @@ def test_kill_9_of_a_child(victim: str, web: TestWeb, clean: float, tmp_path: Pa
 
 def test_kill_9_of_the_parse_workers_right_after_a_feed_write(web: TestWeb, clean: float, tmp_path: Path) -> None:
     """Both parse workers stopped, then killed, the moment a group's feed lines land: the
-    task that wrote them dies before it sends its records on. Past the group's deadline
-    its message is delivered again and the run goes on from where it stopped; the group
-    is not given up, so its pages are not fetched, nor their feed lines written, twice."""
+    task that wrote them dies before it sends its records on. The worker restarted under
+    its name puts its message back (maintenance would, past the group's deadline) and the
+    run goes on from where it stopped; the group is not given up, so its pages are not
+    fetched, nor their feed lines written, twice."""
     out = tmp_path / "out"
     web.clear_log()
     t0 = time.monotonic()

@@ -243,6 +243,49 @@ def test_a_stale_page_group_whose_worker_died_with_its_message_is_delivered_agai
         assert not control.claim_group("g-queued", s.node_name)
 
 
+def test_a_stage_worker_restarted_under_its_name_puts_back_at_once_what_its_dead_predecessor_took(settings):
+    """``manage.py crawl`` (or a service manager) restarts a dead parse worker under its
+    name: at start it puts back the messages its predecessor had taken, whose groups would
+    wait for their deadline otherwise; not those of another worker, nor its own, nor a
+    group's past MAX_REDELIVERIES."""
+    from kombu import Connection, Exchange, Queue
+
+    from crawler_tasks.broker import broker_options
+    from crawler_tasks.connection import broker_url
+    from crawler_tasks.queues import PARSE_TASK, parse_queue
+    from crawler_tasks.runtime.maintenance import MAX_REDELIVERIES, redeliver_predecessor
+
+    s = settings
+    control = Control(s)
+    name = parse_queue(s.node_name)
+    with Connection(broker_url(s), transport_options=broker_options(s)) as conn:
+        queue = Queue(name, Exchange(name), routing_key=name)
+        producer = conn.Producer()
+        channel = conn.channel()
+
+        def taken_by(worker: str, group: str) -> None:
+            producer.publish([[[{"url": f"http://a.test/{group}"}], group], {}, {}], exchange=queue.exchange,
+                             routing_key=name, declare=[queue], headers={"task": PARSE_TASK}, serializer="json")
+            message = queue(channel).get(no_ack=False)
+            assert message.payload[0][1] == group
+            control.begin_batches([group], time.time() + 600, s.node_name)
+            control.work_on_group(group, PARSE_TASK, worker)
+
+        taken_by("process0-1@vm", "g-dead")
+        taken_by("process1-1@vm", "g-sibling")
+        taken_by("process0-1@vm", "g-poison")
+        control.count_redelivered(["g-poison"] * MAX_REDELIVERIES)
+        time.sleep(0.01)
+        started = time.time()
+        time.sleep(0.01)
+        taken_by("process0-1@vm", "g-own")   # the new worker's own, taken since it started
+        assert redeliver_predecessor(s, "process0-1@vm", started) == 1
+        assert queue(conn.channel()).get(no_ack=True).payload[0][1] == "g-dead"
+        assert queue(conn.channel()).get(no_ack=True) is None
+        assert control.stats()["frontier/group_redelivered"] == 1
+        assert redeliver_predecessor(s, "process9-1@vm", started) == 0
+
+
 def test_a_fetch_session_taken_by_a_worker_that_died_before_starting_it_frees_its_slot_and_hosts(settings):
     """A fetch worker killed between taking a session's message and starting the session:
     no process or node owns the session, so only its deadline (BATCH_TIMEOUT_S) freed its

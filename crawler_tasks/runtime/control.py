@@ -237,6 +237,7 @@ class Control:
         pipe.zrem(self.keys.inflight, batch_id)
         pipe.hdel(self.keys.group_owner, batch_id)
         pipe.hdel(self.keys.groups_redelivered, batch_id)
+        pipe.hdel(self.keys.group_worker, batch_id)
         pipe.execute()
 
     def inflight(self) -> int:
@@ -250,10 +251,30 @@ class Control:
     def stale_groups(self, now: float) -> dict[str, int]:
         """Page groups past their deadline -> how often their message was delivered again."""
         groups: list[str] = self.client.zrangebyscore(self.keys.inflight, "-inf", now)  # type: ignore[assignment]
-        if not groups:
-            return {}
+        return self.redelivered(groups) if groups else {}
+
+    def work_on_group(self, group_id: str, task: str, worker: str) -> None:
+        """A stage worker (its Celery name) starts a page group's task: should it die, its
+        next incarnation delivers the message again at once (``groups_held_by``)."""
+        self.client.hset(self.keys.group_worker, group_id, f"{task} {worker}")
+
+    def groups_held_by(self, worker: str) -> dict[str, str]:
+        """Page groups whose task ``worker`` started last, not yet enqueued -> the task,
+        with how often each was delivered again (groups at MAX are the caller's to skip)."""
+        running: dict[str, str] = self.client.hgetall(self.keys.group_worker)  # type: ignore[assignment]
+        return {group: value.split(" ", 1)[0] for group, value in running.items()
+                if value.partition(" ")[2] == worker}
+
+    def redelivered(self, groups: list[str]) -> dict[str, int]:
+        """How often each group's message was delivered again."""
         times: list[str | None] = self.client.hmget(self.keys.groups_redelivered, groups)  # type: ignore[assignment]
         return {group: int(n or 0) for group, n in zip(groups, times, strict=True)}
+
+    def count_redelivered(self, groups: Iterable[str]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for group in groups:
+            pipe.hincrby(self.keys.groups_redelivered, group, 1)
+        pipe.execute()
 
     def drop_stale_batches(self, now: float, again: Collection[str] = (), held: Collection[str] = (),
                            deadline: float = 0.0) -> Stale:
@@ -266,7 +287,8 @@ class Control:
         self.client.zremrangebyscore(self.keys.exchanges, "-inf", now)
         script = self.client.register_script(_GROUP_STALE)
         groups = script(keys=[self.keys.inflight, self.keys.group_owner, self.keys.groups_given_up,
-                              self.keys.groups_redelivered], args=[now, deadline, len(again), *again, *held])
+                              self.keys.groups_redelivered, self.keys.group_worker],
+                        args=[now, deadline, len(again), *again, *held])
         sessions: list[str] = self.client.zrangebyscore(self.keys.sessions, "-inf", now)  # type: ignore[assignment]
         if sessions:
             self.client.zrem(self.keys.sessions, *sessions)
@@ -275,7 +297,7 @@ class Control:
     def forget_batches(self) -> None:
         """After a restore: no group or session of the old processes is still running."""
         self.client.delete(self.keys.inflight, self.keys.sessions, self.keys.session_owner, self.keys.group_owner,
-                           self.keys.groups_redelivered)
+                           self.keys.groups_redelivered, self.keys.group_worker)
 
     # -- exchanges in flight -----------------------------------------------------------
     def begin_exchange(self, pipe: redis.client.Pipeline, session_id: str, host: str, deadline: float) -> None:
@@ -364,7 +386,8 @@ class Control:
         finish meanwhile. Returns (sessions, group ids): see ``drop_sessions``."""
         sessions = self._drop_owned(self.keys.session_owner, self.keys.sessions, node)
         script = self.client.register_script(_GROUP_DROP)
-        groups = script(keys=[self.keys.group_owner, self.keys.inflight, self.keys.groups_given_up], args=[node])
+        groups = script(keys=[self.keys.group_owner, self.keys.inflight, self.keys.groups_given_up,
+                              self.keys.group_worker], args=[node])
         return sessions, [str(g) for g in groups]
 
     def _drop_owned(self, owner_key: str, zset: str, owner: str) -> list[str]:

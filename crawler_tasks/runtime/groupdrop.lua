@@ -1,7 +1,8 @@
 -- groupdrop.lua: give up the page groups a lost node held, atomically with groupclaim.lua
 -- (a group a live node took meanwhile stays with it).
 -- KEYS[1] the group owner hash, KEYS[2] page groups in flight (zset), KEYS[3] the set of
--- page groups given up. ARGV[1] the lost node.
+-- page groups given up, KEYS[4] the hash of the workers running their tasks. ARGV[1] the
+-- lost node.
 -- Owner entries of groups no longer in flight are dropped too.
 -- Returns the ids of the groups given up (their pages are to be fetched again).
 local owners = redis.call('HGETALL', KEYS[1])
@@ -12,6 +13,7 @@ for i = 1, #owners, 2 do
     redis.call('HDEL', KEYS[1], group)
   elseif node == ARGV[1] then
     redis.call('HDEL', KEYS[1], group)
+    redis.call('HDEL', KEYS[4], group)
     redis.call('ZREM', KEYS[2], group)
     redis.call('SADD', KEYS[3], group)
     out[#out + 1] = group

@@ -196,6 +196,31 @@ def redeliver_stale_groups(settings: Settings, control: Control, now: float) -> 
     return [group for group, again in held.items() if again], [group for group, again in held.items() if not again]
 
 
+def redeliver_predecessor(settings: Settings, worker: str, started: float) -> int:
+    """A stage worker starting under the name of one that died (``manage.py crawl``
+    restarts a dead child under its name, as a service manager does) puts back at once
+    the messages its predecessor had taken and not acknowledged, rather than after their
+    groups' deadline (2 x LEASE_S): their tasks run again from where they stopped, as in
+    ``redeliver_stale_groups``, and count towards its MAX_REDELIVERIES. Messages taken
+    since ``started`` (this worker's own) stay. Returns how many went back."""
+    control = Control(settings)
+    held = control.groups_held_by(worker)
+    times = control.redelivered(list(held)) if held else {}
+    held = {group: task for group, task in held.items() if times[group] < MAX_REDELIVERIES}
+    if not held:
+        return 0
+    from crawler_tasks.broker import broker_options, redeliver_held  # kombu: only then
+    back: list[str] = []
+    for task in set(held.values()):
+        groups = [group for group, t in held.items() if t == task]
+        found = redeliver_held(broker_url(settings), (task,), groups, started, broker_options(settings))
+        back += [group for group, again in found.items() if again]
+    control.count_redelivered(back)
+    if back:
+        control.count({"frontier/group_redelivered": len(back)})
+    return len(back)
+
+
 def run_maintenance(settings: Settings, frontier: Frontier | None = None, now: float | None = None) -> Progress:
     frontier = frontier or Frontier(settings)
     now = time.time() if now is None else now
