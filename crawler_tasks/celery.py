@@ -43,6 +43,11 @@ log = logging.getLogger(__name__)
 PUBLISH_RETRY_POLICY = {"max_retries": 30, "interval_start": 0, "interval_step": 0.2, "interval_max": 1.0}
 
 
+def _consumed(w: Any) -> set[str]:
+    """The queues a worker takes (``-Q``, or every queue the app knows)."""
+    return set(w.app.amqp.queues.consume_from or w.app.amqp.queues)
+
+
 class ClaimNode(bootsteps.StartStopStep):
     """A worker of this machine's fetch or parse queues claims the node name first and
     refuses to start (exit 1, the reason logged) when another machine holds it
@@ -55,8 +60,7 @@ class ClaimNode(bootsteps.StartStopStep):
     def start(self, w: Any) -> None:
         from crawler_tasks.runtime.nodes import NodeClaim
 
-        consumed = set(w.app.amqp.queues.consume_from or w.app.amqp.queues)
-        if not any(q.startswith((FETCH_QUEUE.partition("{")[0], PARSE_QUEUE.partition("{")[0])) for q in consumed):
+        if not any(q.startswith((FETCH_QUEUE.partition("{")[0], PARSE_QUEUE.partition("{")[0])) for q in _consumed(w)):
             return
         self.claim = NodeClaim(get_settings())
         self.claim.start()
@@ -82,8 +86,7 @@ class RedeliverPredecessor(bootsteps.StartStopStep):
     def start(self, w: Any) -> None:
         from crawler_tasks.runtime.maintenance import redeliver_predecessor
 
-        consumed = set(w.app.amqp.queues.consume_from or w.app.amqp.queues)
-        if not any(q.startswith(PARSE_QUEUE.partition("{")[0]) or q in ENQUEUE_QUEUES for q in consumed):
+        if not any(q.startswith(PARSE_QUEUE.partition("{")[0]) or q in ENQUEUE_QUEUES for q in _consumed(w)):
             return
         try:
             back = redeliver_predecessor(get_settings(), w.hostname, self.started)

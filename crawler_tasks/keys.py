@@ -70,8 +70,9 @@ whose parse or enqueue worker has it, until enqueued), ``givenup`` (set of page 
 up because their node was lost or their deadline passed: their pages are fetched again, and
 their parse or enqueue message, should it turn up, is skipped), ``redelivered`` (hash: page
 group id -> times its stage message was delivered again past its deadline), ``groupworker``
-(hash: page group id -> ``<task> <worker name>`` of the stage worker running its task), ``exchanges`` (zset ``<session id>/<host>`` ->
-deadline: HTTP exchanges in flight, for the progress line),
+(hash: page group id -> ``<task> <worker name>`` of the stage worker running its task),
+``exchanges`` (zset ``<session id>/<host>`` -> deadline: HTTP exchanges in flight, for the
+progress line),
 ``feed`` (stream of indexable pages for indexers), ``latency`` (fetch latency buckets),
 ``ipte`` (hash address -> next contact, when per-IP politeness is on),
 ``timeseries`` (list of JSON samples, newest first, capped: one per maintenance run),

@@ -259,8 +259,7 @@ class Control:
         self.client.hset(self.keys.group_worker, group_id, f"{task} {worker}")
 
     def groups_held_by(self, worker: str) -> dict[str, str]:
-        """Page groups whose task ``worker`` started last, not yet enqueued -> the task,
-        with how often each was delivered again (groups at MAX are the caller's to skip)."""
+        """Page groups whose task ``worker`` started last, not yet enqueued -> the task."""
         running: dict[str, str] = self.client.hgetall(self.keys.group_worker)  # type: ignore[assignment]
         return {group: value.split(" ", 1)[0] for group, value in running.items()
                 if value.partition(" ")[2] == worker}
