@@ -19,7 +19,8 @@ from crawler_tasks.fetch.politeness import (
 )
 
 END = 1_700_000_000.0  # 2023-11-14T22:13:20Z
-NO_JITTER = PolitenessPolicy(backoff_jitter=0.0)
+# Mercator's factor rule (10 x the last fetch time), opt-in since the crawl's default is 0
+NO_JITTER = PolitenessPolicy(backoff_jitter=0.0, delay_factor=10.0)
 
 
 def ok(duration: float = 0.05, status: int | None = 200, retry_after: str | None = None) -> FetchOutcome:
@@ -51,7 +52,8 @@ def http_date(ts: float) -> str:
         (NO_JITTER, HostState(crawl_delay_s=500.0), ok(0.5), 60.0, "crawl_delay"),
         (NO_JITTER, HostState(crawl_delay_s=math.inf), ok(0.5), 60.0, "crawl_delay"),
         # ... and ignored when not honoured, or when nonsense
-        (PolitenessPolicy(honour_crawl_delay=False), HostState(crawl_delay_s=12.0), ok(0.5), 5.0, "factor"),
+        (PolitenessPolicy(honour_crawl_delay=False, delay_factor=10.0), HostState(crawl_delay_s=12.0), ok(0.5), 5.0,
+         "factor"),
         (NO_JITTER, HostState(crawl_delay_s=-3.0), ok(0.05), 1.0, "min_delay"),
         (NO_JITTER, HostState(crawl_delay_s=math.nan), ok(0.05), 1.0, "min_delay"),
         # 429 with Retry-After beats a 5 s backoff

@@ -52,7 +52,7 @@ class PolitenessPolicy:
     """Tunables of the politeness rule; validated so a typo cannot disable it."""
 
     min_delay_s: float = 1.0
-    delay_factor: float = 10.0
+    delay_factor: float = 0.0
     max_factor_delay_s: float = 30.0
     honour_crawl_delay: bool = True
     max_crawl_delay_s: float = 60.0
