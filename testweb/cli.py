@@ -1,16 +1,24 @@
-"""``python -m testweb`` / ``manage.py testweb``: serve a web until SIGINT or SIGTERM."""
+"""``python -m testweb`` / ``manage.py testweb``: serve a web until SIGINT or SIGTERM.
+
+The manifest (``--manifest``) is what a benchmark needs to set up around the web:
+each host's home, name, address, port, scheme and Crawl-delay, the zone a DNS
+server must answer, the dead names it must not, and the CA file to trust.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
 import sys
+from fractions import Fraction
 from pathlib import Path
 
 from testweb.evidence import write_log
 from testweb.robots import DEFAULT_ROBOTS_TXT
 from testweb.shape import Latency, host_delays, robots_with_delay
+from testweb.tls import BadCert
 from testweb.web import HostSpec, TestWeb
 
 
@@ -24,6 +32,27 @@ def _delay_range(text: str) -> tuple[float, float]:
     if not 0 <= lo <= hi:
         raise argparse.ArgumentTypeError(f"expected 0 <= LOW <= HIGH, got {text!r}")
     return lo, hi
+
+
+def _share(text: str) -> float:
+    """'0.25' or '1/3' -> a share in [0, 1]."""
+    try:
+        value = float(Fraction(text))
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"expected a share such as 0.25 or 1/3, got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"a share is in [0, 1], got {text!r}")
+    return value
+
+
+def _bad_tls(text: str) -> tuple[int, BadCert]:
+    """'7=expired' -> (7, BadCert.EXPIRED)."""
+    host, _, kind = text.partition("=")
+    try:
+        return int(host), BadCert(kind)
+    except ValueError:
+        kinds = ", ".join(k.value for k in BadCert)
+        raise argparse.ArgumentTypeError(f"expected HOST=KIND with KIND one of {kinds}, got {text!r}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,7 +75,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--crawl-delay", type=_delay_range, default=(0.0, 0.0), metavar="S|LOW-HIGH",
                     help="Crawl-delay in every host's robots.txt, s: one value, or per host uniform "
                          "in LOW-HIGH (0 = no line)")
-    ap.add_argument("--manifest", type=Path, help="write each host's home URL and Crawl-delay here (JSON)")
+    ap.add_argument("--names", metavar="SUFFIX", help="name host i h<i>.SUFFIX (URLs carry names; a DNS "
+                    "server answers them from the manifest's zone)")
+    ap.add_argument("--addresses", type=int, default=0, metavar="K",
+                    help="hosts share K addresses, one port per scheme (needs --names; 0 = one per host)")
+    ap.add_argument("--https-share", type=_share, default=0.0, metavar="F",
+                    help="serve this share of the hosts over TLS only, e.g. 1/3 (every third host)")
+    ap.add_argument("--bad-tls", type=_bad_tls, action="append", default=[], metavar="HOST=KIND",
+                    help="serve host HOST over TLS with a bad certificate: expired, wrong-name or unknown-ca")
+    ap.add_argument("--ca-out", type=Path, metavar="PATH", help="write the web's CA certificate (PEM) here")
+    ap.add_argument("--dead-names", type=int, default=0, metavar="N",
+                    help="N more names h<hosts>..., served by nobody (needs --names)")
+    ap.add_argument("--dead-link-share", type=_share, default=0.0, metavar="F",
+                    help="share of cross-host links that go to the dead names")
+    ap.add_argument("--manifest", type=Path, help="write each host's home URL, name, address, port, scheme "
+                    "and Crawl-delay, the zone, the dead names and the CA file here (JSON)")
     ap.add_argument("--log", type=Path, help="write the request and connection logs here at exit (JSONL)")
     args = ap.parse_args(argv)
     # A real handler replaces an inherited SIG_IGN (shells start background jobs
@@ -61,15 +104,29 @@ def main(argv: list[str] | None = None) -> int:
     specs = {h: HostSpec(robots_txt=robots_with_delay(DEFAULT_ROBOTS_TXT, d)) for h, d in enumerate(delays) if d}
     latency = Latency(args.latency_median, args.latency_sigma, args.latency_max, args.seed) \
         if args.latency_median else None
-    web = TestWeb(
-        args.hosts, args.pages, seed=args.seed, mean_page_bytes=args.mean_bytes,
-        size_sigma=args.sigma, max_page_bytes=args.max_bytes, links_per_page=args.links,
-        cross_host_ratio=args.cross_ratio, first_ip=args.first_ip, host_specs=specs, latency=latency,
-    ).start()
     try:
+        web = TestWeb(
+            args.hosts, args.pages, seed=args.seed, mean_page_bytes=args.mean_bytes,
+            size_sigma=args.sigma, max_page_bytes=args.max_bytes, links_per_page=args.links,
+            cross_host_ratio=args.cross_ratio, first_ip=args.first_ip, host_specs=specs, latency=latency,
+            names=args.names, addresses=args.addresses, https_share=args.https_share,
+            bad_tls=dict(args.bad_tls), dead_names=args.dead_names, dead_link_share=args.dead_link_share,
+        ).start()
+    except ValueError as exc:
+        ap.error(str(exc))
+    try:
+        ca = web.ca_pem
+        if ca is not None and args.ca_out:
+            shutil.copyfile(ca, args.ca_out)
+            ca = args.ca_out
         if args.manifest:
-            hosts = [{"home": web.url(h, "/"), "host": web.hosts[h], "crawl_delay": d} for h, d in enumerate(delays)]
-            args.manifest.write_text(json.dumps({"hosts": hosts}))
+            hosts = [{"home": web.url(h, "/"), "host": web.hosts[h], "name": e.name, "address": e.address,
+                      "port": e.port, "scheme": e.scheme, "crawl_delay": d}
+                     for h, (e, d) in enumerate(zip(web.endpoints, delays, strict=True))]
+            args.manifest.write_text(json.dumps({
+                "hosts": hosts, "zone": web.zone, "dead_names": web.dead_names,
+                "ca_pem": None if ca is None else str(ca),
+            }))
         sys.stdout.write("".join(u + "\n" for u in web.seeds(all_hosts=True)))
         sys.stdout.flush()
         signal.sigwait(sigs)

@@ -10,6 +10,14 @@ gap from the end of one answer to the next request (this project's rule: the
 host rests for the whole delay) and the gap from one request to the next
 (Scrapy's DOWNLOAD_DELAY: time between request starts, so a slow answer eats
 into the rest).
+
+Hosts that share an address are judged per host as ever (the server names the
+host of each request and connection); "one connection per address" is counted
+too, by IP (both schemes' ports), but is a violation only when the caller asks:
+per-address politeness is a crawler's option, not this project's rule.  A
+misdirected request (421: its Host named no host of the address it reached) is
+counted, and left out of the per-host checks; so is a connection that never named
+its host.
 """
 
 from __future__ import annotations
@@ -39,22 +47,28 @@ class Politeness:
     robots_late: int = 0  # hosts with a request that went out before robots.txt was answered
     overlapping: int = 0  # requests sent while an earlier one to the same host was being answered
     multi_conn_hosts: int = 0  # hosts with two TCP connections open at the same moment
+    multi_conn_addresses: int = 0  # IP addresses with two TCP connections open at the same moment
+    misdirected: int = 0  # requests whose Host named no host of the address they reached (421)
     short_gaps: int = 0  # answer end to next request below the host's delay
     short_gaps_after_robots: int = 0  # the same, right after robots.txt (its delay was not known yet)
     short_starts: int = 0  # request start to next request start below the host's delay (less tolerance)
     short_starts_after_robots: int = 0  # the same, right after robots.txt
     min_gap_ratio: float = float("inf")  # smallest (end to next start) / delay, robots.txt included
     examples: list[str] = field(default_factory=list)  # a few violations, for the eye
+    per_address: bool = False  # multi_conn_addresses counts as a violation
 
     @property
     def violations(self) -> int:
-        """Violations of this project's rules (robots first, one at a time, end-to-start gap)."""
-        return self.robots_late + self.overlapping + self.multi_conn_hosts + self.short_gaps
+        """Violations of this project's rules (robots first, one at a time, end-to-start gap;
+        with ``per_address``, one connection per address too)."""
+        return (self.robots_late + self.overlapping + self.multi_conn_hosts + self.short_gaps
+                + (self.multi_conn_addresses if self.per_address else 0))
 
 
 def check_politeness(requests: Iterable[RequestRecord], conns: Iterable[ConnRecord],
                      delays: Mapping[str, float], tolerance_s: float = 0.001,
-                     start_tolerance_s: float = 0.05, max_examples: int = 5) -> Politeness:
+                     start_tolerance_s: float = 0.05, max_examples: int = 5,
+                     per_address: bool = False) -> Politeness:
     """Judge each host's requests against its delay (``delays``: host -> seconds; 0 if absent).
 
     ``tolerance_s`` absorbs the clock for the end-to-start gap: the server stamps an
@@ -64,10 +78,13 @@ def check_politeness(requests: Iterable[RequestRecord], conns: Iterable[ConnReco
     connection, a loaded machine) while the client's clock started at its send, so
     ``start_tolerance_s`` is wider.
     """
-    report = Politeness()
+    report = Politeness(per_address=per_address)
     by_host: dict[str, list[RequestRecord]] = defaultdict(list)
     for r in requests:
-        by_host[r.host].append(r)
+        if r.status == 421:
+            report.misdirected += 1
+        elif r.host:
+            by_host[r.host].append(r)
     report.hosts = len(by_host)
 
     def note(text: str) -> None:
@@ -104,18 +121,36 @@ def check_politeness(requests: Iterable[RequestRecord], conns: Iterable[ConnReco
                 else:
                     report.short_starts += 1
     by_host_conns: dict[str, list[ConnRecord]] = defaultdict(list)
+    by_address: dict[str, list[ConnRecord]] = defaultdict(list)
     for c in conns:
-        by_host_conns[c.host].append(c)
+        if c.host:
+            by_host_conns[c.host].append(c)
+        by_address[_ip(c)].append(c)
     for host, cs in by_host_conns.items():
-        cs.sort(key=lambda c: c.opened)
-        last_close = 0.0
-        for c in cs:
-            if c.opened < last_close:
-                report.multi_conn_hosts += 1
-                note(f"{host}: connection {c.conn_id} opened while another was open")
-                break
-            last_close = max(last_close, c.closed or float("inf"))
+        if (conn_id := _overlap(cs)) is not None:
+            report.multi_conn_hosts += 1
+            note(f"{host}: connection {conn_id} opened while another was open")
+    for ip, cs in by_address.items():
+        if (conn_id := _overlap(cs)) is not None:
+            report.multi_conn_addresses += 1
+            if per_address:
+                note(f"{ip}: connection {conn_id} opened while another to the address was open")
     return report
+
+
+def _ip(c: ConnRecord) -> str:
+    """The IP address a connection reached (older logs name only the host's "ip:port")."""
+    return (c.address or c.host).rsplit(":", 1)[0]
+
+
+def _overlap(cs: list[ConnRecord]) -> int | None:
+    """The id of the first connection opened while another of ``cs`` was open, if any."""
+    last_close = 0.0
+    for c in sorted(cs, key=lambda c: c.opened):
+        if c.opened < last_close:
+            return c.conn_id
+        last_close = max(last_close, c.closed or float("inf"))
+    return None
 
 
 @dataclass(frozen=True)
@@ -179,7 +214,8 @@ def in_flight(requests: list[RequestRecord], conns: list[ConnRecord], step_s: fl
     connections = _Coverage((c.opened, c.closed) for c in conns)
     per_host_conns: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for c in conns:
-        per_host_conns[c.host].append((c.opened, c.closed))
+        if c.host:
+            per_host_conns[c.host].append((c.opened, c.closed))
     hosts_connected = _Coverage(span for spans in per_host_conns.values() for span in _merged(spans))
     first: dict[str, float] = {}
     last: dict[str, float] = {}

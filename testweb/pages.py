@@ -6,7 +6,8 @@ page costs a few C-level slices instead of hundreds of Python steps, while two
 pages still share little text.
 
 Host ``h`` has nodes ``0..pages[h]``: node 0 is the home page ``/``, node
-``k >= 1`` is ``/p/<k-1>.html``.
+``k >= 1`` is ``/p/<k-1>.html``.  Hosts ``len(pages)`` and up are dead (names
+that never serve): cross-host links may point at them, and they have no nodes.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import math
 import random
 import re
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -46,7 +47,7 @@ PRIVATE_BODY = (
 )
 HREF_RE = re.compile(rb"""href\s*=\s*["']([^"']*)["']""", re.IGNORECASE)
 
-Link = tuple[int, int, int]  # (target host, target node, spelling style)
+Link = tuple[int, int, int]  # (target host, target node, spelling style); a dead target has no such node
 
 
 def node_path(k: int) -> str:
@@ -121,17 +122,24 @@ class Pages:
     """Sizes, links and bodies of every generated page, fixed at construction by the seed."""
 
     def __init__(self, seed: int, pages: list[int], *, mean_bytes: int, sigma: float,
-                 max_bytes: int, links_per_page: int, cross_host_ratio: float) -> None:
+                 max_bytes: int, links_per_page: int, cross_host_ratio: float,
+                 dead_hosts: int = 0, dead_link_share: float = 0.0) -> None:
         self.seed = seed
         self.pages = pages  # generated pages of each host (its nodes are these plus the home)
         self._corpus = _corpus(seed)
         self.sizes: list[list[int]] = []  # [host][node] -> body bytes
         self.links: list[list[list[Link]]] = []  # [host][node] -> links, in page order
-        self._build(mean_bytes, sigma, max_bytes, max(0, links_per_page), cross_host_ratio)
+        self._build(mean_bytes, sigma, max_bytes, max(0, links_per_page), cross_host_ratio,
+                    dead_hosts, dead_link_share)
 
-    def _build(self, mean: int, sigma: float, cap: int, per_page: int, cross: float) -> None:
+    def _build(self, mean: int, sigma: float, cap: int, per_page: int, cross: float,
+               n_dead: int, dead_share: float) -> None:
         """A tree (fan-out per_page // 2) makes every page of a host reachable from its home,
-        and each home links the next host's home, so all is reachable from host 0's home."""
+        and each home links the next host's home, so all is reachable from host 0's home.
+        A share ``dead_share`` of cross-host links goes to the dead hosts (when it is not
+        0, every cross-host link of a one-host web does), to a path the linking host would
+        have; with no share the graph is the one of a web without dead hosts."""
+        n_dead = n_dead if dead_share > 0 else 0
         mu = math.log(max(1, mean)) - sigma * sigma / 2.0  # so E[size] == mean
         fan = max(1, per_page // 2)
         n_hosts = len(self.pages)
@@ -150,7 +158,10 @@ class Pages:
                 if k == 0 and h + 1 < n_hosts:
                     lk.append((h + 1, 0, _ABS))
                 while len(lk) < per_page:
-                    if n_hosts > 1 and rnd() < cross:
+                    if (n_hosts > 1 or n_dead) and rnd() < cross:
+                        if n_dead and (n_hosts == 1 or rnd() < dead_share):
+                            lk.append((n_hosts + int(rnd() * n_dead), int(rnd() * n_nodes), _ABS))
+                            continue
                         th = int(rnd() * (n_hosts - 1))
                         th += th >= h
                         lk.append((th, int(rnd() * (self.pages[th] + 1)), _ABS))
@@ -164,10 +175,12 @@ class Pages:
                 host_links.append(lk)
             self.links.append(host_links)
 
-    def render(self, h: int, k: int, hosts: list[str], extras: list[str]) -> bytes:
+    def render(self, h: int, k: int, hosts: Sequence[str], extras: list[str],
+               schemes: Sequence[str] | None = None) -> bytes:
         """Body of page (h, k): exact target size, text unique to the page.
 
-        ``hosts`` spell absolute links; the home page also links every path in ``extras``.
+        ``hosts`` ("host:port", dead hosts too) and ``schemes`` (None: all http) spell
+        absolute links; the home page also links every path in ``extras``.
         """
         c = self._corpus
         rng = random.Random((self.seed * 1_000_003 + h) * 1_000_003 + k)
@@ -178,7 +191,7 @@ class Pages:
         phrases = c.phrases
         n_phrases = len(phrases)
         items = [
-            f'<li><a href="{_href(h, k, th, tk, st, hosts)}">'
+            f'<li><a href="{_href(h, k, th, tk, st, hosts, schemes)}">'
             f"{phrases[int(rnd() * n_phrases)]}</a></li>\n"
             for th, tk, st in self.links[h][k]
         ]
@@ -224,11 +237,12 @@ class Pages:
         return out
 
 
-def _href(h: int, k: int, th: int, tk: int, style: int, hosts: list[str]) -> str:
+def _href(h: int, k: int, th: int, tk: int, style: int, hosts: Sequence[str],
+          schemes: Sequence[str] | None) -> str:
     """The link from node k of host h to node tk of host th, in the given spelling."""
     path = node_path(tk)
     if th != h or style == _ABS:
-        return f"http://{hosts[th]}{path}"
+        return f"{schemes[th] if schemes else 'http'}://{hosts[th]}{path}"
     if style == _ROOT:
         return path
     if style == _FRAG:

@@ -4,7 +4,9 @@ Generated pages follow the link graph; /private/ pages count only if the
 host's robots.txt allows them; extra routes count if 200 text/html (their
 hrefs are followed) and redirects lead to their Location.  Generated pages are
 keyed (host, node) so the big part of the walk needs no URL parsing; anything
-else is keyed by its URL string.
+else is keyed by its URL string.  Hosts are told apart by origin (scheme and
+authority: an https host is not reached by http); links to dead hosts (past the
+live ones) lead nowhere.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ class Model:
     """What the walk reads of a web (``TestWeb.model()``): its hosts, each host's number of
     generated pages and link graph, its routes, and how it answers."""
 
-    hosts: list[str]
+    origins: list[str]                                  # [host] -> "http://h1.web.test:8080"
     pages: list[int]
     links: list[list[list[Link]]]                       # [host][node] -> links
     routes: list[dict[str, Resp]]                       # [host] path -> pre-rendered response
@@ -36,14 +38,15 @@ class Model:
 
 def reachable(web: Model, seeds: list[str], user_agent: str) -> set[str]:
     """Absolute URLs (no fragment) of the HTML pages reachable from ``seeds``."""
-    hosts = web.hosts
-    index = {hp: i for i, hp in enumerate(hosts)}
+    origins = web.origins
+    n_live = len(origins)
+    index = {o: i for i, o in enumerate(origins)}
     n_pages = web.pages
     links = web.links
     routes = web.routes
     overridden = [  # generated nodes an extra route replaces
         {k for k in (path_node(p, n_pages[h]) for p in routes[h]) if k is not None}
-        for h in range(len(hosts))
+        for h in range(n_live)
     ]
     rules: dict[int, RobotsRules] = {}
     seen: set[tuple[int, int] | str] = set()
@@ -52,8 +55,9 @@ def reachable(web: Model, seeds: list[str], user_agent: str) -> set[str]:
 
     def push(u: str) -> None:
         parts = urlsplit(urldefrag(u)[0])
-        h = index.get(parts.netloc)
-        if parts.scheme != "http" or h is None:
+        origin = f"{parts.scheme}://{parts.netloc}"
+        h = index.get(origin)
+        if h is None:
             return
         path = parts.path or "/"
         k = path_node(path, n_pages[h])
@@ -61,7 +65,7 @@ def reachable(web: Model, seeds: list[str], user_agent: str) -> set[str]:
         if k is not None and not parts.query and path not in routes[h]:
             key = (h, k)
         else:
-            key = f"http://{parts.netloc}{path}" + (f"?{parts.query}" if parts.query else "")
+            key = f"{origin}{path}" + (f"?{parts.query}" if parts.query else "")
         if key not in seen:
             seen.add(key)
             queue.append(key)
@@ -75,16 +79,18 @@ def reachable(web: Model, seeds: list[str], user_agent: str) -> set[str]:
     def add_page(h: int, k: int, url: str) -> None:
         out.add(url)
         for th, tk, _ in links[h][k]:
+            if th >= n_live:
+                continue
             if tk in overridden[th]:
-                push(f"http://{hosts[th]}{node_path(tk)}")
+                push(f"{origins[th]}{node_path(tk)}")
             elif (th, tk) not in seen:
                 seen.add((th, tk))
                 queue.append((th, tk))
         if links_private(k):
-            push(f"http://{hosts[h]}{PRIVATE_PATH}")
+            push(f"{origins[h]}{PRIVATE_PATH}")
         if k == 0:
             for route in web.linked_extras(h):
-                push(f"http://{hosts[h]}{route}")
+                push(f"{origins[h]}{route}")
 
     for seed in seeds:
         push(seed)
@@ -94,10 +100,10 @@ def reachable(web: Model, seeds: list[str], user_agent: str) -> set[str]:
             h, k = key
             path = node_path(k)
             if allowed(h, path):
-                add_page(h, k, f"http://{hosts[h]}{path}")
+                add_page(h, k, f"{origins[h]}{path}")
             continue
         parts = urlsplit(key)
-        h = index[parts.netloc]
+        h = index[f"{parts.scheme}://{parts.netloc}"]
         target = parts.path + (f"?{parts.query}" if parts.query else "")
         if not allowed(h, target):
             continue
@@ -106,7 +112,7 @@ def reachable(web: Model, seeds: list[str], user_agent: str) -> set[str]:
             add_page(h, k, key)
         elif kind == "private":
             out.add(key)
-            push(f"http://{hosts[h]}/")
+            push(f"{origins[h]}/")
         elif kind == "extra" and resp is not None:
             status, head, body, _ = resp
             fields = head_fields(head)

@@ -21,7 +21,8 @@ Resp = tuple[int, bytes, bytes, str | None]
 class RequestRecord:
     """One request as the server saw it; the evidence for politeness checks."""
 
-    host: str  # "127.0.0.5:41234": address:port of the listening socket
+    host: str  # the host served, as in TestWeb.hosts ("127.0.0.5:41234", "h3.web.test:41234");
+    #            for a misdirected request (421) the Host header as sent
     path: str  # raw request target (path + query)
     method: str
     status: int  # status sent (or that would have been sent if the peer left)
@@ -30,16 +31,23 @@ class RequestRecord:
     conn_id: int  # distinct per TCP connection
     user_agent: str
     headers: dict[str, str]  # request headers, names lower-cased
+    host_index: int = -1  # index of the host served; -1 when none (misdirected, or unknown yet)
 
 
 @dataclass(slots=True)
 class ConnRecord:
-    """One TCP connection as the server saw it: the evidence for "one connection per host"."""
+    """One TCP connection as the server saw it: the evidence for "one connection per host"
+    (and, with hosts sharing addresses, per address)."""
 
-    host: str  # "127.0.0.5:41234", as in RequestRecord
+    host: str  # as in RequestRecord: the host it served (its first, if several); "" while not
+    #            known (a shared address learns it from SNI or the first request's Host)
     conn_id: int  # as in RequestRecord
     opened: float  # time.time() at accept
     closed: float  # time.time() at close (0.0 while open)
+    address: str = ""  # "127.0.0.5:41234": address:port of the listening socket it reached
+    tls: str = ""  # TLS version once the handshake is done ("TLSv1.3"); "" for plain HTTP
+    resumed: bool = False  # the TLS handshake resumed an earlier session (a ticket)
+    tls_error: str = ""  # why the handshake failed (OpenSSL's reason, e.g. the client's alert)
 
 
 def _reason(status: int) -> str:
