@@ -3,6 +3,7 @@
 
     python manage.py crawl URL... [--seeds-file F] [--out DIR] [--max-pages N] [--max-seconds S]
                                [--min-delay S] [--user-agent UA] [--allow-private] [--workers N]
+                               [--ca-bundle PATH]
                                [--resume | --restore FILE|latest | --overwrite]
     python manage.py seed URL... [--out DIR | --redis-url URL]     add URLs to a crawl (starts or revives it)
     python manage.py pause | resume [--out DIR | --redis-url URL]  hold a running crawl / let it go on
@@ -59,13 +60,24 @@ def _settings_from(args: argparse.Namespace, **extra: object) -> Settings:
         "OBEY_ROBOTS": False if getattr(args, "ignore_robots", False) else None,
         "METRICS_PORT": getattr(args, "metrics_port", None),
         "CONTINUOUS": True if getattr(args, "continuous", False) else None,
+        "CA_BUNDLE": os.pathsep.join(args.ca_bundle) if getattr(args, "ca_bundle", None) else None,
         **extra,
     }
-    settings = Settings.from_env(**overrides)
     # resolved once, here: the worker and redis-server children run in other folders
-    settings = dataclasses.replace(settings, OUT_DIR=str(Path(settings.OUT_DIR).resolve()))
+    if os.environ.get("SSL_CERT_FILE"):   # the children inherit the environment
+        os.environ["SSL_CERT_FILE"] = os.path.abspath(os.environ["SSL_CERT_FILE"])
+    if os.environ.get("SSL_CERT_DIR"):
+        os.environ["SSL_CERT_DIR"] = _absolute_paths(os.environ["SSL_CERT_DIR"])
+    settings = Settings.from_env(**overrides)
+    settings = dataclasses.replace(settings, OUT_DIR=str(Path(settings.OUT_DIR).resolve()),
+                                   CA_BUNDLE=_absolute_paths(settings.CA_BUNDLE))
     reset_settings(settings)
     return settings
+
+
+def _absolute_paths(paths: str) -> str:
+    """``os.pathsep``-separated paths made absolute (empty stays empty)."""
+    return os.pathsep.join(os.path.abspath(p) for p in paths.split(os.pathsep) if p)
 
 
 @contextlib.contextmanager
@@ -542,6 +554,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="permit one cloud metadata address (refused even with --allow-private); repeatable")
     c.add_argument("--allow-domain", action="append", help="stay within this domain (repeatable)")
     c.add_argument("--resolve", action="append", help="static DNS answer host=addr (repeatable)")
+    c.add_argument("--ca-bundle", action="append", metavar="PATH",
+                   help="also trust the CA certificates of this PEM file or folder of hashed certificates, besides "
+                        "certifi's and SSL_CERT_FILE/SSL_CERT_DIR's (repeatable)")
     c.add_argument("--ignore-robots", action="store_true", help="do not obey robots.txt (only for sites you own)")
     c.add_argument("--shards", type=int, help="frontier shards")
     c.add_argument("--workers", type=int,

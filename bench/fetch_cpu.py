@@ -6,10 +6,11 @@ process), so the figure is the fetching thread's own CPU (``time.thread_time``),
 not the server's. Reports the median of several rounds, per fetch, and the wall
 time per fetch for reference.
 
-With ``--tls`` the page comes over HTTPS (a self-signed certificate made with the
-openssl command), each fetch on a new connection: once with the TLS session of the
-last one resumed, once with a full handshake (no session kept), and on one kept-alive
-connection for reference.
+With ``--tls`` the page comes over HTTPS with a chain as on the web (a trustme root,
+an intermediate CA and a P-256 leaf; the server sends leaf and intermediate) that the
+fetcher trusts the documented way (CA_BUNDLE = the root, besides certifi's roots): on a
+new connection with a full handshake (no session kept), on a new connection resuming
+the last one's TLS session, and on one kept-alive connection.
 
     python bench/fetch_cpu.py [--fetches 500] [--rounds 5] [--size 140000] [--tls]
 """
@@ -18,12 +19,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import trustme
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -47,13 +49,12 @@ def rounds(fetch: Callable[[], None], fetches: int, n: int) -> tuple[list[float]
 def tls_main(args: argparse.Namespace) -> None:
     host = "127.0.0.6"
     with tempfile.TemporaryDirectory() as tmp:
-        pem = str(Path(tmp) / "cert.pem")
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
-                        "-nodes", "-days", "1", "-subj", f"/CN={host}", "-addext", f"subjectAltName=IP:{host}",
-                        "-keyout", pem, "-out", pem], check=True, capture_output=True)
-        srv: HostileServer = start_hostile(host, certfile=pem)
-        fetcher = Fetcher(dataclasses.replace(Settings(), ALLOW_PRIVATE=True))
-        fetcher._tls.load_verify_locations(pem)
+        root = trustme.CA()
+        chain, ca = str(Path(tmp) / "chain.pem"), str(Path(tmp) / "root.pem")
+        root.create_child_ca().issue_cert(host).private_key_and_cert_chain_pem.write_to_path(chain)
+        root.cert_pem.write_to_path(ca)
+        srv: HostileServer = start_hostile(host, certfile=chain)
+        fetcher = Fetcher(dataclasses.replace(Settings(), ALLOW_PRIVATE=True, CA_BUNDLE=ca))
         url, authority = f"{srv.base_url}/page?size={args.size}", f"{host}:{srv.sock.getsockname()[1]}"
         try:
             assert fetcher.fetch(url).status == 200

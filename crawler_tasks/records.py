@@ -84,9 +84,11 @@ class ErrorKind(StrEnum):
 # transient: the URL is tried again (MAX_RETRIES) before it gets an error record
 RETRYABLE_ERRORS = frozenset({ErrorKind.TIMEOUT, ErrorKind.DEADLINE, ErrorKind.CONNECT, ErrorKind.PROTOCOL,
                               ErrorKind.DNS})
-# errors after which a request did reach (or try to reach) the host
-NETWORK_ERRORS = RETRYABLE_ERRORS | {ErrorKind.TLS, ErrorKind.HEADERS_TOO_LARGE, ErrorKind.TOO_MANY_HEADERS,
-                                     ErrorKind.HTTP09, ErrorKind.BAD_STATUS_LINE}
+# errors after which a request did reach (or try to reach) the host (a name that did not
+# resolve sent nothing: it is not a page of the budget)
+NETWORK_ERRORS = (RETRYABLE_ERRORS - {ErrorKind.DNS}) | {ErrorKind.TLS, ErrorKind.HEADERS_TOO_LARGE,
+                                                         ErrorKind.TOO_MANY_HEADERS, ErrorKind.HTTP09,
+                                                         ErrorKind.BAD_STATUS_LINE}
 
 
 @dataclass(frozen=True, slots=True)

@@ -193,6 +193,25 @@ class Settings:
     ALLOW_METADATA_ADDRESSES: tuple[str, ...] = ()
     # Static DNS answers, curl style: "host=addr" items.
     RESOLVE: tuple[str, ...] = ()
+    # DNS servers the crawler's own resolver asks, "ip" or "ip:port" items (an operator's
+    # caching resolver; a test server); empty = the nameservers of /etc/resolv.conf.
+    DNS_SERVERS: tuple[str, ...] = ()
+    # One lookup: the first query waits this long, each later one twice as long, seconds;
+    # DNS_TRIES queries at most (a name no server answers costs 1 + 2 = 3 s, and no thread;
+    # glibc's defaults cost 2 x 5 s and a thread).
+    DNS_TIMEOUT_S: float = 1.0
+    DNS_TRIES: int = 2
+    # An address is kept for its record's TTL within these bounds, seconds.
+    DNS_MIN_TTL_S: float = 300.0
+    DNS_MAX_TTL_S: float = 6 * 3600.0
+    # A name no server answers for (timeouts, SERVFAIL) is looked up again this many
+    # times, DNS_RETRY_BASE_S x 2^n later; then its URLs are recorded as DNS errors and
+    # the name rests DNS_DEAD_S (a name that never answers: records 8 s after its first
+    # lookup, so that it does not hold a crawl's end). NXDOMAIN (confirmed) is recorded at
+    # once, kept for the answer's negative TTL (RFC 2308).
+    DNS_RETRIES: int = 1
+    DNS_RETRY_BASE_S: float = 2.0
+    DNS_DEAD_S: float = 600.0
 
     # --- Fetching ------------------------------------------------------------------------
     # Most silence allowed while connecting / between two reads, seconds.
@@ -450,6 +469,10 @@ class Settings:
             (0 < self.RECRAWL_MIN_S <= self.RECRAWL_INITIAL_S <= self.RECRAWL_MAX_S,
              "RECRAWL_MIN_S <= RECRAWL_INITIAL_S <= RECRAWL_MAX_S must hold, all > 0"),
             (self.DELAY_FACTOR >= 0, "DELAY_FACTOR must be >= 0"),
+            (self.DNS_TIMEOUT_S > 0 and self.DNS_TRIES >= 1, "DNS_TIMEOUT_S must be > 0 and DNS_TRIES >= 1"),
+            (0 <= self.DNS_MIN_TTL_S <= self.DNS_MAX_TTL_S, "0 <= DNS_MIN_TTL_S <= DNS_MAX_TTL_S must hold"),
+            (self.DNS_RETRIES >= 0 and self.DNS_RETRY_BASE_S >= 0 and self.DNS_DEAD_S >= 0,
+             "DNS_RETRIES, DNS_RETRY_BASE_S and DNS_DEAD_S must be >= 0"),
             (self.LEASE_S > self.TOTAL_TIMEOUT_S, "LEASE_S must exceed TOTAL_TIMEOUT_S"),
             (min(self.TOTAL_TIMEOUT_S, self.CONNECT_TIMEOUT_S, self.READ_TIMEOUT_S) > 0,
              "TOTAL_TIMEOUT_S, CONNECT_TIMEOUT_S and READ_TIMEOUT_S must be > 0"),
@@ -475,20 +498,42 @@ class Settings:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+        try:
+            self.dns_servers()
+        except ValueError as exc:
+            raise ConfigError(f"DNS_SERVERS: {exc}") from None
         for name, path in self.ca_paths():
             problem = _ca_problem(path)
             if problem:
                 raise ConfigError(f"{name}: {path} {problem}")
 
-    def ca_paths(self, environ: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    def ca_paths(self) -> list[tuple[str, str]]:
         """(where it was named, path) of each CA location trusted besides certifi's bundle:
-        CA_BUNDLE's, then the environment's SSL_CERT_FILE (one file, as OpenSSL reads it)
-        and SSL_CERT_DIR's folders, which Python and OpenSSL users expect to be obeyed."""
-        env = os.environ if environ is None else environ
+        CA_BUNDLE's, then the process environment's SSL_CERT_FILE (one file, as OpenSSL
+        reads it) and SSL_CERT_DIR's folders, which Python and OpenSSL users expect obeyed."""
         named = [("CA_BUNDLE", p) for p in self.CA_BUNDLE.split(os.pathsep)]
-        named.append(("SSL_CERT_FILE", env.get("SSL_CERT_FILE", "")))
-        named += [("SSL_CERT_DIR", p) for p in env.get("SSL_CERT_DIR", "").split(os.pathsep)]
+        named.append(("SSL_CERT_FILE", os.environ.get("SSL_CERT_FILE", "")))
+        named += [("SSL_CERT_DIR", p) for p in os.environ.get("SSL_CERT_DIR", "").split(os.pathsep)]
         return [(name, path) for name, path in named if path]
+
+    def dns_servers(self) -> list[tuple[str, int]] | None:
+        """DNS_SERVERS as (address, port) pairs, None when empty (resolv.conf's); ValueError
+        names an item that is not an IP address with an optional port."""
+        if not self.DNS_SERVERS:
+            return None
+        out = []
+        for item in self.DNS_SERVERS:
+            text = item.strip()
+            host, port = text, "53"
+            if text.startswith("["):   # [v6]:port
+                host, _, rest = text[1:].partition("]")
+                port = rest[1:] if rest.startswith(":") else "53"
+            elif text.count(":") == 1:
+                host, port = text.split(":")
+            if not (_is_ip(host) and port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+                raise ValueError(f"{item!r} is not an IP address with an optional :port")
+            out.append((host, int(port)))
+        return out
 
     @property
     def batch_timeout_s(self) -> float:

@@ -2,9 +2,6 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import socket
-import threading
-from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -16,10 +13,10 @@ from crawler_tasks.fetch.netsafety import (
     ALWAYS_REFUSED,
     METADATA_ADDRESSES,
     AddressRefused,
-    DnsCache,
-    ResolveError,
     check_address,
     classify_address,
+    hosts_file,
+    literal_address,
     parse_resolve_overrides,
 )
 from crawler_tasks.settings import Settings
@@ -328,272 +325,35 @@ def test_invalid_addresses_refused(bad: str) -> None:
     assert info.value.category == "invalid"
 
 
-# --- DnsCache ------------------------------------------------------------------------
-
-class FakeResolver:
-    """Answers from a table; counts calls; raises gaierror for unknown names."""
-
-    def __init__(self, table: dict[str, list[str]]) -> None:
-        self.table = table
-        self.calls: list[str] = []
-        self.lock = threading.Lock()
-
-    def __call__(self, host: str) -> list[str]:
-        with self.lock:
-            self.calls.append(host)
-        if host not in self.table:
-            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-        return list(self.table[host])
-
-
-def make_cache(table: dict[str, list[str]], **kwargs: object) -> tuple[DnsCache, FakeResolver]:
-    resolver = FakeResolver(table)
-    cache = DnsCache(resolver=resolver, sleep=lambda _s: None, **kwargs)  # type: ignore[arg-type]
-    return cache, resolver
-
-
-def test_positive_ttl() -> None:
-    cache, resolver = make_cache({"a.test": ["127.0.0.2"]}, positive_ttl_s=300.0)
-    assert cache.resolve("a.test", now=1000.0) == "127.0.0.2"
-    assert cache.resolve("A.Test", now=1299.9) == "127.0.0.2"  # case-insensitive, still fresh
-    assert len(resolver.calls) == 1
-    resolver.table["a.test"] = ["127.0.0.3"]
-    assert cache.resolve("a.test", now=1300.0) == "127.0.0.3"  # expired exactly at the TTL
-    assert len(resolver.calls) == 2
-    assert cache.stats == {"hits": 1, "misses": 2, "negative_hits": 0, "errors": 0,
-                           "retries": 0, "evictions": 0}
-
-
-def test_negative_caching() -> None:
-    cache, resolver = make_cache({}, negative_ttl_s=60.0)
-    with pytest.raises(ResolveError) as first:
-        cache.resolve("gone.test", now=0.0)
-    assert not first.value.cached and not first.value.temporary
-    assert "gone.test" in first.value.reason
-    with pytest.raises(ResolveError) as second:
-        cache.resolve("gone.test", now=59.0)
-    assert second.value.cached and second.value.reason == first.value.reason
-    assert len(resolver.calls) == 1
-    resolver.table["gone.test"] = ["127.0.0.9"]
-    assert cache.resolve("gone.test", now=60.0) == "127.0.0.9"
-    stats = cache.stats
-    assert (stats["errors"], stats["negative_hits"], stats["misses"], stats["hits"]) == (1, 1, 2, 0)
-
-
-def test_zero_negative_ttl_disables_negative_caching() -> None:
-    cache, resolver = make_cache({}, negative_ttl_s=0.0)
-    for _ in range(3):
-        with pytest.raises(ResolveError):
-            cache.resolve("gone.test", now=5.0)
-    assert len(resolver.calls) == 3
-
-
-def test_prefers_ipv4_and_skips_junk() -> None:
-    cache, _ = make_cache({
-        "dual.test": ["::1", "127.0.0.5"],
-        "v6.test": ["::1", "fe80::1"],
-        "junk.test": ["not-an-ip", "", "127.0.0.7"],
-        "empty.test": [],
-        "alljunk.test": ["nope"],
-    })
-    assert cache.resolve("dual.test", now=0.0) == "127.0.0.5"
-    assert cache.resolve("v6.test", now=0.0) == "::1"
-    assert cache.resolve("junk.test", now=0.0) == "127.0.0.7"
-    for host in ("empty.test", "alljunk.test"):
-        with pytest.raises(ResolveError, match="no usable address"):
-            cache.resolve(host, now=0.0)
-
+# --- names the fetcher never looks up -------------------------------------------------
 
 @pytest.mark.parametrize("literal, expected", [
     ("127.0.0.1", "127.0.0.1"), ("[::1]", "::1"), ("::1", "::1"), ("[fe80::1%eth0]", "fe80::1%eth0"),
     ("8.8.8.8", "8.8.8.8"), ("::ffff:127.0.0.1", "::ffff:127.0.0.1"),
 ])
-def test_literals_bypass_the_resolver(literal: str, expected: str) -> None:
-    cache, resolver = make_cache({})
-    assert cache.resolve(literal) == expected
-    assert resolver.calls == [] and len(cache) == 0
+def test_literals_need_no_lookup(literal: str, expected: str) -> None:
+    assert literal_address(literal) == expected
+    assert Fetcher(Settings()).pinned(literal) == expected
 
 
-def test_non_canonical_numeric_host_goes_to_the_resolver() -> None:
-    # "127.1" is not a literal for us; whatever it resolves to must still be checked.
-    cache, resolver = make_cache({"127.1": ["127.0.0.1"]})
-    assert cache.resolve("127.1", now=0.0) == "127.0.0.1"
-    assert resolver.calls == ["127.1"]
+def test_a_non_canonical_numeric_host_is_a_name() -> None:
+    # "127.1" is not a literal for us: it would be looked up, and its answer checked
+    assert literal_address("127.1") is None and Fetcher(Settings()).pinned("127.1") is None
 
 
-def test_overrides_win_over_dns_and_are_not_cached() -> None:
-    cache, resolver = make_cache({"pinned.test": ["127.0.0.1"]},
-                                 overrides={"Pinned.Test.": "[::1]", "other.test": "127.0.0.8"})
-    assert cache.overrides == {"pinned.test": "::1", "other.test": "127.0.0.8"}
-    assert cache.resolve("pinned.test", now=0.0) == "::1"
-    assert cache.resolve("PINNED.test.", now=0.0) == "::1"
-    assert cache.resolve("other.test") == "127.0.0.8"
-    assert resolver.calls == [] and len(cache) == 0
+def test_hosts_file_pins_names_ipv4_first_and_skips_junk(tmp_path) -> None:
+    hosts = tmp_path / "hosts"
+    hosts.write_text("# comment\n127.0.0.1 localhost Local.Test.\n::1 localhost ip6-localhost\n"
+                     "fe80::1%eth0 link.test\nnot-an-address junk.test\n10.0.0.1\n\n"
+                     "192.0.2.5 twice.test # trailing\n192.0.2.6 twice.test\n")
+    assert hosts_file(str(hosts)) == {"localhost": "127.0.0.1", "local.test": "127.0.0.1",
+                                      "ip6-localhost": "::1", "link.test": "fe80::1", "twice.test": "192.0.2.5"}
+    assert hosts_file(str(tmp_path / "missing")) == {}
 
 
-@pytest.mark.parametrize("overrides", [{"a.test": "nope"}, {"": "127.0.0.1"}, {"a.test": "127.1"}])
-def test_bad_overrides_rejected(overrides: dict[str, str]) -> None:
-    with pytest.raises(ValueError):
-        DnsCache(overrides=overrides)
-
-
-@pytest.mark.parametrize("kwargs", [{"attempts": 0}, {"max_entries": 0}, {"positive_ttl_s": -1.0}])
-def test_bad_settings_rejected(kwargs: dict[str, float]) -> None:
-    with pytest.raises(ValueError):
-        DnsCache(**kwargs)  # type: ignore[arg-type]
-
-
-def test_lru_bound() -> None:
-    table = {f"h{i}.test": [f"127.0.1.{i}"] for i in range(10)}
-    cache, resolver = make_cache(table, max_entries=3)
-    for name in ("h0.test", "h1.test", "h2.test"):
-        cache.resolve(name, now=0.0)
-    cache.resolve("h0.test", now=1.0)       # h0 becomes most recent
-    cache.resolve("h3.test", now=2.0)       # evicts h1, the least recent
-    assert len(cache) == 3
-    assert cache.stats["evictions"] == 1
-    calls = len(resolver.calls)
-    cache.resolve("h0.test", now=3.0)       # still cached
-    cache.resolve("h2.test", now=3.0)       # still cached
-    assert len(resolver.calls) == calls
-    cache.resolve("h1.test", now=3.0)       # was evicted: asked again
-    assert len(resolver.calls) == calls + 1
-    for i in range(10):
-        cache.resolve(f"h{i}.test", now=4.0)
-    assert len(cache) == 3
-
-
-def test_negative_entries_count_towards_the_bound() -> None:
-    cache, _ = make_cache({}, max_entries=2)
-    for i in range(5):
-        with pytest.raises(ResolveError):
-            cache.resolve(f"gone{i}.test", now=0.0)
-    assert len(cache) == 2 and cache.stats["evictions"] == 3
-
-
-def flaky(failures: int, errno: int = socket.EAI_AGAIN) -> Callable[[str], list[str]]:
-    state = {"left": failures, "calls": 0}
-
-    def resolver(host: str) -> list[str]:
-        state["calls"] += 1
-        if state["left"] > 0:
-            state["left"] -= 1
-            raise socket.gaierror(errno, "Temporary failure in name resolution")
-        return ["127.0.0.4"]
-
-    resolver.state = state  # type: ignore[attr-defined]
-    return resolver
-
-
-def test_retry_on_eai_again() -> None:
-    sleeps: list[float] = []
-    resolver = flaky(1)
-    cache = DnsCache(resolver=resolver, sleep=sleeps.append, attempts=2, retry_backoff_s=0.01)
-    assert cache.resolve("flaky.test", now=0.0) == "127.0.0.4"
-    assert resolver.state["calls"] == 2  # type: ignore[attr-defined]
-    assert sleeps == [0.01]
-    assert cache.stats["retries"] == 1 and cache.stats["errors"] == 0
-
-
-def test_gives_up_after_attempts_and_caches_the_failure() -> None:
-    sleeps: list[float] = []
-    resolver = flaky(10)
-    cache = DnsCache(resolver=resolver, sleep=sleeps.append, attempts=3, retry_backoff_s=0.01)
-    with pytest.raises(ResolveError) as info:
-        cache.resolve("flaky.test", now=0.0)
-    assert info.value.temporary and "temporary" in info.value.reason
-    assert resolver.state["calls"] == 3  # type: ignore[attr-defined]
-    assert sleeps == pytest.approx([0.01, 0.02])
-    with pytest.raises(ResolveError):
-        cache.resolve("flaky.test", now=1.0)
-    assert resolver.state["calls"] == 3  # type: ignore[attr-defined]
-
-
-def test_permanent_failure_is_not_retried() -> None:
-    sleeps: list[float] = []
-    resolver = flaky(1, errno=socket.EAI_NONAME)
-    cache = DnsCache(resolver=resolver, sleep=sleeps.append, attempts=5)
-    with pytest.raises(ResolveError):
-        cache.resolve("nx.test", now=0.0)
-    assert resolver.state["calls"] == 1 and sleeps == []  # type: ignore[attr-defined]
-
-
-@pytest.mark.parametrize("exc", [OSError("network down"), UnicodeError("label too long")])
-def test_other_resolver_errors_become_resolve_errors(exc: Exception) -> None:
-    def resolver(host: str) -> list[str]:
-        raise exc
-
-    cache = DnsCache(resolver=resolver)
-    with pytest.raises(ResolveError):
-        cache.resolve("x.test", now=0.0)
-
-
-def test_empty_host() -> None:
-    with pytest.raises(ResolveError):
-        DnsCache(resolver=FakeResolver({})).resolve("  ")
-
-
-def test_system_resolver_on_localhost() -> None:
-    cache = DnsCache()
-    address = cache.resolve("localhost")
-    assert classify_address(address) == "loopback"
-    with pytest.raises(AddressRefused):
-        check_address(address, allow_private=False)
-
-
-def test_thread_safety_smoke() -> None:
-    table = {f"h{i}.test": [f"127.0.2.{i}"] for i in range(40)}
-    cache, _ = make_cache(table, max_entries=16)
-    errors: list[BaseException] = []
-    per_thread = 400
-    n_threads = 8
-
-    def work(seed: int) -> None:
-        try:
-            for j in range(per_thread):
-                i = (seed * 7 + j * 13) % 45  # 40 known names, 5 unknown
-                name = f"h{i}.test"
-                try:
-                    got = cache.resolve(name, now=float(j % 50))
-                except ResolveError:
-                    assert i >= 40
-                else:
-                    assert got == f"127.0.2.{i}"
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(n_threads)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=10)
-    assert not errors
-    stats = cache.stats
-    assert stats["hits"] + stats["misses"] + stats["negative_hits"] == per_thread * n_threads
-    assert len(cache) <= 16
-
-
-def test_lock_is_not_held_while_resolving() -> None:
-    release = threading.Event()
-    entered = threading.Event()
-
-    def resolver(host: str) -> list[str]:
-        if host == "slow.test":
-            entered.set()
-            release.wait(5)
-        return ["127.0.0.6"]
-
-    cache = DnsCache(resolver=resolver)
-    cache.resolve("fast.test", now=0.0)
-    slow = threading.Thread(target=cache.resolve, args=("slow.test", 0.0))
-    slow.start()
-    try:
-        assert entered.wait(5)
-        assert cache.resolve("fast.test", now=1.0) == "127.0.0.6"  # not blocked by slow.test
-        assert cache.stats["hits"] == 1
-    finally:
-        release.set()
-        slow.join(5)
+def test_resolve_overrides_win_over_hosts_file() -> None:
+    fetcher = Fetcher(dataclasses.replace(Settings(), ALLOW_PRIVATE=True, RESOLVE=("localhost=127.0.0.9",)))
+    assert fetcher.pinned("localhost") == "127.0.0.9" and fetcher.check_host("LOCALHOST.") == "127.0.0.9"
 
 
 # --- parse_resolve_overrides ---------------------------------------------------------------
@@ -656,10 +416,9 @@ def test_parse_resolve_overrides_conflict() -> None:
         parse_resolve_overrides(["a.test=127.0.0.1", "a.test:443:127.0.0.2"])
 
 
-def test_parse_resolve_overrides_feeds_the_cache() -> None:
-    cache = DnsCache(overrides=parse_resolve_overrides(["site.test:8000:127.0.0.1"]),
-                     resolver=FakeResolver({}))
-    assert cache.resolve("site.test") == "127.0.0.1"
+def test_parse_resolve_overrides_pins_the_fetcher() -> None:
+    fetcher = Fetcher(dataclasses.replace(Settings(), ALLOW_PRIVATE=True, RESOLVE=("site.test:8000:127.0.0.1",)))
+    assert fetcher.check_host("site.test") == "127.0.0.1"
 
 
 def test_check_host_keeps_its_verdict_per_address_and_says_it_each_time() -> None:

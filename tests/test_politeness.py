@@ -331,7 +331,8 @@ def test_policy_rejects_wrong_types() -> None:
 
 def test_host_state_fields_shape() -> None:
     fields = HostState(consecutive_failures=3, crawl_delay_s=None, last_fetch_s=0.1, parked_until=5.0).to_fields()
-    assert fields == {"consecutive_failures": "3", "crawl_delay_s": "", "last_fetch_s": "0.1", "parked_until": "5.0"}
+    assert fields == {"consecutive_failures": "3", "crawl_delay_s": "", "last_fetch_s": "0.1", "parked_until": "5.0",
+                      "address": "", "address_until": "0.0", "dns_error": "", "dns_failures": "0"}
     assert all(isinstance(k, str) and isinstance(v, str) for k, v in fields.items())
 
 
@@ -346,11 +347,20 @@ def test_host_state_from_fields_defaults_bytes_and_unknown_keys() -> None:
     assert HostState.from_fields(raw) == HostState(consecutive_failures=2, crawl_delay_s=1.5)
 
 
+def test_host_state_keeps_its_address_through_a_fetch() -> None:
+    """The DNS fields ride along: a fetch's new state keeps the host's address."""
+    state = HostState(address="192.0.2.7", address_until=END + 300, dns_failures=0)
+    assert HostState.from_fields(state.to_fields()) == state
+    _, after, _ = next_contact(NO_JITTER, state, ok(0.05))
+    assert (after.address, after.address_until) == ("192.0.2.7", END + 300)
+
+
 @pytest.mark.parametrize(
     "fields",
     [
         {"consecutive_failures": "-1"}, {"consecutive_failures": "1.0"}, {"consecutive_failures": "x"},
         {"crawl_delay_s": "abc"}, {"last_fetch_s": "nan"}, {"parked_until": "inf"},
+        {"dns_failures": "-2"}, {"address_until": "soon"},
     ],
 )
 def test_host_state_from_fields_rejects_corruption(fields: dict[str, str]) -> None:

@@ -2,12 +2,14 @@
 
 The manifest (``--manifest``) is what a benchmark needs to set up around the web:
 each host's home, name, address, port, scheme and Crawl-delay, the zone a DNS
-server must answer, the dead names it must not, and the CA file to trust.
+server must answer, the dead names it must not, and the CA file to trust. With
+``--dns`` the web answers its names itself (``testweb/dns.py``, on the same process).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import signal
@@ -15,6 +17,7 @@ import sys
 from fractions import Fraction
 from pathlib import Path
 
+from testweb.dns import Behaviour, DnsServer, Entry
 from testweb.evidence import write_log
 from testweb.robots import DEFAULT_ROBOTS_TXT
 from testweb.shape import Latency, host_delays, robots_with_delay
@@ -88,6 +91,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="N more names h<hosts>..., served by nobody (needs --names)")
     ap.add_argument("--dead-link-share", type=_share, default=0.0, metavar="F",
                     help="share of cross-host links that go to the dead names")
+    ap.add_argument("--dns", metavar="IP:PORT", help="answer the names from a DNS server here (port 0: a free "
+                    "one, in the manifest): the zone's names, NXDOMAIN for the dead names but those below")
+    ap.add_argument("--dead-servfail", type=int, default=0, metavar="N", help="the last N dead names answer SERVFAIL")
+    ap.add_argument("--dead-silent", type=int, default=0, metavar="N",
+                    help="the N dead names before those never answer")
+    ap.add_argument("--dns-latency-median", type=float, default=0.03, help="median DNS answer time, s (lognormal)")
+    ap.add_argument("--dns-ttl", type=int, default=300, help="TTL of the zone's records, s")
+    ap.add_argument("--dns-log", type=Path, help="write the DNS server's query log here at exit (JSONL)")
+    ap.add_argument("--seed-dead-names", action="store_true", help="print the dead names' homes among the seeds")
     ap.add_argument("--manifest", type=Path, help="write each host's home URL, name, address, port, scheme "
                     "and Crawl-delay, the zone, the dead names and the CA file here (JSON)")
     ap.add_argument("--log", type=Path, help="write the request and connection logs here at exit (JSONL)")
@@ -114,7 +126,10 @@ def main(argv: list[str] | None = None) -> int:
         ).start()
     except ValueError as exc:
         ap.error(str(exc))
+    dns = None
     try:
+        if args.dns:
+            dns = _dns_server(args, web)
         ca = web.ca_pem
         if ca is not None and args.ca_out:
             shutil.copyfile(ca, args.ca_out)
@@ -126,12 +141,40 @@ def main(argv: list[str] | None = None) -> int:
             args.manifest.write_text(json.dumps({
                 "hosts": hosts, "zone": web.zone, "dead_names": web.dead_names,
                 "ca_pem": None if ca is None else str(ca),
+                "dns": None if dns is None else f"{dns.address[0]}:{dns.address[1]}",
             }))
-        sys.stdout.write("".join(u + "\n" for u in web.seeds(all_hosts=True)))
+        sys.stdout.write("".join(u + "\n" for u in web.seeds(all_hosts=True, dead=args.seed_dead_names)))
         sys.stdout.flush()
         signal.sigwait(sigs)
     finally:
         web.stop()
+        if dns is not None:
+            dns.stop()
+            if args.dns_log:
+                with open(args.dns_log, "w") as f:
+                    f.writelines(json.dumps(dataclasses.asdict(q)) + "\n" for q in dns.log())
         if args.log:
             write_log(args.log, web.requests, web.connections)
     return 0
+
+
+def _dns_server(args: argparse.Namespace, web: TestWeb) -> DnsServer:
+    """The web's names on a DNS server: live names answer their address after a lognormal
+    wait, the dead names NXDOMAIN, but for the last ``--dead-servfail`` (SERVFAIL) and the
+    ``--dead-silent`` before them (no answer)."""
+    if not args.names:
+        raise SystemExit("--dns needs --names")
+    ip, _, port = args.dns.rpartition(":")
+    zone: dict[str, Entry | list[str]] = {name: [address] for name, address in web.zone.items()}
+    dead = web.dead_names
+    silent_from = len(dead) - args.dead_servfail - args.dead_silent
+    for i, name in enumerate(dead):
+        if i >= len(dead) - args.dead_servfail:
+            zone[name] = Entry(behaviour=Behaviour.SERVFAIL)
+        elif i >= silent_from:
+            zone[name] = Entry(behaviour=Behaviour.SILENT)
+    latency = Latency(args.dns_latency_median, 0.9, 2.0, args.seed) if args.dns_latency_median else None
+    server = DnsServer(zone, suffix=args.names, ttl_s=args.dns_ttl, latency=latency, host=ip or "127.0.0.1",
+                       port=int(port or 0))
+    server.start()
+    return server

@@ -3,7 +3,7 @@
 Policy: a fetch never raises and never hangs for anything the server or the
 network does; the result carries ``error_kind`` (an ``ErrorKind``) and a human
 ``error`` instead. What we connect to is the address we resolved and checked
-(DNS cache + private-address refusal); the host name goes in ``Host`` and TLS
+(the process's resolver, ``fetch/dns.py``, + private-address refusal); the host name goes in ``Host`` and TLS
 SNI only, so nothing does a second lookup. Redirects are not followed here; the
 3xx and its ``Location`` are returned, and the caller enqueues the target like a
 link. robots.txt and sitemaps come through ``fetch`` too.
@@ -11,7 +11,7 @@ link. robots.txt and sitemaps come through ``fetch`` too.
 Why our own client: a peer that trickles its header block one byte every 2 s
 never trips a per-read timeout, and urllib3/http.client read the status line and
 headers with no overall bound. Here every blocking step gets what is left of
-TOTAL_TIMEOUT_S: DNS (a bounded helper thread), connect, the TLS handshake and
+TOTAL_TIMEOUT_S: DNS (a lookup waited for, not run, on the thread), connect, the TLS handshake and
 every recv (CPython bounds one SSL call by its socket timeout as a whole), each
 capped also by CONNECT_TIMEOUT_S / READ_TIMEOUT_S of silence. When the budget is
 gone the socket is shut down and closed. So an exchange costs at most
@@ -33,6 +33,10 @@ session that resumes is offered again as it is (CPython copies a session it hand
 resumed against 2.4 ms with a full handshake (P-256 certificate; ``bench/fetch_cpu.py
 --tls``). The session is the origin's own (host and port, the name sent as SNI), so it
 is never offered to another server.
+
+Whom TLS trusts (certifi's roots plus the operator's CAs) and how a failed handshake
+reads in a record ("certificate expired", "certificate for another name") is
+``fetch/tls.py``'s: a certificate error is a TLS record, not retried.
 """
 from __future__ import annotations
 
@@ -44,25 +48,23 @@ import threading
 import time
 import zlib
 from collections import OrderedDict
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import NamedTuple
 from urllib.parse import quote, urlsplit
 
 import brotli
-import certifi
 import idna
 
+from crawler_tasks.fetch.dns import AnswerKind, Resolver
 from crawler_tasks.fetch.netsafety import (
     AddressRefused,
-    DnsCache,
     ResolveError,
     check_address,
+    hosts_file,
+    literal_address,
     parse_resolve_overrides,
-    system_resolver,
 )
+from crawler_tasks.fetch.tls import client_context, tls_reason
 from crawler_tasks.records import ErrorKind
 from crawler_tasks.settings import Settings
 
@@ -71,7 +73,6 @@ ACCEPT_ENCODING = "gzip, deflate, br"
 RECV_BYTES = 256 * 1024
 MAX_POOLS = 2048            # idle keep-alive connections kept per Fetcher (LRU)
 MAX_INTERIM = 8             # 1xx responses skipped before the real one
-DNS_THREADS = 8
 MAX_VERDICTS = 65_536       # address verdicts kept per Fetcher
 MAX_TLS_SESSIONS = 4096     # TLS sessions kept for resumption per Fetcher (LRU)
 
@@ -232,7 +233,7 @@ class _Conn:
         except TimeoutError:
             raise self.timed_out() from None
         except ssl.SSLError as exc:
-            raise _Fail(ErrorKind.TLS, f"TLS error while {self.phase}: {exc}") from None
+            raise _Fail(ErrorKind.TLS, f"TLS error while {self.phase}: {tls_reason(exc)}") from None
         except OSError as exc:
             raise _Fail(ErrorKind.PROTOCOL, f"{_os_reason(exc)} while {self.phase}",
                         unanswered=not self.got_bytes) from None
@@ -295,44 +296,6 @@ def _os_reason(exc: OSError) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-class _BoundedResolver:
-    """The system resolver on helper threads, waited for at most the exchange's budget:
-    getaddrinfo cannot be interrupted, but nobody has to wait for it."""
-
-    def __init__(self, resolve: Callable[[str], list[str]], timeout_s: float) -> None:
-        self._resolve = resolve
-        self._timeout_s = timeout_s
-        self._local = threading.local()
-        self._pool: ThreadPoolExecutor | None = None
-        self._lock = threading.Lock()
-
-    def set_deadline(self, deadline: float | None) -> None:
-        """Monotonic deadline of this thread's current exchange (None: CONNECT_TIMEOUT_S)."""
-        self._local.deadline = deadline
-
-    def __call__(self, host: str) -> list[str]:
-        deadline = getattr(self._local, "deadline", None)
-        wait_s = self._timeout_s if deadline is None else min(self._timeout_s, deadline - time.monotonic())
-        if wait_s <= 0:
-            raise socket.gaierror(socket.EAI_AGAIN, "no time left for the DNS lookup")
-        with self._lock:
-            if self._pool is None:  # created on first use: a forked worker starts its own
-                self._pool = ThreadPoolExecutor(DNS_THREADS, thread_name_prefix="fetch-dns")
-            pool = self._pool
-        future = pool.submit(self._resolve, host)
-        try:
-            return future.result(timeout=wait_s)
-        except FutureTimeout:
-            future.cancel()
-            raise socket.gaierror(socket.EAI_AGAIN, f"no answer within {wait_s:.1f} s") from None
-
-    def close(self) -> None:
-        with self._lock:
-            if self._pool is not None:
-                self._pool.shutdown(wait=False, cancel_futures=True)
-                self._pool = None
-
-
 class Origin(NamedTuple):
     """Where a connection goes, and the key of the idle connection kept for it."""
 
@@ -359,17 +322,21 @@ class _Request:
 class Fetcher:
     """One per worker process; thread-safe (a connection serves one exchange at a time)."""
 
-    def __init__(self, settings: Settings, resolver: Callable[[str], list[str]] = system_resolver) -> None:
+    def __init__(self, settings: Settings, resolver: Resolver | None = None) -> None:
         self.settings = settings
-        self._resolver = _BoundedResolver(resolver, min(settings.CONNECT_TIMEOUT_S, settings.TOTAL_TIMEOUT_S))
-        self.dns = DnsCache(overrides=parse_resolve_overrides(settings.RESOLVE), resolver=self._resolver)
+        s = settings
+        # the process's own asynchronous resolver (fetch/dns.py); names pinned by RESOLVE,
+        # then /etc/hosts (as nsswitch's "files dns"), are never asked
+        self.resolver = resolver or Resolver(s.dns_servers(), timeout_s=s.DNS_TIMEOUT_S, tries=s.DNS_TRIES,
+                                             min_ttl_s=s.DNS_MIN_TTL_S, max_ttl_s=s.DNS_MAX_TTL_S)
+        self._pins = {**hosts_file(), **parse_resolve_overrides(s.RESOLVE)}
         # one idle keep-alive connection per origin (scheme, ASCII host, port)
         self._idle: OrderedDict[Origin, _Conn] = OrderedDict()
         self._lock = threading.Lock()
         # the verdict on each address, which depends on nothing but the settings
         # (parsing an address with ipaddress costs ~0.1 ms a turn otherwise)
         self._verdicts: dict[str, tuple[str, str | None] | None] = {}
-        self._tls = ssl.create_default_context(cafile=certifi.where())
+        self._tls = client_context(settings)   # certifi's roots + CA_BUNDLE, SSL_CERT_FILE/DIR (fetch/tls.py)
         self._tls.set_alpn_protocols(["http/1.1"])
         self._tls_sessions: OrderedDict[Origin, ssl.SSLSession] = OrderedDict()   # for resumption
 
@@ -379,12 +346,27 @@ class Fetcher:
             self._idle.clear()
         for conn in conns:
             conn.close()
-        self._resolver.close()
+        self.resolver.close()
 
-    def check_host(self, host: str) -> str:
+    def pinned(self, host: str) -> str | None:
+        """The address a host needs no lookup for: an IP literal, or a name RESOLVE or
+        /etc/hosts pins."""
+        return literal_address(host) or self._pins.get(host.strip().lower().rstrip("."))
+
+    def check_host(self, host: str, wait_s: float | None = None) -> str:
         """Resolve and vet a host before anything is sent to it; returns the address.
+        A name the resolver holds no answer for is looked up, waiting at most ``wait_s``
+        (CONNECT_TIMEOUT_S): a fetch session looks its hosts up before their turns, so
+        this wait is for the odd redirect hop to a new host.
         Raises AddressRefused (private target) or ResolveError (DNS)."""
-        ip = self.dns.resolve(host)
+        ip = self.pinned(host)
+        if ip is None:
+            name = host.strip().lower().rstrip(".")
+            answer = self.resolver.cached(name) or self.resolver.resolve(
+                name, self.settings.CONNECT_TIMEOUT_S if wait_s is None else wait_s)
+            if answer.kind != AnswerKind.OK:
+                raise ResolveError(answer.reason, host=host, temporary=answer.kind == AnswerKind.TEMPORARY)
+            ip = answer.addresses[0]
         try:
             verdict = self._verdicts[ip]
         except KeyError:
@@ -417,11 +399,7 @@ class Fetcher:
             if len(url) > s.MAX_URL_LENGTH:
                 raise _Fail(ErrorKind.URL_TOO_LONG, f"URL of {len(url)} characters (limit {s.MAX_URL_LENGTH})")
             scheme, host, port, target, host_header = _split(url)
-            self._resolver.set_deadline(deadline)
-            try:
-                result.ip = ip = self.check_host(host)
-            finally:
-                self._resolver.set_deadline(None)
+            result.ip = ip = self.check_host(host, min(s.CONNECT_TIMEOUT_S, deadline - time.monotonic()))
             headers = {"Host": host_header, "User-Agent": s.USER_AGENT, "Accept": ACCEPT,
                        "Accept-Encoding": ACCEPT_ENCODING, "Connection": "keep-alive"}
             for name, value in (extra_headers or {}).items():
@@ -574,9 +552,9 @@ class Fetcher:
             except TimeoutError:
                 conn.close()
                 raise conn.timed_out() from None
-            except (ssl.SSLError, ssl.CertificateError) as exc:
+            except ssl.SSLError as exc:   # a certificate that fails too (SSLCertVerificationError)
                 conn.close()
-                raise _Fail(ErrorKind.TLS, f"TLS with {host}: {exc}") from None
+                raise _Fail(ErrorKind.TLS, f"TLS with {host}: {tls_reason(exc)}") from None
             except OSError as exc:
                 conn.close()
                 raise _Fail(ErrorKind.PROTOCOL, f"{_os_reason(exc)} in the TLS handshake") from None

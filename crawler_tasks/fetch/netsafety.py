@@ -1,10 +1,11 @@
-"""Network safety for fetches: which addresses a crawler may connect to, and DNS caching.
+"""Network safety for fetches: which addresses a crawler may connect to, and pinned names.
 
 A crawler follows links written by strangers, so a URL can point at
 127.0.0.1, the cloud metadata service or an intranet box (SSRF). The fetcher
-must resolve the host once with ``DnsCache.resolve``, run ``check_address`` on
-that exact address, and connect to it; checking a name and then letting the
-HTTP library resolve it again would open a DNS-rebinding window.
+must resolve the host once (its resolver, ``fetch/dns.py``, or a name pinned by
+``parse_resolve_overrides`` or ``hosts_file``), run ``check_address`` on that exact
+address, and connect to it; checking a name and then letting the HTTP library
+resolve it again would open a DNS-rebinding window.
 
 Cloud metadata and platform endpoints (``METADATA_ADDRESSES``) hand out credentials
 or control the machine, so they are refused even with ``allow_private``, in every
@@ -16,23 +17,18 @@ from __future__ import annotations
 
 import functools
 import ipaddress
-import socket
-import threading
-import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 
 __all__ = [
     "ALWAYS_REFUSED",
     "METADATA_ADDRESSES",
     "AddressRefused",
-    "DnsCache",
     "ResolveError",
     "check_address",
     "classify_address",
+    "hosts_file",
+    "literal_address",
     "parse_resolve_overrides",
-    "system_resolver",
 ]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -55,14 +51,11 @@ class AddressRefused(Exception):
 class ResolveError(Exception):
     """A host name could not be resolved; ``temporary`` is True for EAI_AGAIN-style failures."""
 
-    def __init__(
-        self, reason: str, *, host: str | None = None, temporary: bool = False, cached: bool = False
-    ) -> None:
+    def __init__(self, reason: str, *, host: str | None = None, temporary: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
         self.host = host
         self.temporary = temporary
-        self.cached = cached
 
 
 # --- Classification -----------------------------------------------------------
@@ -257,20 +250,8 @@ def check_address(ip: str, allow_private: bool, allow_metadata: Iterable[str] = 
 # --- DNS ---------------------------------------------------------------------
 
 
-def system_resolver(host: str) -> list[str]:
-    """All addresses getaddrinfo gives for ``host``, deduplicated, in its order."""
-    infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
-    out: list[str] = []
-    for family, _type, _proto, _canon, sockaddr in infos:
-        if family in (socket.AF_INET, socket.AF_INET6):
-            address = str(sockaddr[0])
-            if address not in out:
-                out.append(address)
-    return out
-
-
 @functools.lru_cache(maxsize=65_536)
-def _literal(host: str) -> str | None:
+def literal_address(host: str) -> str | None:
     """The address a host spells (an IP literal), else None. Cached: every turn asks
     it of its host, and ``ip_address`` takes ~10 us a host, raising for a name."""
     text = host.strip()
@@ -300,160 +281,8 @@ def _pick(addresses: Iterable[str]) -> str | None:
     return first_v6
 
 
-def _normalise_overrides(overrides: dict[str, str]) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for host, address in overrides.items():
-        key = host.strip().lower().rstrip(".")
-        if not key:
-            raise ValueError(f"DNS override with an empty host name: {host!r} -> {address!r}")
-        picked = _literal(address)
-        if picked is None:
-            raise ValueError(f"DNS override for {host!r} is not an IP address: {address!r}")
-        out[key] = picked
-    return out
-
-
-@dataclass(slots=True)
-class _Entry:
-    expires: float
-    address: str | None = None
-    error: ResolveError | None = None
-
-
-@dataclass(slots=True)
-class DnsCache:
-    """Per-process DNS cache: fewer lookups and one stable address per host per TTL.
-
-    Positive and negative answers are cached (a dead domain is not re-asked for
-    every one of its URLs), temporary failures (EAI_AGAIN) are retried a few
-    times first, and ``overrides`` pins hosts like ``curl --resolve``. The lock
-    is not held while the resolver runs, so one slow name does not stall the
-    other threads; two threads missing the same name at once may both ask.
-    """
-
-    positive_ttl_s: float = 300.0
-    negative_ttl_s: float = 60.0
-    attempts: int = 2
-    overrides: dict[str, str] = field(default_factory=dict)
-    max_entries: int = 100_000
-    resolver: Callable[[str], list[str]] = system_resolver
-    retry_backoff_s: float = 0.05
-    sleep: Callable[[float], None] = time.sleep
-    _entries: OrderedDict[str, _Entry] = field(default_factory=OrderedDict, init=False, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
-    _counts: dict[str, int] = field(default_factory=dict, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError(f"DnsCache.attempts must be >= 1, got {self.attempts!r}")
-        if self.max_entries < 1:
-            raise ValueError(f"DnsCache.max_entries must be >= 1, got {self.max_entries!r}")
-        if self.positive_ttl_s < 0 or self.negative_ttl_s < 0 or self.retry_backoff_s < 0:
-            raise ValueError("DnsCache TTLs and retry_backoff_s must be >= 0")
-        self.overrides = _normalise_overrides(self.overrides)
-        self._counts = dict.fromkeys(
-            ("hits", "misses", "negative_hits", "errors", "retries", "evictions"), 0
-        )
-
-    @property
-    def stats(self) -> dict[str, int]:
-        """Snapshot of the counters (hits, misses, negative_hits, errors, retries, evictions)."""
-        with self._lock:
-            return dict(self._counts)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._entries)
-
-    def clear(self) -> None:
-        """Forget every cached answer (not the overrides or the counters)."""
-        with self._lock:
-            self._entries.clear()
-
-    def resolve(self, host: str, now: float | None = None) -> str:
-        """One address for ``host`` (IPv4 preferred); raises ResolveError, which is cached too.
-
-        IP literals come back as given, without brackets; overrides win over
-        DNS. ``now`` (epoch seconds) exists for tests; it defaults to time.time().
-        The caller must still pass the result through ``check_address``.
-        """
-        literal = _literal(host)
-        if literal is not None:
-            return literal
-        key = host.strip().lower()
-        if not key:
-            raise ResolveError("empty host name", host=host)
-        pinned = self.overrides.get(key.rstrip("."))
-        if pinned is not None:
-            return pinned
-        if now is None:
-            now = time.time()
-
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None:
-                if now < entry.expires:
-                    self._entries.move_to_end(key)
-                    if entry.error is None and entry.address is not None:
-                        self._counts["hits"] += 1
-                        return entry.address
-                    self._counts["negative_hits"] += 1
-                    error = entry.error
-                    assert error is not None
-                    raise ResolveError(
-                        error.reason, host=host, temporary=error.temporary, cached=True
-                    )
-                del self._entries[key]
-            self._counts["misses"] += 1
-
-        address, error = self._lookup(key)
-        with self._lock:
-            if error is None:
-                self._store(key, _Entry(now + self.positive_ttl_s, address=address))
-            else:
-                self._counts["errors"] += 1
-                self._store(key, _Entry(now + self.negative_ttl_s, error=error))
-        if error is not None:
-            raise ResolveError(error.reason, host=host, temporary=error.temporary)
-        assert address is not None
-        return address
-
-    def _store(self, key: str, entry: _Entry) -> None:
-        self._entries[key] = entry
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
-            self._counts["evictions"] += 1
-
-    def _lookup(self, key: str) -> tuple[str | None, ResolveError | None]:
-        """Ask the resolver, retrying only temporary failures; never raises."""
-        for attempt in range(1, self.attempts + 1):
-            try:
-                answers = self.resolver(key)
-            except socket.gaierror as exc:
-                temporary = exc.errno == socket.EAI_AGAIN
-                if temporary and attempt < self.attempts:
-                    with self._lock:
-                        self._counts["retries"] += 1
-                    self.sleep(self.retry_backoff_s * attempt)
-                    continue
-                what = "temporary DNS failure" if temporary else "DNS lookup failed"
-                return None, ResolveError(
-                    f"{what} for {key!r}: {exc.strerror or exc}", host=key, temporary=temporary
-                )
-            except ValueError as exc:  # incl. UnicodeError: IDNA encoding of a bad label
-                return None, ResolveError(f"invalid host name {key!r}: {exc}", host=key)
-            except OSError as exc:
-                return None, ResolveError(f"DNS lookup failed for {key!r}: {exc}", host=key)
-            picked = _pick(answers or ())
-            if picked is None:
-                return None, ResolveError(f"no usable address for {key!r}", host=key)
-            return picked, None
-        raise AssertionError("unreachable")  # pragma: no cover
-
-
 def parse_resolve_overrides(items: Iterable[str]) -> dict[str, str]:
-    """Turn "--resolve" strings into a host -> address map for ``DnsCache.overrides``.
+    """Turn "--resolve" strings into a host -> address map (names the fetcher never looks up).
 
     Each item is "host=addr" or curl's "host:port:addr" (a leading "+" and
     several comma-separated addresses are accepted; IPv4 is preferred as in
@@ -486,7 +315,7 @@ def parse_resolve_overrides(items: Iterable[str]) -> dict[str, str]:
         addresses = [a.strip() for a in addr_part.split(",") if a.strip()]
         if not addresses:
             raise ValueError(f"--resolve item {item!r} has no address: {form}")
-        bad = [a for a in addresses if _literal(a) is None]
+        bad = [a for a in addresses if literal_address(a) is None]
         if bad:
             raise ValueError(f"--resolve item {item!r}: {bad[0]!r} is not an IP address")
         address = _pick(addresses)
@@ -497,3 +326,22 @@ def parse_resolve_overrides(items: Iterable[str]) -> dict[str, str]:
             )
         out[host] = address
     return out
+
+
+def hosts_file(path: str = "/etc/hosts") -> dict[str, str]:
+    """The names /etc/hosts pins (``localhost`` among them), each to its first IPv4
+    address, else its first IPv6 one, as nsswitch's "files" before "dns"; {} when the
+    file cannot be read. Malformed lines are skipped."""
+    found: dict[str, list[str]] = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return {}
+    for line in lines:
+        fields = line.split("#", 1)[0].split()
+        if len(fields) < 2 or literal_address(fields[0]) is None:
+            continue
+        for name in fields[1:]:
+            found.setdefault(name.lower().rstrip("."), []).append(fields[0].split("%")[0])
+    return {name: address for name, addresses in found.items() if (address := _pick(addresses)) is not None}

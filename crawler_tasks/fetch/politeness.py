@@ -12,7 +12,7 @@ import math
 import random
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime
 
 __all__ = [
@@ -115,6 +115,12 @@ class HostState:
     crawl_delay_s: float | None = None
     last_fetch_s: float = 0.0
     parked_until: float = 0.0
+    # The host's name, as last looked up: kept with the host so that whichever process
+    # leases it next looks it up once per TTL, not once per process (``fetch/dns.py``).
+    address: str = ""            # its address ('' : none known)
+    address_until: float = 0.0   # epoch s: ``address`` (or ``dns_error``) holds until then
+    dns_error: str = ""          # the name is dead until ``address_until`` (NXDOMAIN, or gave up)
+    dns_failures: int = 0        # lookups in a row that found no server answer (timeout, SERVFAIL)
 
     def to_fields(self) -> dict[str, str]:
         """Flat str->str mapping for HSET.
@@ -128,6 +134,10 @@ class HostState:
             "crawl_delay_s": "" if self.crawl_delay_s is None else repr(float(self.crawl_delay_s)),
             "last_fetch_s": repr(float(self.last_fetch_s)),
             "parked_until": repr(float(self.parked_until)),
+            "address": self.address,
+            "address_until": repr(float(self.address_until)),
+            "dns_error": self.dns_error,
+            "dns_failures": str(int(self.dns_failures)),
         }
 
     @classmethod
@@ -149,12 +159,14 @@ class HostState:
         known = {f.name for f in fields(cls)}
         for name in known & text.keys():
             raw = text[name]
-            if name == "consecutive_failures":
+            if name in ("consecutive_failures", "dns_failures"):
                 if not re.fullmatch(r"[0-9]+", raw, re.ASCII):
                     raise ValueError(
                         f"HostState field {name}={raw!r} is not a non-negative integer"
                     )
-                state.consecutive_failures = int(raw)
+                setattr(state, name, int(raw))
+            elif name in ("address", "dns_error"):
+                setattr(state, name, raw)
             elif name == "crawl_delay_s":
                 # robots.txt is untrusted input: "inf" is kept (next_contact caps
                 # it), NaN means "no usable Crawl-delay", junk is still an error.
@@ -396,10 +408,5 @@ def next_contact(
         parked_until = outcome.end + wait
 
     te = outcome.end + wait
-    new_state = HostState(
-        consecutive_failures=failures,
-        crawl_delay_s=state.crawl_delay_s,
-        last_fetch_s=duration,
-        parked_until=parked_until,
-    )
+    new_state = replace(state, consecutive_failures=failures, last_fetch_s=duration, parked_until=parked_until)
     return te, new_state, reason

@@ -85,6 +85,7 @@ class RobotsEntry:
     expires: float
     status: int | None
     error: str | None = None
+    error_kind: ErrorKind | None = None   # UNREACHABLE: why (TLS: the host's certificate fails every URL)
 
 
 class RobotsCache:
@@ -156,7 +157,8 @@ class RobotsCache:
         # the host's next contact follows from the last hop (each hop was paced)
         fields: dict[str, str | float | int] = {
             "kind": entry.kind, "fetched_at": entry.fetched_at, "expires": entry.expires,
-            "status": "" if entry.status is None else entry.status, "error": entry.error or ""}
+            "status": "" if entry.status is None else entry.status, "error": entry.error or "",
+            "error_kind": entry.error_kind or ""}
         if entry.kind == RULES:
             fields["body"] = res.content[:MAX_ROBOTS_BYTES].decode("utf-8", "replace")
         store.save_robots(host, fields)
@@ -174,7 +176,8 @@ class RobotsCache:
             return RobotsEntry(ALLOW, RobotsRules.allow_all(), now, now + self.ttl_s, status,
                                "robots.txt redirect chain too long")
         error = res.error or f"robots.txt answered {status}"
-        return RobotsEntry(UNREACHABLE, RobotsRules.disallow_all(), now, now + self.error_ttl_s, status, error)
+        return RobotsEntry(UNREACHABLE, RobotsRules.disallow_all(), now, now + self.error_ttl_s, status, error,
+                           res.error_kind)
 
     @staticmethod
     def _from_fields(data: dict[str, str]) -> RobotsEntry:
@@ -186,8 +189,12 @@ class RobotsCache:
             rules = RobotsRules.allow_all()
         else:
             rules = RobotsRules.disallow_all()
+        try:
+            error_kind: ErrorKind | None = ErrorKind(data.get("error_kind", ""))
+        except ValueError:   # none, or a kind this version does not know
+            error_kind = None
         return RobotsEntry(kind, rules, float(data.get("fetched_at", 0)), float(data.get("expires", 0)),
-                           status, data.get("error") or None)
+                           status, data.get("error") or None, error_kind)
 
     def _remember(self, host: str, entry: RobotsEntry) -> None:
         self._local[host] = entry

@@ -14,7 +14,7 @@ from crawler_tasks.fetch.http import FetchResult
 from crawler_tasks.fetch.politeness import FetchOutcome, HostState, crawl_delay_verdict, next_contact
 from crawler_tasks.frontier import Entry, Lease
 from crawler_tasks.output.warc import warc_digest
-from crawler_tasks.records import Action, EntryKind, ErrorKind
+from crawler_tasks.records import Action, EntryKind, ErrorKind, FetchedPage
 from crawler_tasks.robots.cache import RULES, UNREACHABLE, Check
 from crawler_tasks.stages.fetch.context import TurnContext
 from crawler_tasks.stages.fetch.outcome import Turn, aborted, after_exchange, page_of
@@ -47,18 +47,30 @@ def robots_step(ctx: TurnContext, lease: Lease, state: HostState, entry: Entry, 
         turn = after_exchange(w.policy, state, res, Action.KEEP)
         if res.status is not None:   # robots.txt is archived like any exchange
             turn.exchange, turn.digest = res, warc_digest(res.body)
-        if answer.entry.kind == UNREACHABLE:  # the host's URLs wait for the next attempt
+        if answer.entry.kind == UNREACHABLE and answer.entry.error_kind == ErrorKind.TLS:
+            turn.action, turn.page = Action.DONE, _tls_failed(ctx, entry, answer.entry.error)
+        elif answer.entry.kind == UNREACHABLE:  # the host's URLs wait for the next attempt
             turn.te, turn.last = max(turn.te, answer.entry.expires), True
         else:
             sitemaps = answer.entry.rules.sitemaps if answer.entry.kind == RULES else []
             first_contact(w, lease, urlsplit(entry.url).scheme, sitemaps)
         return turn
+    if answer.check == Check.UNREACHABLE and answer.entry.error_kind == ErrorKind.TLS:
+        return Turn(time.time(), Action.DONE, _tls_failed(ctx, entry, answer.entry.error))
     if answer.check == Check.UNREACHABLE:
         return Turn(max(answer.entry.expires, time.time() + s.MIN_DELAY_S), Action.KEEP, last=True)
     if answer.check == Check.DISALLOWED:
         return Turn(time.time(), Action.DONE,
                     page_of(entry, s.node_name, None, error_kind=ErrorKind.ROBOTS, error="disallowed by robots.txt"))
     return None
+
+
+def _tls_failed(ctx: TurnContext, entry: Entry, error: str | None) -> FetchedPage:
+    """The record of a URL whose host's robots.txt failed TLS (an expired certificate, one
+    for another name, an unknown CA): every URL of the host would fail the same way, so
+    each gets the reason at once instead of waiting for robots.txt as after a 5xx."""
+    return page_of(entry, ctx.w.settings.node_name, None, error_kind=ErrorKind.TLS,
+                   error=f"{error or 'TLS failure'} (robots.txt)")
 
 
 def _pace_hop(ctx: TurnContext, host: str, state: HostState, previous: FetchResult) -> None:

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from crawler_tasks.counters import Counters, bump
+from crawler_tasks.fetch.dns import Answer, AnswerKind
 from crawler_tasks.fetch.http import Cancel
 from crawler_tasks.fetch.politeness import HostState, request_gap
 from crawler_tasks.frontier import Lease
@@ -36,6 +37,7 @@ from crawler_tasks.runtime.control import CrawlState
 from crawler_tasks.stages.fetch.context import TurnContext
 from crawler_tasks.stages.fetch.finish import End, archive_turn, finish_turn
 from crawler_tasks.stages.fetch.groups import Group, Taken, flush_group
+from crawler_tasks.stages.fetch.names import known, name_of, with_answer
 from crawler_tasks.stages.fetch.outcome import Turn
 from crawler_tasks.stages.fetch.turn import take_turn
 from crawler_tasks.stages.fetch.view import CONTROL_EVERY_S, crawl_view, near_budget_end, shared_view
@@ -67,6 +69,8 @@ class Held:
     lease: Lease
     state: HostState
     not_before: float   # epoch s: its next request goes then, not a moment before
+    answer: Answer | None = None   # its name's lookup (names.py), once in
+    named: bool = False            # ``state`` holds an address its turns have not written yet
 
 
 @dataclass(slots=True)
@@ -101,6 +105,8 @@ class FetchSession:
         self.waiting: dict[str, Held] = {}  # hosts in the heap (the loop's own)
         self.flying: dict[str, Held] = {}   # hosts in a turn
         self.again: dict[str, Held] = {}    # hosts leased anew while their last turn ends: they wait for it
+        self.resolving: dict[str, Held] = {}   # hosts whose names are being looked up (no thread)
+        self.resolved: queue.SimpleQueue[tuple[str, Answer]] = queue.SimpleQueue()   # from the resolver
         self.seq = itertools.count()
         self.done: queue.SimpleQueue[_Done] = queue.SimpleQueue()
         self.wake = threading.Event()       # a turn finished
@@ -113,7 +119,7 @@ class FetchSession:
 
     @property
     def held(self) -> int:
-        return len(self.waiting) + len(self.flying) + len(self.again)
+        return len(self.waiting) + len(self.flying) + len(self.again) + len(self.resolving)
 
     # -- the loop ---------------------------------------------------------------------
     def run(self, leases: list[Lease]) -> int:
@@ -147,6 +153,7 @@ class FetchSession:
                 if len(group.pages) >= s.PARSE_GROUP_PAGES:
                     handed += self._flush(group)
                     group = Group()
+            self._named()
             now = time.monotonic()
             if dry:   # its next URLs may be in pages not yet handed on: their links come back soon
                 poll_until = now + _DRY_POLL_S
@@ -213,7 +220,42 @@ class FetchSession:
             self.w.frontier.give_back([(held.lease, held.not_before)])
             self.w.fetcher.release(item.host)
         else:
-            self._wait(item.host, held)
+            self._admit(item.host, held)
+
+    def _admit(self, host: str, held: Held) -> None:
+        """Into the heap once the host's name has an answer: at once when one is known
+        (pinned, kept in its state, cached), else when the resolver calls back."""
+        answer = known(self.w, host, held.state, time.time())
+        if answer is None:
+            self.resolving[host] = held
+            answer = self.w.fetcher.resolver.lookup(name_of(host), functools.partial(self._looked_up, host))
+            if answer is None:
+                self._bump("dns/lookups")
+                return
+            del self.resolving[host]
+        held.answer = answer
+        self._wait(host, held)
+
+    def _looked_up(self, host: str, answer: Answer) -> None:
+        """On the resolver's thread: only queue."""
+        self.resolved.put((host, answer))
+        self.wake.set()
+
+    def _named(self) -> None:
+        """Hosts whose lookups answered join the heap (their turn records a dead name)."""
+        while True:
+            try:
+                host, answer = self.resolved.get_nowait()
+            except queue.Empty:
+                return
+            held = self.resolving.pop(host, None)
+            if held is None:   # given back meanwhile
+                continue
+            self._bump(f"dns/{answer.kind}")
+            if answer.kind == AnswerKind.OK:
+                held.state, held.named = with_answer(held.state, answer, time.time()), True
+            held.answer = answer
+            self._wait(host, held)
 
     def _wait(self, host: str, held: Held) -> None:
         self.waiting[host] = held
@@ -305,22 +347,24 @@ class FetchSession:
             if lease.host in flying:
                 self.again[lease.host] = held
             else:
-                self._wait(lease.host, held)
+                self._admit(lease.host, held)
 
     def _renew(self) -> None:
-        """Extend the lease of every waiting host in one round trip per shard (a host in
-        a turn renews its own when the turn is long); a lost lease drops its host."""
-        hosts = list(self.waiting)
+        """Extend the lease of every waiting host (and every host being looked up) in one
+        round trip per shard (a host in a turn renews its own when the turn is long); a lost
+        lease drops its host."""
+        hosts = [(host, table) for table in (self.waiting, self.resolving) for host in table]
         if not hosts:
             return
-        for host, new in zip(hosts, self.w.frontier.renew([self.waiting[h].lease for h in hosts]), strict=True):
+        waiting = len(self.waiting)
+        for (host, table), new in zip(hosts, self.w.frontier.renew([t[h].lease for h, t in hosts]), strict=True):
             if new is None:
-                self.waiting.pop(host)
+                table.pop(host)
                 self.pool.hold(-1)
                 self._bump("frontier/lease_lost")
             else:
-                self.waiting[host].lease = new
-        if len(self.waiting) < len(hosts):
+                table[host].lease = new
+        if len(self.waiting) < waiting:
             self.heap = [item for item in self.heap if item[2] in self.waiting]
             heapq.heapify(self.heap)
 
@@ -333,10 +377,11 @@ class FetchSession:
                 held.lease = new
 
     def _give_back_waiting(self) -> None:
-        """Every waiting host back to the frontier at its next contact, at once."""
-        if not self.waiting:
+        """Every waiting host (or being looked up) back to the frontier at its next contact, at once."""
+        if not (self.waiting or self.resolving):
             return
-        held, self.waiting, self.heap = list(self.waiting.items()), {}, []
+        held = list(self.waiting.items()) + list(self.resolving.items())
+        self.waiting, self.heap, self.resolving = {}, [], {}
         self.pool.hold(-len(held))
         self.w.frontier.give_back([(h.lease, h.not_before) for _, h in held])
         for host, _ in held:
@@ -361,7 +406,7 @@ class FetchSession:
             if _lease_left(held.lease) < w.settings.TOTAL_TIMEOUT_S + 1.0:
                 self._renew_one(host)   # the loop renews waiting hosts only: the exchange must fit
             try:
-                turn = take_turn(self.ctx, held.lease, held.state, held.not_before)
+                turn = take_turn(self.ctx, held.lease, held.state, held.not_before, held.answer)
             except Exception:  # noqa: BLE001 - a bug must not cost the session or the URL
                 log_once("fetch/turn", "unexpected error fetching %s", held.lease.entry.url)
                 self._bump("error/turn")
@@ -369,8 +414,10 @@ class FetchSession:
             # a turn that sent nothing (a URL filtered, disallowed, refused) says te = now,
             # which may be just before the te it was due at: that one still holds
             turn.te = max(turn.te, held.not_before)
+            if turn.state is None and held.named:   # the name's new address is written with this turn
+                turn.state = held.state
             if turn.state is not None:
-                held.state = turn.state
+                held.state, held.named = turn.state, False
             end = self._finish(held, turn)
             record_id = archive_turn(w, turn, end)
             if not end.done.ok:

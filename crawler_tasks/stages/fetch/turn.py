@@ -1,6 +1,6 @@
 """A host turn: one request's worth of work for a held host, as a chain of steps.
 
-refuse (a private target, before anything is sent) -> learned rules (a queued URL that
+a dead name (``names.py``: no request) -> refuse (a private target, before anything is sent) -> learned rules (a queued URL that
 a rule learned since spells as a page already seen, or as a trap) -> robots.txt (which
 may take the turn itself, ``robots_step.py``) -> request -> render (``render_step.py``).
 Each step either ends the turn with a ``Turn`` or returns None to hand on to the next.
@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 
 from crawler_tasks.counters import Counters
 from crawler_tasks.dedup.rules import RuleDrop
+from crawler_tasks.fetch.dns import Answer, AnswerKind
 from crawler_tasks.fetch.netsafety import AddressRefused, ResolveError
 from crawler_tasks.fetch.politeness import HostState, request_gap
 from crawler_tasks.frontier import Discovered, Entry, Lease, Verdict
@@ -23,15 +24,20 @@ from crawler_tasks.parse.html import is_html
 from crawler_tasks.parse.sitemaps import MAX_SITEMAP_BYTES
 from crawler_tasks.records import Action, EntryKind, ErrorKind
 from crawler_tasks.stages.fetch.context import TurnContext
+from crawler_tasks.stages.fetch.names import dns_turn
 from crawler_tasks.stages.fetch.outcome import Turn, aborted, after_exchange, page_of, retry_action
 from crawler_tasks.stages.fetch.render_step import maybe_render
 from crawler_tasks.stages.fetch.robots_step import robots_step
 
 
-def take_turn(ctx: TurnContext, lease: Lease, state: HostState, not_before: float) -> Turn:
-    """The host's turn, due at ``not_before`` (epoch s: nothing reaches the host before)."""
+def take_turn(ctx: TurnContext, lease: Lease, state: HostState, not_before: float,
+              answer: Answer | None = None) -> Turn:
+    """The host's turn, due at ``not_before`` (epoch s: nothing reaches the host before);
+    ``answer``: its name's lookup, which the session made before (``names.py``)."""
     w, s = ctx.w, ctx.w.settings
     entry = lease.entry
+    if answer is not None and answer.kind != AnswerKind.OK:
+        return dns_turn(w, lease.host, entry, state, answer)
     ip = None
     try:  # refuse private targets before anything, robots.txt included, is sent
         ip = w.fetcher.check_host(urlsplit(entry.url).hostname or "")
