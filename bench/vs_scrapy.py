@@ -24,12 +24,20 @@ fresh copy of the (deterministic) test web for every run; medians are quoted.
    beside CPU ms a page and peak RSS/PSS of the crawl's tree. bench/README.md says
    what each figure means.
 
-Scrapy runs from its own venv (bench/.venv-scrapy, made on first use; never in
-requirements.txt) with bench/scrapy_spider.py: one connection per host, robots.txt
-obeyed, no autothrottle, no cache, its default scheduler and dupefilter. Only
-loopback traffic; every server the script starts, it stops.
+``--scrapy-outputs`` runs the many-hosts scenario with three sides: ours, Scrapy bare,
+and Scrapy producing our outputs (WARC through warcio, main text through trafilatura,
+a 64-bit simhash, a JSONL record a page: bench/scrapy_spider.py ``-a outputs``), the
+peer the loopback target is set against (ours at least 1.5 x its pages/s); runs
+alternate ours, bare, outputs and the table gives ours/bare and ours/outputs.
+
+Scrapy runs from its own venv (bench/.venv-scrapy, made on first use, with warcio and
+trafilatura, pinned, for the outputs peer; never in requirements.txt) with
+bench/scrapy_spider.py: one connection per host, robots.txt obeyed, no autothrottle,
+no cache, its default scheduler and dupefilter. Only loopback traffic; every server
+the script starts, it stops.
 
     python bench/vs_scrapy.py [--pages 5000] [--runs 3] [--quick] [--only many|few|docs|web] [--docs DIR ...]
+                              [--scrapy-outputs]
                               [--web-hosts 1000 5000] [--web-cap 8000] [--web-delay 1-5] ...
 """
 from __future__ import annotations
@@ -69,6 +77,10 @@ from crawl_bench import cpu_by_role, sample_tree  # noqa: E402
 BENCH = ROOT / "bench"
 SPIDER = BENCH / "scrapy_spider.py"
 VENV = BENCH / ".venv-scrapy"
+# What the outputs peer adds to Scrapy (scrapy_spider.py -a outputs), pinned so that its
+# figures stay comparable; trafilatura's jusText needs lxml.html.clean, its own package
+# since lxml 5.2.
+SCRAPY_OUTPUT_PACKAGES = ["warcio==1.8.1", "trafilatura==2.3.1", "lxml_html_clean==0.4.7"]
 USER_AGENT = "benchbot/1.0 (+http://127.0.0.1/bench)"
 RSS_SAMPLE_S = 0.2
 PSS_SAMPLE_EVERY = 5  # PSS reads smaps_rollup (~1.5 ms a process): once a second
@@ -218,8 +230,9 @@ def served(run: Run) -> ServerView:
 # -- Scrapy's venv ---------------------------------------------------------------
 
 def scrapy_python() -> Path:
-    """The venv's python with Scrapy importable; creates the venv and installs Scrapy on first use."""
-    return bench_python(VENV, ["scrapy"], "scrapy")
+    """The venv's python with Scrapy, warcio and trafilatura importable; creates the venv
+    and installs them on first use (and the two later into a venv made before them)."""
+    return bench_python(VENV, ["scrapy", *SCRAPY_OUTPUT_PACKAGES], "scrapy, warcio, trafilatura")
 
 
 def bench_python(venv: Path, packages: list[str], module: str) -> Path:
@@ -525,12 +538,15 @@ def run_ours(args: argparse.Namespace, seeds: list[str], cap: int, delay: float,
 
 
 def run_scrapy(args: argparse.Namespace, python: Path, seeds: list[str], cap: int, delay: float,
-               tmp: Path, defaults: dict[str, str] | None = None) -> Run:
-    """``defaults``: Scrapy settings for this scenario, which ``--scrapy-set`` overrides."""
+               tmp: Path, defaults: dict[str, str] | None = None, outputs: bool = False) -> Run:
+    """``defaults``: Scrapy settings for this scenario, which ``--scrapy-set`` overrides;
+    ``outputs``: the spider writes our outputs too (WARC, main text, simhash, JSONL)."""
     seeds_file, out = tmp / "seeds.txt", tmp / "scrapy.jsonl"
     seeds_file.write_text("".join(s + "\n" for s in seeds))
     cmd = [str(python), "-m", "scrapy", "runspider", str(SPIDER), "-a", f"seeds={seeds_file}", "-a", f"out={out}",
            "-s", f"DOWNLOAD_DELAY={delay}", "-s", f"CLOSESPIDER_PAGECOUNT={cap}"]
+    if outputs:
+        cmd += ["-a", f"outputs={tmp / 'scrapy-outputs'}"]
     for name, value in (defaults or {}).items():
         cmd += ["-s", f"{name}={value}"]
     for item in args.scrapy_set:
@@ -545,8 +561,21 @@ def run_scrapy(args: argparse.Namespace, python: Path, seeds: list[str], cap: in
             rec = json.loads(line)
             times.append(rec["t"])
             hosts[urlsplit(rec["url"]).netloc] += 1
-    return Run("scrapy", m.start, m.wall_s, m.cpu_s, m.peak_rss, sorted(times), hosts, m.written, m.peak_pss,
-               cpu_by_role=m.cpu_by_role, peak_rss_by_role=m.peak_rss_by_role)
+    if outputs:
+        check_outputs(tmp / "scrapy-outputs", len(times), log)
+    return Run("scrapy+outputs" if outputs else "scrapy", m.start, m.wall_s, m.cpu_s, m.peak_rss, sorted(times),
+               hosts, m.written, m.peak_pss, cpu_by_role=m.cpu_by_role, peak_rss_by_role=m.peak_rss_by_role)
+
+
+def check_outputs(folder: Path, pages: int, log: Path) -> None:
+    """The outputs peer wrote what it is credited with: a record a page, text for some, a
+    WARC file (a peer that fails quietly would look fast)."""
+    pages_file, warc = folder / "pages.jsonl", folder / "scrapy.warc.gz"
+    recs = [json.loads(line) for line in pages_file.read_text().splitlines()] if pages_file.exists() else []
+    if len(recs) != pages or not any(r["text_chars"] for r in recs) or not warc.exists() or not warc.stat().st_size:
+        raise BenchError(f"Scrapy's outputs are incomplete: {len(recs)} records in {pages_file} for {pages} "
+                         f"pages, {sum(bool(r['text_chars']) for r in recs)} with text, WARC "
+                         f"{warc.stat().st_size if warc.exists() else 'missing'} (log: {log})")
 
 
 def alternate(args: argparse.Namespace, python: Path, make_web: Callable[[], Web], cap: int,
@@ -570,11 +599,16 @@ def alternate(args: argparse.Namespace, python: Path, make_web: Callable[[], Web
                     print(f"  (kept {tmp})", file=sys.stderr)
                 else:
                     shutil.rmtree(tmp, ignore_errors=True)
-            print(f"  run {i + 1}/{args.runs} {side:6s}: {run.pages} pages, wall {run.wall_s:.1f} s, "
-                  f"{run.rate_whole:.1f} pages/s whole, {run.rate_steady:.1f} steady, {run.rate_written:.1f} written, "
-                  f"CPU {run.cpu_ms_per_page:.2f} ms/page, peak RSS {run.peak_rss / 2**20:.0f} MiB, "
-                  f"span {run.span_s:.1f} s, start-up {run.startup_s:.1f} s", file=sys.stderr, flush=True)
+            print_run(f"{i + 1}/{args.runs}", side, run)
     return ours, theirs
+
+
+def print_run(which: str, side: str, run: Run) -> None:
+    """One run's line (stderr): the medians are printed once all runs are done."""
+    print(f"  run {which} {side:6s}: {run.pages} pages, wall {run.wall_s:.1f} s, "
+          f"{run.rate_whole:.1f} pages/s whole, {run.rate_steady:.1f} steady, {run.rate_written:.1f} written, "
+          f"CPU {run.cpu_ms_per_page:.2f} ms/page, peak RSS {run.peak_rss / 2**20:.0f} MiB, "
+          f"span {run.span_s:.1f} s, start-up {run.startup_s:.1f} s", file=sys.stderr, flush=True)
 
 
 # -- reporting -------------------------------------------------------------------
@@ -614,17 +648,75 @@ def many_hosts(args: argparse.Namespace, python: Path) -> None:
     by_role(ours, theirs)
 
 
+def many_hosts_outputs(args: argparse.Namespace, python: Path) -> None:
+    """Many hosts, three sides: ours, Scrapy bare and Scrapy writing our outputs, runs
+    alternating in that order on a fresh web each."""
+    web = (args.hosts, args.host_pages, args.mean_bytes)
+    print(f"\n== many hosts, with Scrapy's outputs peer: {args.hosts} hosts x {args.host_pages} pages, mean "
+          f"{args.mean_bytes} B; cap {args.pages} pages, delay {args.delay} s", file=sys.stderr)
+    sides: dict[str, list[Run]] = {"ours": [], "scrapy": [], "scrapy+outputs": []}
+    for i in range(args.runs):
+        for side, runs in sides.items():
+            tmp = Path(tempfile.mkdtemp(prefix=f"vs-scrapy-{side}-"))
+            try:
+                with TestWebProcess(*web) as tw:
+                    if side == "ours":
+                        run = run_ours(args, tw.seeds, args.pages, args.delay, tmp)
+                    else:
+                        run = run_scrapy(args, python, tw.seeds, args.pages, args.delay, tmp,
+                                         outputs=side == "scrapy+outputs")
+            finally:
+                if args.keep:
+                    print(f"  (kept {tmp})", file=sys.stderr)
+                else:
+                    shutil.rmtree(tmp, ignore_errors=True)
+            run.load = os.getloadavg()[0]
+            runs.append(run)
+            print_run(f"{i + 1}/{args.runs}", side, run)
+    print(f"\nmany hosts (CPU-bound), Scrapy bare and with our outputs: {args.hosts} hosts x {args.host_pages} "
+          f"pages, mean {args.mean_bytes} B, cap {args.pages}, delay {args.delay} s; median of {args.runs} run(s) "
+          f"each, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    rows: list[tuple[str, str, Callable[[Run], float], bool]] = [
+        ("pages", ".0f", lambda r: r.pages, False),
+        ("wall s", ".1f", lambda r: r.wall_s, True),
+        ("pages/s whole run", ".1f", lambda r: r.rate_whole, True),
+        ("pages/s steady (10-90%)", ".1f", lambda r: r.rate_steady, True),
+        ("records/s written (10-90%)", ".1f", lambda r: r.rate_written, True),
+        ("start-up s (to 1st page)", ".1f", lambda r: r.startup_s, True),
+        ("shutdown s (last page-exit)", ".1f", lambda r: r.shutdown_s, True),
+        ("last record written-exit s", ".1f", lambda r: r.idle_tail_s, True),
+        ("CPU ms/page", ".2f", lambda r: r.cpu_ms_per_page, True),
+        ("CPU % of one core", ".0f", lambda r: r.cpu_s / r.wall_s * 100, True),
+        ("peak RSS MiB", ".0f", lambda r: r.peak_rss / 2**20, True),
+        ("peak PSS MiB (tree)", ".0f", lambda r: r.peak_pss / 2**20, True),
+        ("load average at exit", ".1f", lambda r: r.load, False),
+    ]
+    names = list(sides)
+    print(f"  {'':28s} " + " ".join(f"{name:>14s}" for name in names)
+          + "".join(f" {'ours/' + name:>20s}" for name in names[1:]))
+    for label, fmt, value, ratio in rows:
+        figures = [med(runs, value) for runs in sides.values()]
+        ratios = "".join(f" {figures[0] / b:>20.2f}" if ratio and b else f" {'':>20s}" for b in figures[1:])
+        print(f"  {label:28s} " + " ".join(f"{x:>14{fmt}}" for x in figures) + ratios)
+    for side, runs in sides.items():
+        print_roles(side, runs)
+
+
 def by_role(ours: list[Run], theirs: list[Run], pages: Callable[[Run], int] = lambda r: r.pages) -> None:
     """CPU ms a page and peak RSS of each role (medians over runs; CPU sampled every
     RSS_SAMPLE_S, so a process's last fraction of a second may be missing)."""
     for side, runs in (("ours", ours), ("scrapy", theirs)):
-        roles = sorted({role for r in runs for role in r.cpu_by_role})
-        cpu = ", ".join(f"{role} {med(runs, lambda r, x=role: r.cpu_by_role.get(x, 0.0) / max(pages(r), 1) * 1000):.2f}"
-                        for role in roles)
-        rss = ", ".join(f"{role} {med(runs, lambda r, x=role: r.peak_rss_by_role.get(x, 0) / 2**20):.0f}"
-                        for role in roles)
-        print(f"  {side} CPU ms/page by role: {cpu}")
-        print(f"  {side} peak RSS MiB by role: {rss}")
+        print_roles(side, runs, pages)
+
+
+def print_roles(side: str, runs: list[Run], pages: Callable[[Run], int] = lambda r: r.pages) -> None:
+    roles = sorted({role for r in runs for role in r.cpu_by_role})
+    cpu = ", ".join(f"{role} {med(runs, lambda r, x=role: r.cpu_by_role.get(x, 0.0) / max(pages(r), 1) * 1000):.2f}"
+                    for role in roles)
+    rss = ", ".join(f"{role} {med(runs, lambda r, x=role: r.peak_rss_by_role.get(x, 0) / 2**20):.0f}"
+                    for role in roles)
+    print(f"  {side} CPU ms/page by role: {cpu}")
+    print(f"  {side} peak RSS MiB by role: {rss}")
 
 
 def few_hosts(args: argparse.Namespace, python: Path) -> None:
@@ -851,6 +943,9 @@ def main() -> int:
     ap.add_argument("--scrapy-set", action="append", default=[], metavar="NAME=VALUE",
                     help="a Scrapy setting for every run, e.g. --scrapy-set "
                          "SCHEDULER_PRIORITY_QUEUE=scrapy.pqueues.DownloaderAwarePriorityQueue")
+    ap.add_argument("--scrapy-outputs", action="store_true",
+                    help="many hosts with three sides: ours, Scrapy bare, Scrapy writing our outputs "
+                         "(WARC, main text, simhash, JSONL)")
     ap.add_argument("--keep", action="store_true", help="keep each run's output folder and logs")
     ap.add_argument("--run-timeout", type=float, default=1800.0,
                     help="stop a run that takes longer than this, s (the benchmark then fails; 0 = never)")
@@ -864,7 +959,7 @@ def main() -> int:
               f"--parsers {args.parsers} --shards {args.shards} {' '.join('--set ' + s for s in args.set)}".rstrip())
         print(f"machine: {psutil.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         if args.only in (None, "many"):
-            many_hosts(args, python)
+            (many_hosts_outputs if args.scrapy_outputs else many_hosts)(args, python)
         if args.only in (None, "few"):
             few_hosts(args, python)
         if args.only == "docs" and not args.docs:
