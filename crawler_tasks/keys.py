@@ -74,7 +74,8 @@ group id -> times its stage message was delivered again past its deadline), ``gr
 ``exchanges`` (zset ``<session id>/<host>`` -> deadline: HTTP exchanges in flight, for the
 progress line),
 ``feed`` (stream of indexable pages for indexers), ``latency`` (fetch latency buckets),
-``ipte`` (hash address -> next contact, when per-IP politeness is on),
+``ipte`` (hash address -> next contact, or minus the deadline of a claim in progress, when
+per-address politeness is on),
 ``timeseries`` (list of JSON samples, newest first, capped: one per maintenance run),
 ``settings`` (hash: the settings the control worker runs with, passwords removed),
 ``node:<name>`` (string: the id of the machine whose workers hold that node name, with a
@@ -297,7 +298,6 @@ class GlobalKeys:
     @property
     def ip_te(self) -> str:
         return f"{self.prefix}:{{g}}:ipte"
-
     @property
     def feed(self) -> str:
         return f"{self.prefix}:{{g}}:feed"

@@ -183,8 +183,11 @@ class Settings:
     ROBOTS_ERROR_TTL_S: float = 600.0
     # Obey robots.txt at all (turn off only for sites you own).
     OBEY_ROBOTS: bool = True
-    # Per-IP politeness: hosts on one address share one gap (off: per host name).
-    PER_IP_POLITENESS: bool = False
+    # Per-address politeness: host names on one address (shared hosting) share one gap and
+    # one connection at a time (off: per host name only; hosts written as IP literals are
+    # their own). A CDN's address fronts thousands of unrelated sites: turn it off for a
+    # broad crawl where most hosts sit behind a few CDNs.
+    PER_IP_POLITENESS: bool = True
     # Permit private/loopback/link-local targets (tests and local webs need it).
     ALLOW_PRIVATE: bool = False
     # Cloud metadata and platform endpoints (169.254.169.254, 168.63.129.16, ... see

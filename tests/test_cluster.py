@@ -189,6 +189,7 @@ def test_control_and_maintenance_on_cluster(csettings):
     assert read_samples(csettings)[-1]["pages"] == 3
     assert global_client(csettings).hget(GlobalKeys(csettings.KEY_PREFIX).settings, "SHARDS") == "4"
     assert Frontier(csettings).claim_ip("10.0.0.1", now=5.0) == 0.0
+    assert Frontier(csettings).claim_ip("10.0.0.1", now=6.0) < -6.0   # a claim in progress
 
 
 def test_near_duplicate_index_on_cluster(csettings):

@@ -18,8 +18,9 @@ import pytest
 PURE = ["crawler_tasks.urls", "crawler_tasks.robots", "crawler_tasks.parse.page", "crawler_tasks.parse.sandbox",
         "crawler_tasks.parse.sitemaps", "crawler_tasks.dedup.fingerprint", "crawler_tasks.dedup.simhash",
         "crawler_tasks.dedup.dust", "crawler_tasks.dedup.evidence", "crawler_tasks.dedup.minhash",
-        "crawler_tasks.fetch.politeness", "crawler_tasks.freshness.rate", "crawler_tasks.freshness.allocate",
-        "crawler_tasks.freshness.policy", "crawler_tasks.ops.messages"]
+        "crawler_tasks.fetch.politeness", "crawler_tasks.fetch.dns", "crawler_tasks.fetch.addresses",
+        "crawler_tasks.freshness.rate",
+        "crawler_tasks.freshness.allocate", "crawler_tasks.freshness.policy", "crawler_tasks.ops.messages"]
 
 # Top floor first. A page's walk goes down them: tasks -> stages (fetch session, parse,
 # enqueue) -> the components; the operator's tools (ops/) stand above the stages they

@@ -102,3 +102,36 @@ def test_politeness_holds_on_names(crawled):
     verdict = check_politeness(crawled["requests"], crawled["connections"], dict.fromkeys(web.hosts, MIN_DELAY))
     assert verdict.violations == 0, verdict.examples
     assert verdict.hosts == len(web.hosts)
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory):
+    """120 names on 3 addresses (shared hosting), plain HTTP: a gap and a connection per address."""
+    out = tmp_path_factory.mktemp("shared") / "out"
+    with TestWeb(n_hosts=120, pages_per_host=1, seed=5, mean_page_bytes=2000, names=SUFFIX, addresses=3) as web:
+        with DnsServer({name: [address] for name, address in web.zone.items()}, suffix=SUFFIX) as dns:
+            ip, port = dns.address
+            env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
+            env["CRAWLER_DNS_SERVERS"] = f"{ip}:{port}"
+            proc = subprocess.run(
+                [sys.executable, str(ROOT / "manage.py"), "crawl", *web.seeds(all_hosts=True), "--out", str(out),
+                 "--allow-private", "--min-delay", "0.05", "--user-agent", "testbot/1.0 (+http://127.0.0.1/bot)"],
+                capture_output=True, text=True, timeout=240, cwd=ROOT, env=env)
+        yield web, proc, web.requests, web.connections
+
+
+def test_names_on_one_address_share_its_gap_and_one_connection(shared):
+    web, proc, requests, connections = shared
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert {f"{r.host}{r.path}" for r in requests if r.status == 200} >= {
+        url.split("://", 1)[1] for url in web.reachable(web.seeds(all_hosts=True))}
+    verdict = check_politeness(requests, connections, dict.fromkeys(web.hosts, 0.05), per_address=True)
+    assert verdict.violations == 0 and verdict.multi_conn_addresses == 0, verdict.examples
+    by_address: dict[str, list] = {}
+    for r in requests:
+        by_address.setdefault(web.zone[r.host.rsplit(":", 1)[0]], []).append(r)
+    assert len(by_address) == 3
+    for address, rs in by_address.items():
+        rs.sort(key=lambda r: r.start)
+        gaps = [b.start - a.end for a, b in zip(rs, rs[1:])]
+        assert min(gaps) >= 0.05 - 0.001, (address, min(gaps))   # one request at a time, the delay between

@@ -433,13 +433,14 @@ class Frontier:
                              [now, k.queue_prefix, limit, "+inf" if every else now]))
 
     def claim_ip(self, ip: str, now: float | None = None) -> float:
-        """Per-IP politeness: 0.0 if the address may be contacted now (it is then claimed
-        until released or the lease time passes), else when it becomes free."""
+        """Per-address politeness across processes: 0.0 if the address may be contacted now
+        (it is then claimed until released or the lease time passes), else when it rests
+        until (> 0), or minus the deadline of another host's claim in progress (< 0)."""
         now = time.time() if now is None else now
         client = global_client(self.settings)
-        res = self._script(client, "ipclaim")(keys=[GlobalKeys(self.settings.KEY_PREFIX).ip_te], args=[ip, now, now + self.settings.LEASE_S],
-                     client=client)
-        return float(res)
+        res = self._script(client, "ipclaim")(keys=[GlobalKeys(self.settings.KEY_PREFIX).ip_te],
+                                              args=[ip, now, now + self.settings.LEASE_S], client=client)
+        return float(res[0])
 
     def host_te(self, shard: int, host: str) -> float | None:
         """The host's next contact time, wherever it is kept (ready heap or te table)."""

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from crawler_tasks.counters import Counters
 from crawler_tasks.dedup.content import ContentIndex
 from crawler_tasks.dedup.rules import UrlRules
+from crawler_tasks.fetch.addresses import AddressGate
 from crawler_tasks.fetch.http import Fetcher
 from crawler_tasks.fetch.politeness import PolitenessPolicy
 from crawler_tasks.fetch.pool import ExchangePool
@@ -50,6 +51,7 @@ class Worker:
     rules: UrlRules
     exchanges: ExchangePool   # the threads that run host turns, shared by the fetch sessions
     robots_agent: str         # our name in robots.txt: ROBOTS_AGENT, or USER_AGENT's product token
+    addresses: AddressGate = field(default_factory=AddressGate)   # names sharing an address take turns
 
     @classmethod
     def create(cls, settings: Settings) -> "Worker":

@@ -20,6 +20,7 @@ import functools
 import heapq
 import itertools
 import logging
+import math
 import queue
 import random
 import threading
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from crawler_tasks.counters import Counters, bump
 from crawler_tasks.fetch.dns import Answer, AnswerKind
 from crawler_tasks.fetch.http import Cancel
+from crawler_tasks.fetch.netsafety import literal_address
 from crawler_tasks.fetch.politeness import HostState, request_gap
 from crawler_tasks.frontier import Lease
 from crawler_tasks.records import Action, Capture
@@ -57,6 +59,7 @@ _DRY_FLUSH_S = 0.1        # a group that holds a dry host's page goes to parse o
                           # groups of hosts that run dry at every turn (a young site) averaged 15 pages,
                           # and a group costs ~9 ms of CPU whatever its size (two tasks, spool, round trips)
 _IDLE_END_S = 0.5         # a session with no host and nothing ready this long ends (at once if none is soon)
+_ADDRESS_POLL_S = 0.05   # a host whose address another name's turn holds looks again this much later
 _CANCELLING = frozenset({CrawlState.STOPPING, CrawlState.FINISHED})   # cut the exchanges in flight
 
 Emit = Callable[[list[Capture], str], None]
@@ -71,6 +74,7 @@ class Held:
     not_before: float   # epoch s: its next request goes then, not a moment before
     answer: Answer | None = None   # its name's lookup (names.py), once in
     named: bool = False            # ``state`` holds an address its turns have not written yet
+    address: str | None = None     # the address its turn holds (fetch/addresses.py), while in a turn
 
 
 @dataclass(slots=True)
@@ -262,16 +266,36 @@ class FetchSession:
         heapq.heappush(self.heap, (held.not_before, next(self.seq), host))
 
     def _dispatch(self) -> None:
-        """Give every due host to the pool while it has room."""
+        """Give every due host to the pool while it has room; a host whose address another
+        name holds or rests waits for it in the heap."""
         if self.stop.is_set() or not self.flowing:
             return
-        due = time.time() + _EARLY_S
+        now = time.time()
+        due = now + _EARLY_S
         while self.heap and self.heap[0][0] <= due and self.pool.room():
             _, _, host = heapq.heappop(self.heap)
             held = self.waiting.pop(host)
+            held.address = self._address(host, held)
+            if held.address is not None:
+                free_at, previous = self.w.addresses.take(held.address, host, now)
+                if free_at:
+                    held.not_before = max(held.not_before, due + _SLACK_S,
+                                          free_at if free_at < math.inf else now + _ADDRESS_POLL_S)
+                    held.address = None
+                    self._wait(host, held)
+                    continue
+                if previous is not None:   # one connection to the address: not the last name's
+                    self.w.fetcher.release(previous)
             with self.lock:
                 self.flying[host] = held
             self.pool.submit(functools.partial(self._turn, host, held))
+
+    def _address(self, host: str, held: Held) -> str | None:
+        """The address whose turns the host shares (per-address politeness): a name's."""
+        answer = held.answer
+        if not (self.w.settings.PER_IP_POLITENESS and answer is not None and answer.kind == AnswerKind.OK):
+            return None
+        return None if literal_address(name_of(host)) is not None else answer.addresses[0]
 
     def _nothing_ready_soon(self) -> bool:
         """Whether no host of the shard becomes ready within ``_IDLE_END_S`` (hosts that wait
@@ -402,6 +426,7 @@ class FetchSession:
         """One turn of a held host, then the host back to the loop (or out of the session)."""
         w = self.w
         done = _Done(host)
+        free_at = 0.0   # when the host's address may be contacted again
         try:
             if _lease_left(held.lease) < w.settings.TOTAL_TIMEOUT_S + 1.0:
                 self._renew_one(host)   # the loop renews waiting hosts only: the exchange must fit
@@ -414,6 +439,7 @@ class FetchSession:
             # a turn that sent nothing (a URL filtered, disallowed, refused) says te = now,
             # which may be just before the te it was due at: that one still holds
             turn.te = max(turn.te, held.not_before)
+            free_at = turn.te
             if turn.state is None and held.named:   # the name's new address is written with this turn
                 turn.state = held.state
             if turn.state is not None:
@@ -441,6 +467,8 @@ class FetchSession:
             except Exception:  # noqa: BLE001 - the lease is dropped already; it expires
                 log_once("fetch/give_back", "could not give back %s; its lease expires", host)
         finally:   # the loop takes the host out of ``flying``: it is held until then
+            if held.address is not None:
+                self.w.addresses.give(held.address, free_at or time.time())
             self.done.put(done)
             self.wake.set()
 

@@ -10,13 +10,14 @@ hops and a rendering browser's requests, each paced at the host's delay.
 """
 from __future__ import annotations
 
+import random
 import time
 from urllib.parse import urlsplit
 
 from crawler_tasks.counters import Counters
 from crawler_tasks.dedup.rules import RuleDrop
 from crawler_tasks.fetch.dns import Answer, AnswerKind
-from crawler_tasks.fetch.netsafety import AddressRefused, ResolveError
+from crawler_tasks.fetch.netsafety import AddressRefused, ResolveError, literal_address
 from crawler_tasks.fetch.politeness import HostState, request_gap
 from crawler_tasks.frontier import Discovered, Entry, Lease, Verdict
 from crawler_tasks.output.warc import warc_digest
@@ -24,10 +25,12 @@ from crawler_tasks.parse.html import is_html
 from crawler_tasks.parse.sitemaps import MAX_SITEMAP_BYTES
 from crawler_tasks.records import Action, EntryKind, ErrorKind
 from crawler_tasks.stages.fetch.context import TurnContext
-from crawler_tasks.stages.fetch.names import dns_turn
+from crawler_tasks.stages.fetch.names import dns_turn, name_of
 from crawler_tasks.stages.fetch.outcome import Turn, aborted, after_exchange, page_of, retry_action
 from crawler_tasks.stages.fetch.render_step import maybe_render
 from crawler_tasks.stages.fetch.robots_step import robots_step
+
+_CLAIM_JITTER_S = 0.1   # hosts that lost an address to another process do not all come back at once
 
 
 def take_turn(ctx: TurnContext, lease: Lease, state: HostState, not_before: float,
@@ -46,11 +49,15 @@ def take_turn(ctx: TurnContext, lease: Lease, state: HostState, not_before: floa
         return Turn(time.time(), Action.DONE, page)
     except ResolveError:
         pass  # the request below records the DNS failure and the retry policy applies
-    if not (s.PER_IP_POLITENESS and ip):
+    if not (s.PER_IP_POLITENESS and ip and literal_address(name_of(lease.host)) is None):
+        # an IP literal names its own server; names that share an address share its gap
         return _checked_turn(ctx, lease, state, entry, not_before)
-    free_at = w.frontier.claim_ip(ip)
-    if free_at:  # another host on this address was contacted too recently
-        return Turn(free_at, Action.KEEP)
+    free_at = w.frontier.claim_ip(ip)   # the session's address gate served this process; now the others
+    if free_at > 0:  # another host on this address was contacted too recently
+        return Turn(free_at + random.uniform(0, _CLAIM_JITTER_S), Action.KEEP)
+    if free_at < 0:  # another process's turn holds it: its end is unknown
+        return Turn(time.time() + max(request_gap(w.policy, state), _CLAIM_JITTER_S) * random.uniform(1, 2),
+                    Action.KEEP)
     turn = Turn(time.time(), Action.KEEP, last=True)
     try:
         turn = _checked_turn(ctx, lease, state, entry, not_before)
