@@ -330,6 +330,7 @@ class Fetcher:
         self.resolver = resolver or Resolver(s.dns_servers(), timeout_s=s.DNS_TIMEOUT_S, tries=s.DNS_TRIES,
                                              min_ttl_s=s.DNS_MIN_TTL_S, max_ttl_s=s.DNS_MAX_TTL_S)
         self._pins = {**hosts_file(), **parse_resolve_overrides(s.RESOLVE)}
+        self._dns_counted: dict[str, int] = {}   # the resolver's counters as last handed on
         # one idle keep-alive connection per origin (scheme, ASCII host, port)
         self._idle: OrderedDict[Origin, _Conn] = OrderedDict()
         self._lock = threading.Lock()
@@ -347,6 +348,15 @@ class Fetcher:
         for conn in conns:
             conn.close()
         self.resolver.close()
+
+    def dns_counts(self) -> dict[str, int]:
+        """The resolver's counters since the last call (``dns/<name>`` in the crawl's stats);
+        gauges left out."""
+        with self._lock:
+            now = {k: v for k, v in self.resolver.stats.items() if k not in ("in_flight", "cached")}
+            delta = {k: v - self._dns_counted.get(k, 0) for k, v in now.items() if v != self._dns_counted.get(k, 0)}
+            self._dns_counted = now
+        return delta
 
     def pinned(self, host: str) -> str | None:
         """The address a host needs no lookup for: an IP literal, or a name RESOLVE or

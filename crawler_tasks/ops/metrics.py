@@ -25,6 +25,7 @@ Mapping of the stats hash (``<prefix>:{g}:stats``) to metric families:
 ``frontier/enqueued|seeds`` ``crawler_frontier_enqueued_total``, ``crawler_frontier_seeds_total``
 ``frontier/dropped/<why>``  ``crawler_frontier_dropped_total{reason}`` (budgets, query traps)
 ``frontier/lease_<event>``  ``crawler_frontier_leases_total{event}`` (expired, lost)
+``dns/<event>``             ``crawler_dns_total{event}`` (lookups, queries, cache_hits, nxdomain, timeouts, ...)
 anything else               ``crawler_stat_total{name}`` (a new counter is never invisible)
 ==========================  ==================================================
 
@@ -189,6 +190,7 @@ class CrawlCollector:
             "dropped": _counter("crawler_frontier_dropped", "Discovered URLs not enqueued, by frontier verdict "
                                 "(URL-seen drops are in crawler_dedup_total)", ["reason"]),
             "leases": _counter("crawler_frontier_leases", "Host leases that expired or were lost", ["event"]),
+            "dns": _counter("crawler_dns", "The resolver's lookups, queries and outcomes (fetch/dns.py)", ["event"]),
             "batches": _counter("crawler_fetch_batches", "Fetch batches run"),
             "other": _counter("crawler_stat", "Other counters of the stats hash, by name", ["name"]),
         }
@@ -198,7 +200,7 @@ class CrawlCollector:
         labelled = (("fetch/status/", "status"), ("fetch/error/", "fetch_errors"), ("records/error/", "record_errors"),
                     ("error/", "internal"), ("robots/status/", "robots_status"), ("robots/", "robots"),
                     ("filter/", "filter"), ("dedup/", "dedup"), ("frontier/dropped/", "dropped"),
-                    ("frontier/lease_", "leases"))
+                    ("frontier/lease_", "leases"), ("dns/", "dns"))
         for name in ("pages", "skipped", "bytes", "batches", "written", "enqueued", "seeds"):
             fam[name].add_metric([], 0)   # always present, so rate() works from the first scrape
         for key, value in sorted(stats.items()):

@@ -49,6 +49,8 @@ def progress_line(p: Progress, elapsed_s: float, rate: float, eta: float | None,
              f"errors {p.errors}"]
     if p.robots_excluded:
         parts.append(f"robots-excluded {p.robots_excluded}")
+    if p.dns_lookups:
+        parts.append(f"dns {p.dns_lookups}" + (f" ({p.dns_failed} failed)" if p.dns_failed else ""))
     if unreachable:
         parts.append(f"unreachable {unreachable}")
     if eta is not None:

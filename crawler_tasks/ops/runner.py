@@ -572,6 +572,11 @@ class CrawlRunner:
             self._say("  errors " + ", ".join(f"{k}: {v}" for k, v in sorted(errors.items())))
         if progress.robots_excluded:
             self._say(f"  excluded by robots.txt: {progress.robots_excluded}")
+        if progress.dns_lookups:
+            st = progress.stats
+            self._say(f"  DNS: {progress.dns_lookups} lookups ({st.get('dns/queries', 0)} queries), "
+                      f"{st.get('dns/nxdomain', 0)} NXDOMAIN, {st.get('dns/nodata', 0)} no address, "
+                      f"{st.get('dns/temporary', 0)} no server answer")
         for line in summarize_waiting(progress, waiting_hosts(Frontier(self.settings),
                                                               limit_per_shard=SUMMARY_HOSTS_PER_SHARD), reason):
             self._say("  " + line)

@@ -79,6 +79,16 @@ class Progress:
     def robots_excluded(self) -> int:
         return self.stats.get("records/error/robots", 0)
 
+    @property
+    def dns_lookups(self) -> int:
+        """Lookups that asked a server (not the ones the cache answered or a lookup in flight joined)."""
+        return sum(self.stats.get(f"dns/{k}", 0) for k in ("answers_ok", "nxdomain", "nodata", "temporary"))
+
+    @property
+    def dns_failed(self) -> int:
+        """Lookups that found no address: NXDOMAIN, NODATA, no server answer."""
+        return sum(self.stats.get(f"dns/{k}", 0) for k in ("nxdomain", "nodata", "temporary"))
+
 
 def read_progress(settings: Settings, frontier: Frontier | None = None) -> Progress:
     """A consistent-enough picture of the crawl, for stats, progress and the stop decision."""

@@ -192,6 +192,8 @@ class FetchSession:
             handed += self._flush(group)
         with self.lock:
             counters, self.counters = self.counters, {}
+        for name, n in w.fetcher.dns_counts().items():
+            bump(counters, f"dns/{name}", n)
         bump(counters, "fetch/sessions")
         w.count(counters)
         w.control.end_session(self.shard, self.session_id)
@@ -234,7 +236,6 @@ class FetchSession:
             self.resolving[host] = held
             answer = self.w.fetcher.resolver.lookup(name_of(host), functools.partial(self._looked_up, host))
             if answer is None:
-                self._bump("dns/lookups")
                 return
             del self.resolving[host]
         held.answer = answer
@@ -255,7 +256,6 @@ class FetchSession:
             held = self.resolving.pop(host, None)
             if held is None:   # given back meanwhile
                 continue
-            self._bump(f"dns/{answer.kind}")
             if answer.kind == AnswerKind.OK:
                 held.state, held.named = with_answer(held.state, answer, time.time()), True
             held.answer = answer
@@ -414,6 +414,8 @@ class FetchSession:
     def _flush(self, group: Group) -> int:
         with self.lock:
             counters, self.counters = self.counters, {}
+        for name, n in self.w.fetcher.dns_counts().items():
+            bump(counters, f"dns/{name}", n)
         self.pool.keep_bytes(-group.body_bytes)
         return flush_group(self.w, self.shard, group, counters, self.emit)
 
