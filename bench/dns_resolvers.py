@@ -14,7 +14,8 @@ server runs in another process. Figures:
 Candidates: ``ours`` (crawler_tasks.fetch.dns.Resolver: one selector thread, dnspython only
 to parse answers), ``dnspython`` (dns.asyncquery.udp on an asyncio loop), ``aiodns``
 (pycares on an asyncio loop), ``pycares`` (c-ares's own event thread, callbacks). All ask
-A only, timeout 1 s, 3 tries.
+A only, timeout 1 s, 3 tries. aiodns and pycares are not requirements of the project: a
+candidate whose package is missing is skipped with a note.
 
     python bench/dns_resolvers.py [--seq 2000] [--conc 1000] [--rounds 3]
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import importlib.util
 import multiprocessing as mp
 import statistics
 import sys
@@ -214,6 +216,10 @@ def main() -> None:
     ap.add_argument("--only", nargs="*", choices=sorted(CANDIDATES), default=list(CANDIDATES))
     args = ap.parse_args()
 
+    missing = [c for c in args.only for m in IMPORTS[c] if importlib.util.find_spec(m.split(".")[0]) is None]
+    for candidate in dict.fromkeys(missing):
+        print(f"{candidate}: not installed here (.venv/bin/pip install {candidate}); skipped")
+    args.only = [c for c in args.only if c not in missing]
     ctx = mp.get_context("spawn")
     control, server_end = ctx.Pipe()
     server = ctx.Process(target=serve, args=(server_end,), daemon=True)

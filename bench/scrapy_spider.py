@@ -27,8 +27,8 @@ handler (the reactor's thread, as any pipeline would run):
 - each HTML 200 gets its main text from trafilatura (``extract(html, fast=True,
   include_comments=False)``: ``fast`` skips its fallback extractors, the speed
   setting its docs give) and a 64-bit simhash of that text (``simhash64`` below:
-  the simhash package on PyPI has had no release since 2022 and hashes in Python
-  bit loops);
+  the simhash package on PyPI has had no release since 2022 and hashes every
+  4-character shingle with MD5, a feature a character);
 - every response but robots.txt gets one line in ``DIR/pages.jsonl``: url,
   status, text_chars, simhash (16 hex digits; null without text), the
   counterpart of our pages.jsonl and feed.
