@@ -7,8 +7,8 @@ is a socket and a timer on one thread per process, and callers are called back.
 
 - **One selector thread per process**, started on first use; a forked child gets a fresh
   lock, keeps the cache, forgets the parent's lookups and sockets, and starts its own
-  thread (at-fork hook, and a pid guard). Callers are threads; ``done`` runs on the resolver thread and must only
-  queue.
+  thread (at-fork hook, and a pid guard). Callers are threads; ``done`` runs on the
+  resolver thread and must only queue.
 - **Queries**: UDP, a socket per query (the kernel picks a random source port; the socket
   is connected, so only the server's datagrams reach it), a random 16-bit id, RD set, no
   EDNS. An answer must match the id and the question, else it is ignored (counted). An
