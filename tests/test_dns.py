@@ -538,3 +538,20 @@ def test_the_parser_never_raises_anything_but_malformed(case, flips, cut):
         _interpret(_parse(bytes(mangled)), qname.encode(), qtype, "server")
     except _Malformed:
         pass
+
+
+def test_a_late_answer_to_a_timed_out_query_still_answers_the_lookup():
+    """Every answer comes 0.5 s late; try 1 waits 0.3 s, try 2 0.6 s. The lookup ends with
+    try 1's answer (at 0.5 s), not try 2's (at 0.8 s) nor a timeout: a loaded server's
+    slow answers are not thrown away."""
+    with DnsServer({"late.test": ["127.0.0.30"]}, latency=Latency(0.5, 0.0, max_s=1.0)) as srv:
+        r = Resolver([srv.address], timeout_s=0.3, tries=2)
+        try:
+            started = time.monotonic()
+            answer = r.resolve("late.test", timeout_s=5.0)
+            took = time.monotonic() - started
+        finally:
+            r.close()
+        assert answer.kind == AnswerKind.OK and answer.addresses == ("127.0.0.30",)
+        assert answer.queries == 2 and srv.counts("A")["late.test"] == 2
+        assert took < 0.75, took   # try 2's answer would come at 0.8 s

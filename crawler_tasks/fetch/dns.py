@@ -25,8 +25,11 @@ is a socket and a timer on one thread per process, and callers are called back.
   servers, which are taken in order of fewest recent timeouts (a dead first server costs
   the first lookups only). Bound: a lookup ends at most ``timeout_s`` x (2^tries - 1) after
   its first query (7 s by default) and sends at most ``tries`` failed queries plus four
-  answered ones (A, AAAA, each NXDOMAIN's confirmation). Queries beyond ``max_sockets`` in
-  flight wait for a socket before their timer starts (file descriptors are bounded).
+  answered ones (A, AAAA, each NXDOMAIN's confirmation). A query that timed out keeps its
+  socket until the lookup ends: a server that answers late (a burst of thousands of new
+  hosts) still answers the lookup, where closing it made each try time out in turn. Queries
+  beyond ``max_sockets`` in flight wait for a socket before their timer starts (file
+  descriptors are bounded).
 - **NXDOMAIN is confirmed** by one more query (the next server, or the same one) before it
   is reported: one lost or odd NXDOMAIN must not kill a live host. Unconfirmed when the
   tries run out: TEMPORARY.
@@ -292,6 +295,8 @@ class _Lookup:
     negative_ttl_s: float | None = None
     first_sent: float = 0.0       # monotonic time of the first query
     deadline: float = 0.0
+    queries: list[_Query] = field(default_factory=list)   # every query sent, closed at the end
+    done: bool = False
 
 
 @dataclass(slots=True, eq=False)
@@ -308,6 +313,7 @@ class _Query:
     connected: bool = False
     buf: bytearray = field(default_factory=bytearray)
     over: bool = False
+    late: bool = False   # timed out (its try is spent) but still listening: a late answer still counts
 
 
 class Resolver:
@@ -564,7 +570,12 @@ class Resolver:
             if not query.over:
                 self._counts_add("timeouts")
                 self._timeouts_in_row[query.server_index] += 1
-                self._fail(query, f"no answer from {self._names[query.server_index]}", timeout=True)
+                reason = f"no answer from {self._names[query.server_index]}"
+                if query.tcp:
+                    self._fail(query, reason, timeout=True)
+                else:   # the next try goes, and this one keeps listening: a slow server's answer still counts
+                    query.late = True
+                    self._failed(query.lookup, reason, timeout=True)
 
     def _counts_add(self, name: str) -> None:
         with self._lock:
@@ -573,6 +584,8 @@ class Resolver:
     def _send(self, lookup: _Lookup) -> None:
         """Send the lookup's next query, or finish it when its tries or time are spent."""
         now = time.monotonic()
+        if lookup.done:
+            return
         if lookup.sent and (lookup.failures >= self.tries or now >= lookup.deadline):
             self._give_up(lookup)
             return
@@ -598,6 +611,7 @@ class Resolver:
         due = min(lookup.deadline, now + self.timeout_s * 2 ** lookup.failures)
         query = _Query(lookup, index, qid, wire, sock, due)
         self._queries.add(query)
+        lookup.queries.append(query)
         try:
             sock.setblocking(False)
             sock.connect((ip, port))
@@ -705,6 +719,9 @@ class Resolver:
 
     def _on_answer(self, query: _Query, wire: bytes) -> None:
         lookup = query.lookup
+        if lookup.done:
+            self._end_query(query)
+            return
         where = self._names[query.server_index]
         try:
             message = _parse(wire)
@@ -742,8 +759,10 @@ class Resolver:
         self._succeed(lookup, reply)
 
     def _fail(self, query: _Query, reason: str, timeout: bool = False) -> None:
+        """The query failed; its try is spent, unless it was spent already (a late one)."""
         self._end_query(query)
-        self._failed(query.lookup, reason, timeout)
+        if not query.late:
+            self._failed(query.lookup, reason, timeout)
 
     def _failed(self, lookup: _Lookup, reason: str, timeout: bool = False) -> None:
         """A try is spent: the next one, or the end."""
@@ -776,6 +795,10 @@ class Resolver:
         self._finish(lookup, answer)
 
     def _finish(self, lookup: _Lookup, answer: Answer) -> None:
+        lookup.done = True
+        for query in lookup.queries:
+            if not query.over:
+                self._end_query(query)
         counter = {AnswerKind.OK: "answers_ok", AnswerKind.NXDOMAIN: "nxdomain",
                    AnswerKind.NODATA: "nodata", AnswerKind.TEMPORARY: "temporary"}[answer.kind]
         with self._lock:
