@@ -7,7 +7,10 @@ thread: when its ``te`` has passed the loop gives it to the process's exchange p
 finished pages to parse in groups (every ``PARSE_GROUP_S`` or ``PARSE_GROUP_PAGES``
 pages, their bodies in a spool file), renews the leases of every held host in one round
 trip per shard, leases more ready hosts while the pool has room, and holds due hosts
-while parse is behind (back-pressure) or the crawl is not running.
+while parse is behind (back-pressure) or the crawl is not running. A host taken is looked
+up first (``names.py``: a pending query, no thread) and joins the heap with its answer;
+a due host whose address another name holds or rests waits for it in the heap
+(``fetch/addresses.py``).
 
 The crawl's state: RUNNING goes on; any other state starts no new turn and gives the
 held hosts back, while turns in flight finish normally (a pause); STOPPING and FINISHED
