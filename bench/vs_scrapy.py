@@ -108,6 +108,14 @@ class Run:
     load: float = 0.0  # the machine's 1-minute load average at exit: others' work slows both sides
     cpu_by_role: dict[str, float] = field(default_factory=dict)  # CPU s per role (sampled; bench/crawl_bench.py)
     peak_rss_by_role: dict[str, int] = field(default_factory=dict)  # each role's peak RSS (summed over its processes)
+    cpu_series: list[tuple[float, float]] = field(default_factory=list)  # (time, the tree's CPU s so far), sampled
+
+    def cpu_between(self, t0: float, t1: float) -> float:
+        """The tree's CPU seconds between two instants (from the samples around them)."""
+        def at(t: float) -> float:
+            before = [cpu for when, cpu in self.cpu_series if when <= t]
+            return before[-1] if before else 0.0
+        return at(t1) - at(t0)
 
     @property
     def pages(self) -> int:
@@ -211,11 +219,17 @@ class ServerView:
     @property
     def rate_steady(self) -> float:
         """200 pages/s between the 10% and 90% answers."""
+        t0, t1, pages = self.steady_window
+        return pages / (t1 - t0) if pages and t1 > t0 else 0.0
+
+    @property
+    def steady_window(self) -> tuple[float, float, int]:
+        """(time of the 10% answer, of the 90% answer, 200 pages between them)."""
         n = len(self.page_ends)
         lo, hi = n // 10, n - 1 - n // 10
-        if hi <= lo or self.page_ends[hi] <= self.page_ends[lo]:
-            return 0.0
-        return (hi - lo) / (self.page_ends[hi] - self.page_ends[lo])
+        if hi <= lo:
+            return 0.0, 0.0, 0
+        return self.page_ends[lo], self.page_ends[hi], hi - lo
 
     def in_flight(self, what: str, q: float) -> float:
         """A quantile over the run of one InFlight field (exchanges, hosts_connected, ...)."""
@@ -411,6 +425,7 @@ class Measure:
     peak_pss: int = 0  # of the process tree, sampled every PSS_SAMPLE_EVERY RSS samples
     cpu_by_role: dict[str, float] = field(default_factory=dict)
     peak_rss_by_role: dict[str, int] = field(default_factory=dict)
+    cpu_series: list[tuple[float, float]] = field(default_factory=list)
 
 
 def tree_pss(pid: int) -> int:
@@ -459,6 +474,7 @@ def measured(cmd: list[str], env: dict[str, str], log: Path, watch: Path, timeou
         written: list[tuple[float, int]] = []
         cpu_by_pid: dict[int, tuple[str, float]] = {}
         peak_by_role: dict[str, int] = {}
+        cpu_series: list[tuple[float, float]] = []
 
         timed_out = False
 
@@ -477,6 +493,7 @@ def measured(cmd: list[str], env: dict[str, str], log: Path, watch: Path, timeou
                 for role, rss in now.items():
                     peak_by_role[role] = max(peak_by_role.get(role, 0), rss)
                 written.append((time.time(), counter.count()))
+                cpu_series.append((time.time(), sum(cpu for _, cpu in cpu_by_pid.values())))
                 n += 1
                 if n % PSS_SAMPLE_EVERY == 0:
                     peak_pss = max(peak_pss, tree_pss(proc.pid))
@@ -495,7 +512,7 @@ def measured(cmd: list[str], env: dict[str, str], log: Path, watch: Path, timeou
         sampler.join()
         written.append((t0 + wall, counter.count()))
     return Measure(proc.returncode, t0, wall, usage.ru_utime + usage.ru_stime, peak, written, peak_pss,
-                   cpu_by_role(cpu_by_pid), peak_by_role)
+                   cpu_by_role(cpu_by_pid), peak_by_role, cpu_series)
 
 
 def clean_env() -> dict[str, str]:
@@ -534,7 +551,7 @@ def run_ours(args: argparse.Namespace, seeds: list[str], cap: int, delay: float,
             times.append(fetched.replace(tzinfo=UTC).timestamp())
             hosts[urlsplit(rec["url"]).netloc] += 1
     return Run("ours", m.start, m.wall_s, m.cpu_s, m.peak_rss, sorted(times), hosts, m.written, m.peak_pss,
-               cpu_by_role=m.cpu_by_role, peak_rss_by_role=m.peak_rss_by_role)
+               cpu_by_role=m.cpu_by_role, peak_rss_by_role=m.peak_rss_by_role, cpu_series=m.cpu_series)
 
 
 def run_scrapy(args: argparse.Namespace, python: Path, seeds: list[str], cap: int, delay: float,
@@ -564,7 +581,8 @@ def run_scrapy(args: argparse.Namespace, python: Path, seeds: list[str], cap: in
     if outputs:
         check_outputs(tmp / "scrapy-outputs", len(times), log)
     return Run("scrapy+outputs" if outputs else "scrapy", m.start, m.wall_s, m.cpu_s, m.peak_rss, sorted(times),
-               hosts, m.written, m.peak_pss, cpu_by_role=m.cpu_by_role, peak_rss_by_role=m.peak_rss_by_role)
+               hosts, m.written, m.peak_pss, cpu_by_role=m.cpu_by_role, peak_rss_by_role=m.peak_rss_by_role,
+               cpu_series=m.cpu_series)
 
 
 def check_outputs(folder: Path, pages: int, log: Path) -> None:

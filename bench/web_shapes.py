@@ -217,13 +217,20 @@ def run_cell(args: argparse.Namespace, cell: Cell, side: str, run_no: int, pytho
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def steady_cpu_ms(r: Result) -> float:
+    """Our crawl tree's CPU a 200 page in the steady window (10 % to 90 % of the answers):
+    start-up (interpreters, every host's robots.txt first) and the tail left out."""
+    t0, t1, pages = served(r.run).steady_window
+    return r.run.cpu_between(t0, t1) / pages * 1000 if pages else float("nan")
+
+
 def cpu_bound(r: Result) -> float:
-    """Pages/s the machine allows at this run's CPU a page: its cores, less the web's share."""
-    pages = served(r.run).pages
-    if not pages or not r.run.cpu_s:
+    """Pages/s the machine allows at the steady CPU a page: its cores, less the web's share."""
+    cpu_ms = steady_cpu_ms(r)
+    if not cpu_ms > 0:
         return float("inf")
     cores = (psutil.cpu_count() or 1) - r.web_cpu_s / r.run.wall_s
-    return cores / (r.run.cpu_s / pages)
+    return cores / (cpu_ms / 1000)
 
 
 def summary_line(cell: Cell, ours: list[Result], theirs: list[Result], live_names: int) -> str:
@@ -244,7 +251,7 @@ def summary_line(cell: Cell, ours: list[Result], theirs: list[Result], live_name
             f"{med(ours, lambda r: served(r.run).in_flight('hosts_in_flight', 0.5)):6.0f} "
             f"{reached:5.0f}/{live_names:<5d} {lookups:4.0f} "
             f"{med(ours, lambda r: r.dead_recorded):5.0f} "
-            f"{med(ours, lambda r: r.run.cpu_s / max(served(r.run).pages, 1) * 1000):6.2f} "
+            f"{med(ours, steady_cpu_ms):6.2f} "
             f"{sum(served(r.run).politeness.violations for r in ours):4d}")
 
 
@@ -260,7 +267,8 @@ def report_cell(cell: Cell, results: dict[str, list[Result]]) -> None:
                   f"{sv.rate_steady:6.1f}/s, wall {r.run.wall_s:5.1f} s, exchanges in flight median "
                   f"{sv.in_flight('exchanges', 0.5):.0f} p95 {sv.in_flight('exchanges', 0.95):.0f}, hosts in flight "
                   f"{sv.in_flight('hosts_in_flight', 0.5):.0f}, hosts reached {sv.politeness.hosts}, CPU "
-                  f"{r.run.cpu_s / max(sv.pages, 1) * 1000:.2f} ms/page (web {r.web_cpu_s:.1f} s), peak PSS "
+                  f"{r.run.cpu_s / max(sv.pages, 1) * 1000:.2f} ms/page whole run, {steady_cpu_ms(r):.2f} steady "
+                  f"(web {r.web_cpu_s:.1f} s), peak PSS "
                   f"{r.run.peak_pss / 2**20:.0f} MiB, TLS connections {tls} ({resumed} resumed), "
                   f"politeness violations {sv.politeness.violations}, last exchange to exit "
                   f"{r.run.start + r.run.wall_s - sv.last_end:.1f} s, load {r.run.load:.1f}")
@@ -319,7 +327,8 @@ def main() -> int:
           "       lookups dead  CPU ms viol")
     print("\n".join(lines))
     print("(ours/s and scrapy/s: 200 pages/s between the 10 % and 90 % answers; share: ours over the lower bound; "
-          "lookups: most A queries for one live name; dead: dead names recorded in pages.jsonl)")
+          "lookups: most A queries for one live name; dead: dead names recorded in pages.jsonl; CPU ms: a page, "
+          "steady)")
     return 0
 
 
