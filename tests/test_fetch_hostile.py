@@ -15,6 +15,7 @@ from crawler_tasks.fetch import http
 from crawler_tasks.fetch.http import ErrorKind, Fetcher
 from crawler_tasks.settings import Settings
 from tests.hostile import PAGE, HostileServer, start_hostile
+from testweb.dns import Behaviour, DnsServer, Entry
 
 DEADLINE_S = 3.0
 BOUND_S = DEADLINE_S * 1.5 + 2  # correctness bound (no hang), generous so it never flakes
@@ -283,15 +284,18 @@ def test_connection_refused(fetcher):
 
 
 def test_slow_dns_is_bounded_by_the_deadline():
-    def slow(host: str) -> list[str]:
-        time.sleep(30)
-        return ["127.0.0.2"]
-
-    f = Fetcher(dataclasses.replace(Settings(), ALLOW_PRIVATE=True, TOTAL_TIMEOUT_S=DEADLINE_S,
-                                    CONNECT_TIMEOUT_S=1.0), resolver=slow)
-    res, elapsed = timed(f, "http://slow.example/")
-    assert res.error_kind == ErrorKind.DNS and "no answer within" in res.error
-    f.close()
+    """A name whose server never answers, asked with a lookup of 20 s: the exchange waits
+    CONNECT_TIMEOUT_S for it, not the lookup's time."""
+    with DnsServer({"slow.test": Entry(behaviour=Behaviour.SILENT)}) as dns:
+        ip, port = dns.address
+        f = Fetcher(dataclasses.replace(Settings(), ALLOW_PRIVATE=True, TOTAL_TIMEOUT_S=DEADLINE_S,
+                                        CONNECT_TIMEOUT_S=1.0, DNS_SERVERS=(f"{ip}:{port}",), DNS_TIMEOUT_S=20.0))
+        try:
+            res, elapsed = timed(f, "http://slow.test/")
+        finally:
+            f.close()
+    assert res.error_kind == ErrorKind.DNS and "no answer within 1.0 s" in res.error
+    assert 0.9 < elapsed < DEADLINE_S
 
 
 def test_url_limits_and_bad_urls(fetcher):

@@ -238,7 +238,8 @@ def test_canonical_is_a_hint_and_noindex_a_verdict(fast):
                                b'</head><body>an off-site canonical</body></html>')}
     spec = HostSpec(pages=0, extra_routes=routes, link_extra_routes=False)
     with TestWeb(n_hosts=1, pages_per_host=1, host_specs={0: spec}) as web:
-        recs = {r["url"].rsplit("/", 1)[1]: r for r in crawl_inline(fast, web.seeds())}
+        # the off-site canonical is queued too (and gets its own record, a dns error): not a page of the host
+        recs = {r["url"].rsplit("/", 1)[1]: r for r in crawl_inline(fast, web.seeds()) if r["url"].startswith(web.url(0, "/"))}
         # other content than its canonical, or a canonical never fetched: still in the feed
         assert recs["a"]["canonical"] == web.url(0, "/c") and recs["a"]["indexable"]
         assert recs["e"]["canonical"] == "https://elsewhere.example/e" and recs["e"]["indexable"]

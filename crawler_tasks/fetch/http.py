@@ -589,6 +589,7 @@ class Fetcher:
         if not conn.tls_kept and isinstance(conn.sock, ssl.SSLSocket):
             self._keep_session(r.origin, conn)
         if reusable and not conn.buf:  # bytes past the body would pose as the next answer
+            conn.buf = bytearray()   # an emptied bytearray keeps its room: an idle connection holds none
             self._give_back(r.origin, conn)
         else:
             conn.close()
