@@ -26,6 +26,25 @@ def test_threads_follow_the_turns_in_flight_not_the_turns_given():
     assert pool.running == 0 and pool.room()
 
 
+def test_threads_beyond_the_turns_in_flight_idle_out_after_a_burst():
+    """A burst starts 8 threads; then one turn at a time: the turns go to the thread idle the
+    shortest time, so 7 of them idle out (with a shared queue every thread kept getting a turn
+    now and then, and none ever did)."""
+    pool = ExchangePool(max_exchanges=8, max_hosts=100, memory_bytes=2**30, idle_exit_s=0.3)
+    gate = threading.Event()
+    for _ in range(8):
+        pool.submit(gate.wait)
+    assert pool.threads == 8
+    gate.set()
+    done = threading.Semaphore(0)
+    until = time.time() + 1.5
+    while time.time() < until:
+        pool.submit(done.release)
+        assert done.acquire(timeout=5)
+        time.sleep(0.01)
+    assert pool.threads <= 2, pool.threads
+
+
 def test_room_stops_at_the_memory_and_host_caps():
     pool = ExchangePool(max_exchanges=100, max_hosts=10, memory_bytes=10 * 2**20)
     pool.hold(7)

@@ -39,6 +39,7 @@ from crawler_tasks.fetch.politeness import HostState, request_gap
 from crawler_tasks.frontier import Lease
 from crawler_tasks.records import Action, Capture
 from crawler_tasks.runtime.control import CrawlState
+from crawler_tasks.runtime.malloc import trim
 from crawler_tasks.stages.fetch.context import TurnContext
 from crawler_tasks.stages.fetch.finish import End, archive_turn, finish_turn
 from crawler_tasks.stages.fetch.groups import Group, Taken, flush_group
@@ -335,6 +336,7 @@ class FetchSession:
 
     def _check_control(self) -> None:
         s = self.w.settings
+        trim()   # the process's free heap pages back to the system, every few seconds
         view, leased = crawl_view(self.w)
         with self.lock:
             flying = set(self.flying)
