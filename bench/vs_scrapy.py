@@ -643,6 +643,24 @@ def table(rows: list[tuple[str, str, Callable[[Run], float], bool]], ours: list[
         print(f"  {label:28s} {a:>10{fmt}} {b:>10{fmt}} {r:>12s}")
 
 
+# the many-hosts tables' rows: (label, format, figure of a run, whether a ratio is shown)
+MANY_ROWS: list[tuple[str, str, Callable[[Run], float], bool]] = [
+    ("pages", ".0f", lambda r: r.pages, False),
+    ("wall s", ".1f", lambda r: r.wall_s, True),
+    ("pages/s whole run", ".1f", lambda r: r.rate_whole, True),
+    ("pages/s steady (10-90%)", ".1f", lambda r: r.rate_steady, True),
+    ("records/s written (10-90%)", ".1f", lambda r: r.rate_written, True),
+    ("start-up s (to 1st page)", ".1f", lambda r: r.startup_s, True),
+    ("shutdown s (last page-exit)", ".1f", lambda r: r.shutdown_s, True),
+    ("last record written-exit s", ".1f", lambda r: r.idle_tail_s, True),
+    ("CPU ms/page", ".2f", lambda r: r.cpu_ms_per_page, True),
+    ("CPU % of one core", ".0f", lambda r: r.cpu_s / r.wall_s * 100, True),
+    ("peak RSS MiB", ".0f", lambda r: r.peak_rss / 2**20, True),
+    ("peak PSS MiB (tree)", ".0f", lambda r: r.peak_pss / 2**20, True),
+    ("load average at exit", ".1f", lambda r: r.load, False),
+]
+
+
 def many_hosts(args: argparse.Namespace, python: Path) -> None:
     web = (args.hosts, args.host_pages, args.mean_bytes)
     print(f"\n== many hosts: {args.hosts} hosts x {args.host_pages} pages, mean {args.mean_bytes} B; "
@@ -650,19 +668,7 @@ def many_hosts(args: argparse.Namespace, python: Path) -> None:
     ours, theirs = alternate(args, python, lambda: TestWebProcess(*web), args.pages, args.delay)
     print(f"\nmany hosts (CPU-bound): {args.hosts} hosts x {args.host_pages} pages, mean {args.mean_bytes} B, "
           f"cap {args.pages}, delay {args.delay} s; median of {args.runs} run(s) each")
-    table([
-        ("pages", ".0f", lambda r: r.pages, False),
-        ("wall s", ".1f", lambda r: r.wall_s, True),
-        ("pages/s whole run", ".1f", lambda r: r.rate_whole, True),
-        ("pages/s steady (10-90%)", ".1f", lambda r: r.rate_steady, True),
-        ("records/s written (10-90%)", ".1f", lambda r: r.rate_written, True),
-        ("start-up s (to 1st page)", ".1f", lambda r: r.startup_s, True),
-        ("shutdown s (last page-exit)", ".1f", lambda r: r.shutdown_s, True),
-        ("last record written-exit s", ".1f", lambda r: r.idle_tail_s, True),
-        ("CPU ms/page", ".2f", lambda r: r.cpu_ms_per_page, True),
-        ("peak RSS MiB", ".0f", lambda r: r.peak_rss / 2**20, True),
-        ("peak PSS MiB (tree)", ".0f", lambda r: r.peak_pss / 2**20, True),
-    ], ours, theirs)
+    table(MANY_ROWS, ours, theirs)
     by_role(ours, theirs)
 
 
@@ -694,25 +700,10 @@ def many_hosts_outputs(args: argparse.Namespace, python: Path) -> None:
     print(f"\nmany hosts (CPU-bound), Scrapy bare and with our outputs: {args.hosts} hosts x {args.host_pages} "
           f"pages, mean {args.mean_bytes} B, cap {args.pages}, delay {args.delay} s; median of {args.runs} run(s) "
           f"each, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    rows: list[tuple[str, str, Callable[[Run], float], bool]] = [
-        ("pages", ".0f", lambda r: r.pages, False),
-        ("wall s", ".1f", lambda r: r.wall_s, True),
-        ("pages/s whole run", ".1f", lambda r: r.rate_whole, True),
-        ("pages/s steady (10-90%)", ".1f", lambda r: r.rate_steady, True),
-        ("records/s written (10-90%)", ".1f", lambda r: r.rate_written, True),
-        ("start-up s (to 1st page)", ".1f", lambda r: r.startup_s, True),
-        ("shutdown s (last page-exit)", ".1f", lambda r: r.shutdown_s, True),
-        ("last record written-exit s", ".1f", lambda r: r.idle_tail_s, True),
-        ("CPU ms/page", ".2f", lambda r: r.cpu_ms_per_page, True),
-        ("CPU % of one core", ".0f", lambda r: r.cpu_s / r.wall_s * 100, True),
-        ("peak RSS MiB", ".0f", lambda r: r.peak_rss / 2**20, True),
-        ("peak PSS MiB (tree)", ".0f", lambda r: r.peak_pss / 2**20, True),
-        ("load average at exit", ".1f", lambda r: r.load, False),
-    ]
     names = list(sides)
     print(f"  {'':28s} " + " ".join(f"{name:>14s}" for name in names)
           + "".join(f" {'ours/' + name:>20s}" for name in names[1:]))
-    for label, fmt, value, ratio in rows:
+    for label, fmt, value, ratio in MANY_ROWS:
         figures = [med(runs, value) for runs in sides.values()]
         ratios = "".join(f" {figures[0] / b:>20.2f}" if ratio and b else f" {'':>20s}" for b in figures[1:])
         print(f"  {label:28s} " + " ".join(f"{x:>14{fmt}}" for x in figures) + ratios)
