@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from warcio.archiveiterator import ArchiveIterator
 
 from testweb import TestWeb
 from testweb.dns import Behaviour, DnsServer, Entry
@@ -135,3 +136,23 @@ def test_names_on_one_address_share_its_gap_and_one_connection(shared):
         rs.sort(key=lambda r: r.start)
         gaps = [b.start - a.end for a, b in zip(rs, rs[1:])]
         assert min(gaps) >= 0.05 - 0.001, (address, min(gaps))   # one request at a time, the delay between
+
+
+def test_each_lookup_is_archived_as_heritrix_does(crawled):
+    """One dns: response record a live name (text/dns: a timestamp line, then the A record)."""
+    out = Path(crawled["proc"].args[crawled["proc"].args.index("--out") + 1])
+    answers = {}
+    for path in sorted((out / "warc").glob("*.warc.gz")):
+        with open(path, "rb") as f:
+            for record in ArchiveIterator(f):
+                uri = record.rec_headers.get_header("WARC-Target-URI") or ""
+                if uri.startswith("dns:"):
+                    assert record.rec_type == "response"
+                    assert record.rec_headers.get_header("Content-Type") == "text/dns"
+                    answers.setdefault(uri[4:], []).append(record.content_stream().read().decode())
+    zone = crawled["web"].zone
+    assert set(answers) == set(zone)
+    for name, bodies in answers.items():
+        assert len(bodies) == 1
+        stamp, line, _ = bodies[0].split("\n")
+        assert len(stamp) == 14 and stamp.isdigit() and line.split("\t") == [f"{name}.", "300", "IN", "A", zone[name]]

@@ -231,9 +231,18 @@ class WarcStore:
         return self._write_derived(url, "conversion", html, "text/html; charset=utf-8", date,
                                    [("WARC-Refers-To", refers_to)] if refers_to else [])
 
+    def write_dns(self, name: str, addresses: tuple[str, ...], ttl_s: float, when: float) -> str:
+        """A lookup's answer as Heritrix archives it: a ``response`` record for ``dns:name``,
+        ``text/dns``, a 14-digit timestamp line then one line per address record. Returns its id."""
+        stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime(when))
+        lines = [f"{name}.\t{int(ttl_s)}\tIN\t{'AAAA' if ':' in a else 'A'}\t{a}" for a in addresses]
+        body = "\n".join([stamp, *lines, ""]).encode("ascii", "replace")
+        return self._write_derived(f"dns:{name}", "response", body, "text/dns", warc_date(when), [])
+
     def _write_derived(self, url: str, kind: str, body: bytes, content_type: str, date: str,
                        links: list[tuple[str, str]]) -> str:
-        """A record derived from a response (``links`` names it); returns its id."""
+        """A record of its own about ``url`` (``links`` names the response it comes from);
+        returns its id."""
         record_id = _record_id()
         member = self._member(kind, url, body, [("WARC-Date", date), *links, ("Content-Type", content_type)], record_id)
         with self._lock:

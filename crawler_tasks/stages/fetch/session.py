@@ -261,7 +261,9 @@ class FetchSession:
             if held is None:   # given back meanwhile
                 continue
             if answer.kind == AnswerKind.OK:
-                held.state, held.named = with_answer(held.state, answer, time.time()), True
+                now = time.time()
+                held.state, held.named = with_answer(held.state, answer, now), True
+                self.w.warc.write_dns(answer.host, answer.addresses, answer.ttl_s, now)   # as Heritrix does
             held.answer = answer
             self._wait(host, held)
 
