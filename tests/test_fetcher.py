@@ -203,6 +203,18 @@ def test_append_jsonl_whole_lines(tmp_path):
     assert all(json.loads(line)["pad"] == "x" * 5000 for line in lines)
 
 
+def test_append_cuts_a_torn_line_left_by_a_killed_writer(tmp_path):
+    """A writer killed inside its write() leaves part of a line: the next append cuts it
+    off rather than gluing its own first line onto the fragment."""
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(b'{"i": 0}\n{"i": 1, "pad": "xx')
+    append_jsonl(path, [{"i": 1}, {"i": 2}])
+    assert path.read_bytes() == b'{"i": 0}\n{"i":1}\n{"i":2}\n'
+    path.write_bytes(b'{"no newline at all')
+    append_jsonl(path, [{"i": 3}])
+    assert path.read_bytes() == b'{"i":3}\n'
+
+
 def test_conditional_get_304_is_a_revisit_record(server, fetcher, tmp_path):
     first = fetcher.fetch(server + "/cond")
     again = fetcher.fetch(server + "/cond", extra_headers={"If-None-Match": first.header("etag")})

@@ -56,7 +56,7 @@ from crawler_tasks.frontier.reclaim import (
     remember_queued,
     unseen_among,
 )
-from crawler_tasks.output.jsonl import FEED_FILE, PAGES_FILE
+from crawler_tasks.output.jsonl import FEED_FILE, PAGES_FILE, whole_lines_end
 from crawler_tasks.output.spool import drop_message, kept_messages, prune_markers, remove_spool
 from crawler_tasks.queues import ENQUEUE_QUEUE, ENQUEUE_QUEUES, fetch_queue, parse_queue
 from crawler_tasks.records import EntryKind
@@ -107,23 +107,13 @@ class Reconciled:
 def cut_torn_line(path: Path) -> int:
     """Truncate ``path`` after its last newline; bytes cut (0 when it ends whole)."""
     try:
-        with open(path, "rb+") as f:
-            size = f.seek(0, os.SEEK_END)
-            end = size
-            while end > 0:
-                start = max(0, end - 65536)
-                f.seek(start)
-                chunk = f.read(end - start)
-                at = chunk.rfind(b"\n")
-                if at >= 0:
-                    end = start + at + 1
-                    break
-                end = start
-            if end < size:
-                f.truncate(end)
-            return size - end
+        fd = os.open(path, os.O_RDWR)
     except FileNotFoundError:
         return 0
+    try:
+        return os.fstat(fd).st_size - whole_lines_end(fd)
+    finally:
+        os.close(fd)
 
 
 def whole_gzip_members(path: Path) -> int:

@@ -72,14 +72,14 @@ def append_lines(path: str | os.PathLike, lines: list[bytes], marker: str | None
         return 0
     raw = b"\n".join(lines) + b"\n"
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         if marker is not None and os.path.exists(marker):
             return 0
         if marker is not None:
             Path(marker).parent.mkdir(parents=True, exist_ok=True)
-        start = os.fstat(fd).st_size
+        start = whole_lines_end(fd)
         view = memoryview(raw)
         try:
             while view:
@@ -93,6 +93,26 @@ def append_lines(path: str | os.PathLike, lines: list[bytes], marker: str | None
     finally:
         os.close(fd)
     return len(raw)
+
+
+def whole_lines_end(fd: int, chunk: int = 65536) -> int:
+    """The file's length without a torn last line, cut off if there is one. A writer
+    killed (-9) inside its write() can leave part of its lines: the kernel stops a write
+    to a regular file at a fatal signal. Its batch has no marker, so it is written again
+    whole; the fragment would otherwise glue onto the next line."""
+    size = os.fstat(fd).st_size
+    if not size or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    end = size
+    while end > 0:
+        begin = max(0, end - chunk)
+        newline = os.pread(fd, end - begin, begin).rfind(b"\n")
+        if newline >= 0:
+            end = begin + newline + 1
+            break
+        end = begin
+    os.ftruncate(fd, end)
+    return end
 
 
 # A disk that refuses writes for now (full, over quota, failing, remounted read-only).
