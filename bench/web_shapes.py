@@ -41,7 +41,7 @@ import statistics
 import sys
 import tempfile
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import psutil
@@ -283,6 +283,8 @@ def main() -> int:
     ap.add_argument("--no-scrapy", action="store_true", help="ours only")
     ap.add_argument("--literals", action="store_true",
                     help="also run ours on the same web with IP literals (no names, no DNS, no HTTPS, no dead names)")
+    ap.add_argument("--hosts", type=int, help="each chosen cell with this many hosts, its cap scaled alike "
+                                              "(memory at 10,000 hosts: --cells A --hosts 10000 --no-scrapy)")
     ap.add_argument("--https-share", default="1/3", help="share of the hosts on HTTPS (0: none)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--with-factor", dest="no_factor", action="store_false",
@@ -297,6 +299,9 @@ def main() -> int:
     ap.add_argument("--run-timeout", type=float, default=900.0)
     args = ap.parse_args()
     cells = [SMOKE] if args.smoke else [CELLS[name] for name in args.cells]
+    if args.hosts:
+        cells = [replace(c, name=f"{c.name}{args.hosts}", hosts=args.hosts, cap=c.cap * args.hosts // c.hosts)
+                 for c in cells]
     args.dns_port53 = not args.smoke and os.geteuid() == 0
     scrapy = not (args.smoke or args.no_scrapy)
     if scrapy and not (args.dns_port53 and shutil.which("unshare")):
