@@ -313,10 +313,10 @@ def _stats_lines(settings: Settings, live: bool = True) -> tuple[list[str], bool
     for i, shard in enumerate(p.shards):
         lines.append(f"  shard {i}: " + "  ".join(f"{k} {v}" for k, v in shard.items()))
     frontier = Frontier(settings)
-    bits, fp_rate = frontier.bloom_fill()
-    lines.append(f"URL-seen Bloom filter: {bits / frontier.bloom.bits / settings.SHARDS:.1%} full, "
-                 f"estimated false-positive rate {fp_rate:.3%} "
-                 f"({frontier.bloom.bytes * settings.SHARDS / 2**20:.1f} MiB for {settings.BLOOM_EXPECTED_URLS} URLs)")
+    bloom = frontier.bloom_fill()
+    lines.append(f"URL-seen Bloom filter: {bloom.bits_set / frontier.bloom.bits / settings.SHARDS:.1%} full, "
+                 f"{bloom.describe()} ({frontier.bloom.bytes * settings.SHARDS / 2**20:.1f} MiB for "
+                 f"{settings.BLOOM_EXPECTED_URLS} URLs at {settings.BLOOM_ERROR_RATE:g})")
     top = frontier.top_hosts()
     if top:
         lines.append("top hosts by URLs enqueued: " + ", ".join(f"{h} {n}" for h, n in top))

@@ -32,8 +32,12 @@ def test_measured_false_positive_rate_near_target(settings):
     fresh = frontier.put_discovered(probes)
     fp_rate = 1 - sum(fresh) / len(fresh)
     assert fp_rate < 0.02, fp_rate
-    bits, estimate = frontier.bloom_fill()
-    assert 0.003 < estimate < 0.03
+    fill = frontier.bloom_fill()
+    assert 0.003 < fill.fp_rate < 0.03
+    # the fill's estimate of the URLs lost: both phases added only new URLs, so every
+    # one not enqueued was a false positive
+    lost = (n - added) + (len(probes) - sum(fresh))
+    assert abs(fill.lost - lost) < max(10, 0.35 * lost), (fill.lost, lost)
 
 
 def test_lua_sets_exactly_the_positions_python_computes(settings):
@@ -46,3 +50,20 @@ def test_lua_sets_exactly_the_positions_python_computes(settings):
     key = frontier.keys(0).bloom(segment)
     assert all(client.getbit(key, p) for p in positions)
     assert client.bitcount(key) == len(set(positions))
+
+
+def test_expected_losses_match_a_simulated_filter():
+    """The estimate from the fill alone against the false positives counted while
+    filling a filter in memory, up to three times its capacity."""
+    spec = BloomSpec.for_capacity(5_000, 0.01)
+    bits = bytearray(spec.segment_bits)
+    set_bits = lost = 0
+    for i in range(15_000):
+        _, positions = spec.positions(f"http://h{i % 97}.test/page/{i}")
+        lost += all(bits[p] for p in positions)
+        for p in positions:
+            set_bits += not bits[p]
+            bits[p] = 1
+        if i + 1 in (5_000, 10_000, 15_000):
+            assert abs(spec.expected_losses(set_bits) - lost) < max(8, 0.15 * lost), (i, lost)
+    assert spec.expected_losses(0) == 0 and lost > 1000

@@ -84,11 +84,12 @@ def test_scrape_reports_what_redis_holds(settings, rclient, served):
         assert m[("crawler_frontier_hosts", (("shard", str(shard)), ("state", "leased")))] == size["leased_hosts"]
     assert sum(s["leased_hosts"] for s in sizes) == 2
 
-    bits, fp = frontier.bloom_fill()
-    assert m[("crawler_bloom_bits_set", ())] == bits > 0
+    fill = frontier.bloom_fill()
+    assert m[("crawler_bloom_bits_set", ())] == fill.bits_set > 0
     assert m[("crawler_bloom_capacity_bits", ())] == frontier.bloom.bits * settings.SHARDS
     assert 0 < m[("crawler_bloom_fill_ratio", ())] < 0.01
-    assert m[("crawler_bloom_false_positive_rate", ())] == pytest.approx(fp)
+    assert m[("crawler_bloom_false_positive_rate", ())] == pytest.approx(fill.fp_rate)
+    assert m[("crawler_bloom_lost_urls_estimated", ())] == pytest.approx(fill.lost) and fill.lost < 1
 
     hist = "crawler_fetch_latency_seconds"
     assert m[(hist + "_bucket", (("le", "0.01"),))] == 2

@@ -110,6 +110,20 @@ def group_by(items: Iterable[T], key: Callable[[T], K]) -> dict[K, list[T]]:
 
 
 @dataclass(frozen=True, slots=True)
+class BloomFill:
+    """The URL-seen Bloom filter now: what a false positive costs is a new URL dropped
+    without a record, so its expected count is reported beside the rate."""
+
+    bits_set: int          # all shards
+    fp_rate: float         # of the fullest shard: the chance a new URL is taken for seen now
+    lost: float            # new URLs estimated dropped as seen so far, all shards
+
+    def describe(self) -> str:
+        return (f"estimated false-positive rate {self.fp_rate:.3%}, "
+                f"~{self.lost:.0f} new URL(s) estimated lost to it")
+
+
+@dataclass(frozen=True, slots=True)
 class Completion:
     ok: bool                 # False: the lease had been lost, nothing changed
     held: Lease | None       # the host's next lease when it was held for the caller
@@ -602,16 +616,17 @@ class Frontier:
                 elif not client.exists(key):  # huge: 1 MB of slack at most, no giant write
                     client.setbit(key, self.bloom.segment_bits - 1, 0)
 
-    def bloom_fill(self) -> tuple[int, float]:
-        """(bits set over all shards, estimated false-positive rate of the fullest shard)."""
-        total, worst = 0, 0.0
+    def bloom_fill(self) -> BloomFill:
+        """The URL-seen filter's fill over all shards (BITCOUNT: ~0.1 s per 100 MB)."""
+        total, worst, lost = 0, 0.0, 0.0
         for shard in range(self.shards):
             k = self.keys(shard)
             client = self.client(shard)
             bits = sum(int(client.bitcount(k.bloom(s))) for s in range(self.bloom.segments))
             total += bits
             worst = max(worst, self.bloom.false_positive_rate(bits))
-        return total, worst
+            lost += self.bloom.expected_losses(bits)
+        return BloomFill(total, worst, lost)
 
     def queued(self, shard: int) -> int:
         """URLs queued in one shard, parked ones (fetched, page not yet handed on) included."""

@@ -55,3 +55,19 @@ class BloomSpec:
     def false_positive_rate(self, bits_set: int) -> float:
         """Estimated current false-positive rate from the fill ratio (fill^k)."""
         return (bits_set / self.bits) ** self.hashes if self.bits else 1.0
+
+    def expected_losses(self, bits_set: int) -> float:
+        """New URLs the filter has taken for seen so far, estimated from its fill alone.
+
+        A false positive drops a new URL without a trace, so the count cannot be read off;
+        it is the false-positive rate integrated over the insertions that made the fill.
+        After x distinct URLs the fill is u = 1 - exp(-k x / m) and a new URL is lost with
+        probability u^k; with dx = m du / (k (1 - u)) the integral to the fill U is
+        (m / k) (-ln(1 - U) - sum_{j=1..k} U^j / j): the tail of ln's series past the k-th
+        term, so it is ~U^(k+1) (m / (k (k + 1))) while the filter is young."""
+        if not self.bits or bits_set <= 0:
+            return 0.0
+        fill = min(bits_set / self.bits, 1 - 1e-12)
+        k = self.hashes
+        tail = -math.log1p(-fill) - sum(fill ** j / j for j in range(1, k + 1))
+        return max(0.0, self.bits / k * tail)

@@ -55,7 +55,7 @@ from prometheus_client.core import (
 from prometheus_client.utils import floatToGoString
 
 from crawler_tasks.connection import global_client
-from crawler_tasks.frontier import Frontier
+from crawler_tasks.frontier import BloomFill, Frontier
 from crawler_tasks.keys import GlobalKeys
 from crawler_tasks.runtime.control import CrawlState
 from crawler_tasks.runtime.latency import INF_FIELD, LATENCY_BUCKETS
@@ -81,7 +81,7 @@ class CrawlCollector:
         self.settings = settings
         self.frontier = Frontier(settings)
         self.bloom_refresh_s = bloom_refresh_s
-        self._bloom: tuple[float, int, float] | None = None   # (at, bits set, worst fp rate)
+        self._bloom: tuple[float, BloomFill] | None = None   # (when read, the fill)
         self._lock = threading.Lock()
 
     def describe(self) -> list[Metric]:
@@ -104,19 +104,18 @@ class CrawlCollector:
         took.add_metric([], time.perf_counter() - started)
         yield took
 
-    def _bloom_fill(self) -> tuple[int, float]:
+    def _bloom_fill(self) -> BloomFill:
         with self._lock:
             now = time.monotonic()
             if self._bloom is None or now - self._bloom[0] >= self.bloom_refresh_s:
-                bits, fp = self.frontier.bloom_fill()
-                self._bloom = (now, bits, fp)
-            return self._bloom[1], self._bloom[2]
+                self._bloom = (now, self.frontier.bloom_fill())
+            return self._bloom[1]
 
     def _families(self) -> list[Metric]:
         s = self.settings
         progress = read_progress(s, self.frontier)
         latency: dict[str, str] = global_client(s).hgetall(GlobalKeys(s.KEY_PREFIX).latency)  # type: ignore[assignment]
-        bits_set, worst_fp = self._bloom_fill()
+        bloom = self._bloom_fill()
         out: list[Metric] = []
         out += self._stats_families(progress.stats)
 
@@ -144,11 +143,13 @@ class CrawlCollector:
 
         capacity = self.frontier.bloom.bits * s.SHARDS
         for name, doc, value in (
-            ("crawler_bloom_bits_set", "URL-seen Bloom filter bits set, all shards", bits_set),
+            ("crawler_bloom_bits_set", "URL-seen Bloom filter bits set, all shards", bloom.bits_set),
             ("crawler_bloom_capacity_bits", "URL-seen Bloom filter size in bits, all shards", capacity),
-            ("crawler_bloom_fill_ratio", "Fraction of Bloom bits set", bits_set / capacity if capacity else 0.0),
+            ("crawler_bloom_fill_ratio", "Fraction of Bloom bits set", bloom.bits_set / capacity if capacity else 0.0),
             ("crawler_bloom_false_positive_rate", ("Estimated false-positive rate of the fullest shard's "
-                                                   "Bloom filter (new URLs wrongly taken as seen)"), worst_fp),
+                                                   "Bloom filter (new URLs wrongly taken as seen)"), bloom.fp_rate),
+            ("crawler_bloom_lost_urls_estimated", ("New URLs estimated dropped as seen by Bloom false "
+                                                   "positives so far, from the fill"), bloom.lost),
         ):
             g = GaugeMetricFamily(name, doc)
             g.add_metric([], value)

@@ -577,7 +577,16 @@ class CrawlRunner:
             self._say(f"  DNS: {progress.dns_lookups} lookups ({st.get('dns/queries', 0)} queries), "
                       f"{st.get('dns/nxdomain', 0)} NXDOMAIN, {st.get('dns/nodata', 0)} no address, "
                       f"{st.get('dns/temporary', 0)} no server answer")
-        for line in summarize_waiting(progress, waiting_hosts(Frontier(self.settings),
+        frontier = Frontier(self.settings)
+        try:
+            bloom = frontier.bloom_fill()
+        except redis.RedisError as exc:
+            self._say(f"  URL-seen: the Bloom filter could not be read: {exc}")
+        else:
+            if bloom.bits_set:
+                self._say(f"  URL-seen: {bloom.describe()} (BLOOM_ERROR_RATE "
+                          f"{self.settings.BLOOM_ERROR_RATE:g} at {self.settings.BLOOM_EXPECTED_URLS} URLs)")
+        for line in summarize_waiting(progress, waiting_hosts(frontier,
                                                               limit_per_shard=SUMMARY_HOSTS_PER_SHARD), reason):
             self._say("  " + line)
         cpu = {k.split("/", 1)[1]: v for k, v in progress.stats.items() if k.startswith("cpu_ms/")}
