@@ -58,10 +58,13 @@ class Settings:
     # A leased host not returned by then is put back by maintenance, seconds (sooner when
     # the fetch process that held it is known dead: PROCESS_TTL_S).
     LEASE_S: float = 120.0
-    # Bounded memory: a front queue longer than this spills its tail to OUT/spill
-    # (0 = never), and files are read back once it is shorter than FRONT_REFILL_AT.
-    FRONT_SPILL_AT: int = 2_000_000
-    FRONT_REFILL_AT: int = 500_000
+    # Bounded memory, Mercator's disk-backed front queues: a front queue longer than this
+    # spills its tail to OUT/spill in gzip chunks (0 = never), read back once it is shorter
+    # than FRONT_REFILL_AT. An entry costs ~78 bytes in Redis and ~15 on disk; at these
+    # bounds Redis holds at most ~1.2 M front entries (SHARDS x PRIORITY_LEVELS x 200 k),
+    # whatever the frontier's size. The refill bound outlasts minutes of leasing.
+    FRONT_SPILL_AT: int = 200_000
+    FRONT_REFILL_AT: int = 50_000
     # A host's back queue holds at most this many URLs (0 = no cap); more go to per-host
     # spill files and come back as the host's queue drains below half of it.
     HOST_QUEUE_CAP: int = 100_000
@@ -484,6 +487,8 @@ class Settings:
              "TOTAL_TIMEOUT_S, CONNECT_TIMEOUT_S and READ_TIMEOUT_S must be > 0"),
             (self.MAX_HEADERS >= 1 and self.MAX_HEADER_BYTES >= 1024,
              "MAX_HEADERS must be >= 1 and MAX_HEADER_BYTES >= 1024"),
+            (self.FRONT_SPILL_AT == 0 or 0 <= self.FRONT_REFILL_AT < self.FRONT_SPILL_AT,
+             "FRONT_REFILL_AT must be below FRONT_SPILL_AT (else a file spilled is read straight back)"),
             (0 < self.BLOOM_ERROR_RATE < 1, "BLOOM_ERROR_RATE must be in (0, 1)"),
             (self.BLOOM_EXPECTED_URLS >= 1, "BLOOM_EXPECTED_URLS must be >= 1"),
             (self.MAX_BODY_BYTES >= 1024, "MAX_BODY_BYTES must be >= 1024"),

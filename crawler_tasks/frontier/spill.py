@@ -46,6 +46,10 @@ from crawler_tasks.urls.normalize import host_key
 log = logging.getLogger(__name__)
 
 CHUNK = 10_000
+# Chunks one maintenance run may spill from one front queue: enough to follow a burst of
+# links (a sitemap, a crawl's first minutes) within a few runs, not so many that one run
+# holds maintenance for long (a chunk is ~10 ms of Redis and ~20 ms of gzip).
+MAX_CHUNKS_PER_RUN = 20
 # A host's newest spill file with fewer entries than this takes the next group too (one
 # file per maintenance run would leave thousands of tiny files for a hot host).
 MERGE_BELOW = 1_000
@@ -190,24 +194,36 @@ class Spiller:
             k = self.frontier.keys(shard)
             client = shard_client(s, shard)
             for level in range(self.frontier.levels):
-                staging = k.spill_staging(level)
-                left_by_crash = client.llen(staging) > 0
-                if not left_by_crash:
-                    self.frontier.run_script(shard, "spill", [k.front(level), staging, k.spilled],
-                                             [s.FRONT_SPILL_AT, chunk])
-                entries = cast(list[str], client.lrange(staging, 0, -1))  # decoded clients
-                if entries:
-                    folder = self._dir(shard, level)
-                    chunks = list_chunks(folder)
-                    # a crash between writing the file and deleting the list: written already
-                    # (a second file would be counted once and read back twice)
-                    if not (left_by_crash and chunks and _read(chunks[-1]) == (entries, True)):
-                        write_chunk(folder, chunks[-1].seq + 1 if chunks else 1, entries)
-                    client.delete(staging)
-                    spilled += len(entries)
+                for _ in range(MAX_CHUNKS_PER_RUN):
+                    moved = self._spill_chunk(shard, level, chunk)
+                    spilled += moved
+                    if moved < chunk:
+                        break
                 if client.llen(k.front(level)) < s.FRONT_REFILL_AT:
                     loaded += self._load_one(shard, level)
         return spilled, loaded
+
+    def _spill_chunk(self, shard: int, level: int, chunk: int) -> int:
+        """One chunk of a front queue's tail past FRONT_SPILL_AT to its next file (or the
+        chunk a crash left staged). Returns the entries spilled."""
+        k = self.frontier.keys(shard)
+        client = shard_client(self.settings, shard)
+        staging = k.spill_staging(level)
+        left_by_crash = client.llen(staging) > 0
+        if not left_by_crash:
+            self.frontier.run_script(shard, "spill", [k.front(level), staging, k.spilled],
+                                     [self.settings.FRONT_SPILL_AT, chunk])
+        entries = cast(list[str], client.lrange(staging, 0, -1))  # decoded clients
+        if not entries:
+            return 0
+        folder = self._dir(shard, level)
+        chunks = list_chunks(folder)
+        # a crash between writing the file and deleting the list: written already
+        # (a second file would be counted once and read back twice)
+        if not (left_by_crash and chunks and _read(chunks[-1]) == (entries, True)):
+            write_chunk(folder, chunks[-1].seq + 1 if chunks else 1, entries)
+        client.delete(staging)
+        return len(entries)
 
     def run_hosts(self, chunk: int = CHUNK) -> tuple[int, int]:
         """Per-host spill: drain overflow lists to per-host files, load files back for
