@@ -13,7 +13,10 @@ is, retry with the budget when late), the same with the budget first (the design
 the pass ran first on big, tag-dense or giant-tag pages), the pass alone, and lexbor alone
 in the sandbox (stopped at ``--lexbor-deadline``).
 
-    python bench/budget_cost.py [--lexbor-deadline 10] [--no-bombs]
+``--smoke``: 3 pages of each part, two bombs (``SMOKE_BOMBS``: one parsed as it is, one
+retried with the budget), lexbor stopped at 2 s (seconds).
+
+    python bench/budget_cost.py [--lexbor-deadline 10] [--no-bombs] [--smoke]
 """
 from __future__ import annotations
 
@@ -47,6 +50,7 @@ BOMBS = {
     "16-multi-word-attributes": (b"<p " + b" ".join(b'a%d="x y z"' % i for i in range(16)) + b">x</p>") * 2000,
     "8-mib-of-links": b"".join(b'<a href="/l%d">l</a>' % i for i in range(8 * MIB // 24)),
 }
+SMOKE_BOMBS = ("16-multi-word-attributes", "stray-end-tags")
 
 
 def cpu_ms(fn, reps: int = 3) -> float:
@@ -58,12 +62,13 @@ def cpu_ms(fn, reps: int = 3) -> float:
     return best * 1000
 
 
-def real_pages() -> None:
+def real_pages(per_part: int = 0) -> None:
+    """``per_part``: the first pages of each part only (0: all)."""
     print(f"{'part':18s} {'pages':>5s}  pass worst / median ms   lexbor as is worst / median ms   worst page")
     worst_all: tuple[float, str] = (0.0, "")
     for part in realpages.PARTS:
         try:
-            pages = realpages.corpus(part)
+            pages = realpages.corpus(part)[:per_part or None]
         except pytest.skip.Exception as exc:
             print(f"{part:18s} skipped: {exc}")
             continue
@@ -82,13 +87,14 @@ def real_pages() -> None:
           f"parsed within {stage.UNBUDGETED_PARSE_S:g} s as it is")
 
 
-def bombs(lexbor_deadline: float) -> None:
+def bombs(lexbor_deadline: float, names: tuple[str, ...] = tuple(BOMBS)) -> None:
     print(f"\n{'bomb':28s} {'MiB':>5s}  stage ms (retry, caps)              budget first ms  pass alone ms"
           "   lexbor alone")
     box = ParseSandbox(timeout_s=20.0, memory_mb=2048)
     args = ({}, "main", 100_000, 0)
     try:
-        for name, body in BOMBS.items():
+        for name in names:
+            body = BOMBS[name]
             counted: dict[str, int] = {}
             start = time.monotonic()
             result = stage._sandboxed(box, body, "https://bomb.example/", args, counted.update)
@@ -115,10 +121,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lexbor-deadline", type=float, default=10.0)
     ap.add_argument("--no-bombs", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: a few seconds")
     opts = ap.parse_args()
-    real_pages()
+    real_pages(3 if opts.smoke else 0)
     if not opts.no_bombs:
-        bombs(opts.lexbor_deadline)
+        bombs(2.0 if opts.smoke else opts.lexbor_deadline, SMOKE_BOMBS if opts.smoke else tuple(BOMBS))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,10 @@ fetched once: the same for every rule), for several horizons H, beside the optim
 expected freshness for the true rates and the same budget. Politeness is audited from the
 same log (one connection per host at a time, no gap under the delay).
 
-    python bench/changing_web.py [--seconds 600] [--policies uniform,multiplicative,nutch,adaptive]
+    python bench/changing_web.py [--seconds 600] [--policies uniform,multiplicative,nutch,adaptive] [--smoke]
+
+``--smoke``: 2 hosts x 5 pages, 10 revisits a second, the adaptive rule alone, horizons up
+to 6 s, 10 s for the first pass (about 20 s).
 """
 from __future__ import annotations
 
@@ -48,7 +51,7 @@ from crawler_tasks.freshness.allocate import (  # noqa: E402
 )
 from crawler_tasks.ops.child import die_with_parent  # noqa: E402
 
-FIRST_CRAWL_S = 30.0   # the crawl runs this much longer than the longest horizon: its first pass
+FIRST_CRAWL_S = 30.0   # the crawl runs this much longer than the longest horizon: its first pass (default)
 
 WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
          "quebec romeo sierra tango uniform victor whiskey xray yankee zulu").split()
@@ -249,10 +252,14 @@ def run(policy: str, a: argparse.Namespace, horizons: list[float]) -> Truth:
                "CRAWLER_RECRAWL_INITIAL_S": str(a.hosts * a.pages / a.budget),
                "CRAWLER_SOFT404_PROBE": "0", "CRAWLER_PROBE_SITEMAP_XML": "0", "CRAWLER_DELAY_FACTOR": "0"}
         cmd = [sys.executable, "manage.py", "crawl", *web.seeds(), "--continuous", "--allow-private",
-               "--min-delay", str(a.delay), "--max-seconds", str(max(horizons) + FIRST_CRAWL_S), "--out", out]
-        with open(Path(out) / "bench.log", "w") as log:
-            subprocess.run(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                           preexec_fn=die_with_parent, timeout=max(horizons) + 120, check=False)
+               "--min-delay", str(a.delay), "--max-seconds", str(max(horizons) + a.first_pass), "--out", out]
+        log = Path(out) / "bench.log"
+        with open(log, "w") as f:
+            rc = subprocess.run(cmd, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=f, stderr=subprocess.STDOUT,
+                                preexec_fn=die_with_parent, timeout=max(horizons) + 120, check=False).returncode
+        if rc != 0:   # its figures would be zeros that look measured
+            tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-15:])
+            raise SystemExit(f"manage.py crawl ({policy}) exited {rc}:\n{tail}")
         return measure(web, horizons, a.delay)
 
 
@@ -271,7 +278,13 @@ def main() -> None:
     ap.add_argument("--horizons", default="")
     ap.add_argument("--policies", default="uniform,multiplicative,nutch,adaptive")
     ap.add_argument("--seed", type=int, default=11)
+    ap.add_argument("--first-pass", type=float, default=FIRST_CRAWL_S,
+                    help="s the crawl runs beyond the longest horizon: its start and first pass")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: about 20 s")
     a = ap.parse_args()
+    if a.smoke:
+        a.hosts, a.pages, a.budget, a.seconds, a.horizons, a.policies = 2, 5, 10.0, 6.0, "", "adaptive"
+        a.first_pass = 10.0
     horizons = [float(h) for h in a.horizons.split(",")] if a.horizons else [a.seconds / 4, a.seconds / 2, a.seconds]
     n = a.hosts * a.pages
     bounds = Bounds(1 / a.max_s, 1 / a.min_s)

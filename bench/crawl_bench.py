@@ -5,14 +5,15 @@ Prints pages/s (whole run and steady state), CPU seconds per page for the crawl'
 process tree (workers, beat, redis), and the peak RSS of that tree. The test web
 runs in its own process and its CPU is not counted. Only loopback traffic.
 
-    python bench/crawl_bench.py [--hosts 100] [--pages 40] [--mean-bytes 60000] [--max-pages 3000]
+    python bench/crawl_bench.py [--hosts 100] [--pages 40] [--mean-bytes 60000] [--max-pages 3000] [--smoke]
 
 With ``--commands`` the crawl runs on a redis-server this script starts (the embedded
 one, outside the crawl tree), and the Redis commands it served are printed per page
 (INFO commandstats after the crawl), with that server's CPU ms per page. ``--monitor``
 also counts, through MONITOR, the commands each role sends itself (scripts by file
 name, commands inside scripts apart): MONITOR costs that server CPU, so take its CPU
-figure from a run without it.
+figure from a run without it. ``--smoke``: 4 hosts x 10 pages of 10 kB, at most 40 pages,
+one fetch and one parse worker (seconds; with ``--monitor`` too).
 """
 from __future__ import annotations
 
@@ -239,7 +240,11 @@ def main() -> int:
     ap.add_argument("--monitor", action="store_true", help="--commands, and each role's own commands per page")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                     help="a crawler setting for this run, e.g. --set FETCH_BATCH=32")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: a few seconds")
     args = ap.parse_args()
+    if args.smoke:
+        args.hosts, args.pages, args.mean_bytes, args.max_pages = 4, 10, 10_000, 40
+        args.workers, args.parsers = 1, 1
 
     web = subprocess.Popen([sys.executable, "-m", "testweb", "--hosts", str(args.hosts),
                             "--pages", str(args.pages), "--mean-bytes", str(args.mean_bytes)],

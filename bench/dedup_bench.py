@@ -15,7 +15,9 @@ machine slows them alike; compare the ratios).
   private redis-server already holding ``--indexed`` fingerprints (Lua time
   included; skip with ``--no-redis``).
 
-    python bench/dedup_bench.py [--pages 40] [--words 9000] [--rounds 5] [--indexed 100000]
+    python bench/dedup_bench.py [--pages 40] [--words 9000] [--rounds 5] [--indexed 100000] [--smoke]
+
+``--smoke``: 10 pages, 2 rounds, 2,000 fingerprints indexed (seconds).
 """
 from __future__ import annotations
 
@@ -101,7 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--indexed", type=int, default=100_000)
     ap.add_argument("--no-redis", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: a few seconds")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.pages, args.rounds, args.indexed = 10, 2, 2_000
 
     pages = make_pages(args.pages, args.words)
     texts = [parse_html(p, "http://bench.test/").text for p in pages]

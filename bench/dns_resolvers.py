@@ -17,7 +17,9 @@ to parse answers), ``dnspython`` (dns.asyncquery.udp on an asyncio loop), ``aiod
 A only, timeout 1 s, 3 tries. aiodns and pycares are not requirements of the project: a
 candidate whose package is missing is skipped with a note.
 
-    python bench/dns_resolvers.py [--seq 2000] [--conc 1000] [--rounds 3]
+    python bench/dns_resolvers.py [--seq 2000] [--conc 1000] [--rounds 3] [--smoke]
+
+``--smoke``: 20 lookups one at a time, 50 at once, one round (seconds).
 """
 from __future__ import annotations
 
@@ -214,7 +216,10 @@ def main() -> None:
     ap.add_argument("--conc", type=int, default=1000, help="names asked at once")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", nargs="*", choices=sorted(CANDIDATES), default=list(CANDIDATES))
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: a few seconds")
     args = ap.parse_args()
+    if args.smoke:
+        args.seq, args.conc, args.rounds = 20, 50, 1
 
     missing = [c for c in args.only for m in IMPORTS[c] if importlib.util.find_spec(m.split(".")[0]) is None]
     for candidate in dict.fromkeys(missing):

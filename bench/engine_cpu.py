@@ -29,9 +29,11 @@ exchange alone (without it) is a tenth of the fetch worker's CPU a page; the tur
 what an event loop for the whole turn would save.
 
     python bench/engine_cpu.py [--hosts 100] [--pages 50] [--mean-bytes 60000]
-                               [--concurrency 64] [--latency-median 0] [--turn] [--runs 3]
+                               [--concurrency 64] [--latency-median 0] [--turn] [--runs 3] [--smoke]
 
-Loopback only; at most hosts x pages requests a run.
+Loopback only; at most hosts x pages requests a run. ``--smoke``: 4 hosts x 5 pages of
+10 kB, 4 at once, one run (seconds); it installs nothing, so aiohttp runs only where
+``bench/.venv-engines`` was made before (threads alone otherwise, and it says so).
 """
 from __future__ import annotations
 
@@ -185,6 +187,7 @@ def main() -> None:
     ap.add_argument("--latency-median", type=float, default=0.0, help="median answer time, s (0: none)")
     ap.add_argument("--turn", action="store_true", help="each page also finishes in Redis and is archived")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, nothing installed: a few seconds")
     ap.add_argument("--child", choices=ENGINES, help=argparse.SUPPRESS)
     ap.add_argument("--child-job", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -194,7 +197,7 @@ def main() -> None:
 
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "bench"))
-    from vs_scrapy import USER_AGENT, bench_python
+    from vs_scrapy import USER_AGENT, bench_python, ready_python
 
     from crawler_tasks.fetch.http import ACCEPT, ACCEPT_ENCODING
     from crawler_tasks.ops.child import die_with_parent
@@ -203,8 +206,15 @@ def main() -> None:
 
     # redis-py, hiredis and ISA-L as the crawler pins them, for --turn on the loop
     pins = [f"{name}=={version(name)}" for name in ("redis", "hiredis", "isal")]
-    pythons = {"threads": Path(sys.executable),
-               "aiohttp": bench_python(VENV, ["aiohttp", *pins], "aiohttp, redis, isal")}
+    engines = ENGINES
+    if args.smoke:
+        args.hosts, args.pages, args.mean_bytes, args.concurrency, args.runs = 4, 5, 10_000, 4, 1
+        if ready_python(VENV, "aiohttp, redis, isal") is None:
+            engines = ("threads",)
+            print(f"aiohttp: not in {VENV} (a run without --smoke makes it): threads only")
+    pythons = {"threads": Path(sys.executable)}
+    if "aiohttp" in engines:
+        pythons["aiohttp"] = bench_python(VENV, ["aiohttp", *pins], "aiohttp, redis, isal")
     web = subprocess.Popen([sys.executable, "-m", "testweb", "--hosts", str(args.hosts), "--pages", str(args.pages),
                             "--mean-bytes", str(args.mean_bytes), "--latency-median", str(args.latency_median)],
                            cwd=ROOT, stdout=subprocess.PIPE, text=True, preexec_fn=die_with_parent)
@@ -212,7 +222,7 @@ def main() -> None:
     homes = [web.stdout.readline().strip() for _ in range(args.hosts)]
     hosts = [[home.rstrip("/") + node_path(k) for k in range(args.pages)] for home in homes]
     headers = {"User-Agent": USER_AGENT, "Accept": ACCEPT, "Accept-Encoding": ACCEPT_ENCODING}
-    results: dict[str, list[dict[str, Any]]] = {engine: [] for engine in ENGINES}
+    results: dict[str, list[dict[str, Any]]] = {engine: [] for engine in engines}
     store: EmbeddedRedis | None = None
     try:
         with tempfile.TemporaryDirectory(prefix="engine-cpu-") as tmp:
@@ -222,7 +232,7 @@ def main() -> None:
             job.write_text(json.dumps({"hosts": hosts, "concurrency": args.concurrency, "headers": headers,
                                        "redis_url": store.url if store is not None else None}))
             for run in range(args.runs):
-                for engine in ENGINES if run % 2 == 0 else ENGINES[::-1]:
+                for engine in engines if run % 2 == 0 else engines[::-1]:
                     r = run_engine(engine, pythons[engine], job)
                     results[engine].append(r)
                     print(f"  run {run + 1}/{args.runs} {engine:8}: {r['pages']} pages, "
@@ -238,14 +248,15 @@ def main() -> None:
     print(f"\n{args.hosts} hosts x {args.pages} pages of ~{args.mean_bytes} B, {args.concurrency} hosts at once, "
           f"latency median {args.latency_median:g} s{'; whole turns (finish + archive)' if args.turn else ''}; "
           f"medians of {args.runs}")
-    print(f"  {'':28}{'threads':>10}{'aiohttp':>10}{'ratio':>8}")
+    print(f"  {'':28}" + "".join(f"{engine:>10}" for engine in engines) + (f"{'ratio':>8}" if len(engines) == 2 else ""))
     rows = [("client CPU ms a page", lambda r: 1000 * r["cpu_s"] / max(r["pages"], 1)),
             ("context switches a page", lambda r: r["switches"] / max(r["pages"], 1)),
             ("pages/s", lambda r: r["pages"] / r["wall_s"]),
             ("pages (200)", lambda r: r["pages"])]
     for name, figure in rows:
-        a, b = (statistics.median(map(figure, results[e])) for e in ENGINES)
-        print(f"  {name:28}{a:10.3f}{b:10.3f}{a / b if b else 0:8.2f}")
+        medians = [statistics.median(map(figure, results[e])) for e in engines]
+        ratio = f"{medians[0] / medians[1] if medians[1] else 0:8.2f}" if len(medians) == 2 else ""
+        print(f"  {name:28}" + "".join(f"{m:10.3f}" for m in medians) + ratio)
     print(f"  ({os.cpu_count()} CPUs; threads = the crawler's Fetcher on threads, aiohttp = one event loop)")
 
 

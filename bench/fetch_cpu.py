@@ -12,7 +12,9 @@ fetcher trusts the documented way (CA_BUNDLE = the root, besides certifi's roots
 new connection with a full handshake (no session kept), on a new connection resuming
 the last one's TLS session, and on one kept-alive connection.
 
-    python bench/fetch_cpu.py [--fetches 500] [--rounds 5] [--size 140000] [--tls]
+    python bench/fetch_cpu.py [--fetches 500] [--rounds 5] [--size 140000] [--tls] [--smoke]
+
+``--smoke``: 20 fetches x 2 rounds (seconds).
 """
 from __future__ import annotations
 
@@ -92,7 +94,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--size", type=int, default=140_000)
     ap.add_argument("--tls", action="store_true", help="HTTPS: new connections, resumed vs full handshake")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: a few seconds")
     args = ap.parse_args()
+    if args.smoke:
+        args.fetches, args.rounds = 20, 2
     if args.tls:
         tls_main(args)
         return

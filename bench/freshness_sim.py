@@ -14,7 +14,9 @@ and reported as the mean over [0, H] for several horizons H, for:
 
 The gap closed is ``(adaptive - nutch) / (optimum - nutch)``.  Runs in seconds:
 
-    python bench/freshness_sim.py [--pages 2000] [--budget 20] [--horizons 300,3600,14400,36000]
+    python bench/freshness_sim.py [--pages 2000] [--budget 20] [--horizons 300,3600,14400,36000] [--smoke]
+
+``--smoke``: 200 pages, 5 revisits a second, horizons of 60 and 600 s (a second or two).
 """
 from __future__ import annotations
 
@@ -151,7 +153,10 @@ def main() -> None:
     ap.add_argument("--min-s", type=float, default=1.0)
     ap.add_argument("--max-s", type=float, default=86_400.0)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: a few seconds")
     a = ap.parse_args()
+    if a.smoke:
+        a.pages, a.budget, a.horizons = 200, 5.0, "60,600"
     horizons = [float(h) for h in a.horizons.split(",")]
     rates = draw_rates(a.pages, random.Random(a.seed), a.fastest, a.slowest, a.static)
     bounds = Bounds(1.0 / a.max_s, 1.0 / a.min_s)

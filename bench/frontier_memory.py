@@ -8,9 +8,10 @@ bytes per queued URL (the Bloom bitmaps excluded) and Bloom bytes per seen URL,
 and the insert rate. Every URL lands in a front queue (put_discovered never fills
 back queues), which is where nearly all of a large frontier waits.
 
-    python bench/frontier_memory.py [--urls 10000000] [--hosts 100000] [--shards 2] [--snapshot]
+    python bench/frontier_memory.py [--urls 10000000] [--hosts 100000] [--shards 2] [--snapshot] [--smoke]
 
 ``--snapshot`` also times ``crawler_tasks.ops.snapshot`` snapshot + restore of the result.
+``--smoke``: 20,000 URLs over 2,000 hosts (seconds; tests/test_bench_smoke.py runs it).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from crawler_tasks.frontier import ENQUEUED, Discovered, Frontier  # noqa: E402
+from crawler_tasks.frontier import Discovered, Frontier, Verdict  # noqa: E402
 from crawler_tasks.keys import ShardKeys  # noqa: E402
 from crawler_tasks.ops.embedded import EmbeddedRedis  # noqa: E402
 from crawler_tasks.settings import Settings  # noqa: E402
@@ -52,7 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hosts", type=int, default=100_000)
     ap.add_argument("--shards", type=int, default=Settings().SHARDS)
     ap.add_argument("--snapshot", action="store_true", help="also time snapshot + restore of the frontier")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: a few seconds")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.urls, args.hosts = 20_000, 2_000
     n, hosts = args.urls, max(1, min(args.hosts, args.urls))
 
     with tempfile.TemporaryDirectory(prefix="frontier-mem-") as tmp:
@@ -69,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"Bloom {spec.segments} segment(s)/shard, k={spec.hashes}, {mb(spec.bytes)}/shard")
             print(f"redis used_memory before: {mb(before)}")
             started = time.perf_counter()
-            verdicts: Counter[int] = Counter()
+            verdicts: Counter[Verdict] = Counter()
             url_chars = 0
             step = max(1, n // 10)
             next_report = step
@@ -86,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                     while next_report <= done:
                         next_report += step
             elapsed = time.perf_counter() - started
-            enqueued = verdicts[ENQUEUED]
+            enqueued = verdicts[Verdict.ENQUEUED]
             after = int(client.info("memory")["used_memory"])
             bloom_bytes = 0
             for shard in range(settings.SHARDS):
@@ -94,16 +98,16 @@ def main(argv: list[str] | None = None) -> int:
                 for seg in range(spec.segments):
                     bloom_bytes += int(c.memory_usage(ShardKeys(settings.KEY_PREFIX, shard).bloom(seg)) or 0)
             queued = sum(frontier.sizes(s)["front"] + frontier.sizes(s)["back"] for s in range(settings.SHARDS))
-            bits, fp = frontier.bloom_fill()
+            fill = frontier.bloom_fill()
             grown = after - before
             print(f"redis used_memory after:  {mb(after)} (+{mb(grown)})")
-            print(f"enqueued {enqueued:,} of {n:,} (verdicts {dict(sorted(verdicts.items()))}: 0 = seen, "
-                  f"2 = over host budget, 3 = query trap), "
+            print(f"enqueued {enqueued:,} of {n:,} (verdicts: "
+                  f"{', '.join(f'{v.name.lower()} {c:,}' for v, c in sorted(verdicts.items()))}), "
                   f"queued now {queued:,}; mean URL {url_chars / n:.1f} chars")
             print(f"queue bytes per queued URL (Bloom excluded; includes the per-host budget hash): "
                   f"{(grown - bloom_bytes) / max(queued, 1):.1f}")
             print(f"Bloom: {mb(bloom_bytes)} = {bloom_bytes / n:.2f} bytes per seen URL; "
-                  f"fill {bits / (spec.bits * settings.SHARDS):.3f}, est. false-positive rate {fp:.4f}")
+                  f"fill {fill.bits_set / (spec.bits * settings.SHARDS):.3f}, {fill.describe()}")
             print(f"rate: {n / elapsed:,.0f} URLs/s ({elapsed:.1f} s for {n:,} URLs)")
             if args.snapshot:
                 from crawler_tasks.ops.restore import restore

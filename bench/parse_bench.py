@@ -18,7 +18,9 @@ rendered without a server) instead of ``--dir``.
 ``--bombs`` also times each hostile document of tests/test_parse_budget.py once
 and prints the cap that bit.
 
-    python bench/parse_bench.py [--dir DIR | --testweb] [--rounds 5] [--analyse] [--renormalize] [--bombs]
+``--smoke``: 20 of the synthetic pages (``--testweb``), 2 rounds (seconds).
+
+    python bench/parse_bench.py [--dir DIR | --testweb] [--rounds 5] [--analyse] [--renormalize] [--bombs] [--smoke]
 """
 from __future__ import annotations
 
@@ -139,7 +141,10 @@ def main() -> None:
     ap.add_argument("--no-budget", action="store_true", help="parse without the parse budget (caps 0)")
     ap.add_argument("--analyse", action="store_true", help="time parse.page.analyse (the parse sandbox's work)")
     ap.add_argument("--testweb", action="store_true", help="the loopback bench's synthetic pages, not --dir")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, --testweb: a few seconds")
     args = ap.parse_args()
+    if args.smoke:
+        args.testweb, args.limit, args.rounds = True, 20, 2
     if args.no_budget:
         CAPS.update(max_elements=0, max_depth=0, max_attrs=0)
     pages = testweb_pages(args.limit) if args.testweb else load(args.dir, args.limit)

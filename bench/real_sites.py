@@ -13,6 +13,10 @@ learned rule dropped (trap shape or URL rule: records with ``error_kind`` filter
 and lists every reachable page missing from the feed with what its record says.
 
     python bench/real_sites.py [--delay 0.02] [--keep] DIR [DIR ...]
+    python bench/real_sites.py --smoke
+
+``--smoke`` crawls one tiny site instead: the vendored real pages of tests/realpages.py
+(in the repository, so no package is needed) behind an index page (seconds).
 """
 from __future__ import annotations
 
@@ -28,10 +32,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urljoin, urlsplit
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 from vs_scrapy import USER_AGENT, DocsWeb, clean_env  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests import realpages  # noqa: E402
+
 HTML_SUFFIXES = (".html", ".htm")
 
 
@@ -76,6 +83,18 @@ def reachable(folder: Path) -> set[str]:
                 seen.add(target)
                 todo.append(target)
     return seen
+
+
+def smoke_site(folder: Path) -> Path:
+    """A folder of the vendored real pages and an index.html that links each one."""
+    folder.mkdir(parents=True)
+    links = []
+    for page in realpages.vendored_pages():
+        shutil.copyfile(page, folder / page.name)
+        links.append(f'<li><a href="{page.name}">{page.stem}</a></li>')
+    (folder / "index.html").write_text(f"<html><head><title>Vendored pages</title></head><body><h1>Vendored "
+                                       f"real pages</h1><ul>{''.join(links)}</ul></body></html>")
+    return folder
 
 
 def crawl(seeds: list[str], out: Path, delay: float, extra: list[str]) -> None:
@@ -147,14 +166,17 @@ def report(dirs: list[Path], seeds: list[str], out: Path) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("dirs", nargs="+", type=Path)
+    ap.add_argument("dirs", nargs="*", type=Path)
     ap.add_argument("--delay", type=float, default=0.02, help="per-host delay, s")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a CRAWLER_ setting")
     ap.add_argument("--keep", action="store_true", help="keep the crawl's output folder")
+    ap.add_argument("--smoke", action="store_true", help="one tiny site of the vendored real pages: seconds")
     args = ap.parse_args()
-    dirs = [d.resolve() for d in args.dirs]
+    if not args.dirs and not args.smoke:
+        ap.error("name DIR ... or --smoke")
     tmp = Path(tempfile.mkdtemp(prefix="real-sites-"))
     try:
+        dirs = [smoke_site(tmp / "site")] if args.smoke else [d.resolve() for d in args.dirs]
         with DocsWeb(dirs) as web:
             crawl(web.seeds, tmp / "out", args.delay, args.set)
             lost = report(dirs, web.seeds, tmp / "out")

@@ -9,7 +9,9 @@ the exchange pool's turns, WARC writing: what a fetch worker spends, less Celery
 task messages) and Redis's, and, with ``--detail``, the thread CPU of each part of a
 turn and of the session loop (wrappers that time them: a few us each on top).
 
-    python bench/session_cpu.py [--hosts 50] [--pages 60] [--sessions 2] [--detail]
+    python bench/session_cpu.py [--hosts 50] [--pages 60] [--sessions 2] [--detail] [--smoke]
+
+``--smoke``: 4 hosts x 10 pages of 10 kB, one session (seconds).
 """
 from __future__ import annotations
 
@@ -85,7 +87,10 @@ def main() -> int:
     ap.add_argument("--mean-bytes", type=int, default=60_000)
     ap.add_argument("--sessions", type=int, default=2, help="fetch sessions (one shard each)")
     ap.add_argument("--detail", action="store_true", help="thread CPU of each part")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: a few seconds")
     args = ap.parse_args()
+    if args.smoke:
+        args.hosts, args.pages, args.mean_bytes, args.sessions = 4, 10, 10_000, 1
     if args.detail:
         instrument()
     web = subprocess.Popen([sys.executable, "-m", "testweb", "--hosts", str(args.hosts), "--pages", str(args.pages),

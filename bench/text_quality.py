@@ -48,6 +48,10 @@ against trafilatura's text (no human labels; a regression check on real docs):
 
 It prints the same scores, the whole body text's, and language detection accuracy on
 translated pages.  Samples are fixed (seeded), so runs compare.
+
+``--smoke`` (seconds) runs documentation mode on the vendored pages of tests/data (in the
+repository: four English pages, one German), against trafilatura
+where it is installed and stock resiliparse otherwise (it says which).
 """
 from __future__ import annotations
 
@@ -77,6 +81,11 @@ from crawler_tasks.parse.html import Document  # noqa: E402
 from crawler_tasks.parse.text import extract_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data"
+SMOKE_ENGLISH = [str(DATA / name) for name in ("text/handbook-en-syslog.html", "text/python-atexit.html",
+                                              "realpages/libxslt-python.html", "realpages/nodejs-string_decoder.html")]
+# German throughout (tests/test_text.py): its twin's words would call it mixed (log lines, file names)
+SMOKE_TRANSLATED: list[tuple[str, str, str | None]] = [(str(DATA / "text/handbook-de-syslog.html"), "de", None)]
 HANDBOOK = "/usr/share/doc/debian-handbook/html"
 PYDOC = "/usr/share/doc/python3-doc/html"
 DEBREF = "/usr/share/debian-reference"
@@ -270,13 +279,12 @@ def english_sample(n: int, rng: random.Random) -> list[str]:
     return rng.sample(handbook, n_hb) + rng.sample(pydoc, n - n_ref - n_hb) + debref[:n_ref]
 
 
-def quality(paths: list[str]) -> None:
-    import trafilatura
-
+def quality(paths: list[str], reference: str) -> None:
+    extract_ref = extractors([reference], None)[reference]
     refs = []
     for path in paths:
         body = Path(path).read_bytes()
-        refs.append((body, words(trafilatura.extract(body.decode("utf-8", "replace"), include_comments=False) or "")))
+        refs.append((body, words(extract_ref(body.decode("utf-8", "replace")))))
     for label, main in (("main text", True), ("whole text", False)):
         score = Score()
         for body, ref in refs:
@@ -286,10 +294,9 @@ def quality(paths: list[str]) -> None:
         print(score.line(label))
 
 
-def languages(per_lang: int, rng: random.Random) -> None:
-    """Translated handbook and reference pages.  Translations are partial: a page whose
-    words match its English original (> 90 %) counts as English, one that shares less
-    than 30 % with it as its folder's language, and pages in between (mixed) are left out."""
+def translated(per_lang: int, rng: random.Random) -> list[tuple[str, str, str | None]]:
+    """(page, its folder's language, its English original if there is one) of the
+    installed handbook and reference translations."""
     cases: list[tuple[str, str]] = []
     for folder in sorted(glob.glob(f"{HANDBOOK}/*-*")):
         lang = os.path.basename(folder).split("-")[0].lower()
@@ -302,18 +309,25 @@ def languages(per_lang: int, rng: random.Random) -> None:
         lang = path.rsplit(".", 2)[1].split("-")[0]
         if lang != "en":
             cases.append((path, lang))
+    return [(path, lang, _english_twin(path)) for path, lang in cases]
+
+
+def languages(cases: list[tuple[str, str, str | None]]) -> None:
+    """Language detection on translated pages.  Translations are partial: a page whose
+    words match its English original (> 90 %) counts as English, one that shares less
+    than 30 % with it as its folder's language, and pages in between (mixed) are left out."""
     if not cases:
         print("no translated pages installed")
         return
     right = total = 0
     confident_right = confident = mixed = 0
     per: dict[str, list[int]] = {}
-    for path, lang in cases:
+    for path, lang, twin in cases:
         page = extract_text(Path(path).read_bytes(), "http://docs.test/")
         if not page.word_count:
             continue
         expected = lang
-        english = _english_twin(path)
+        english = extract_text(Path(twin).read_bytes(), "http://docs.test/").text if twin else None
         shared = _overlap(page.text, english) if english is not None else 0.0
         if shared > 0.9:
             expected = "en"
@@ -341,7 +355,7 @@ def _english_twin(path: str) -> str | None:
         twin = f"{HANDBOOK}/en-US/{os.path.basename(path)}"
     else:
         twin = re.sub(r"\.[a-zA-Z-]+\.html$", ".en.html", path)
-    return extract_text(Path(twin).read_bytes(), "http://docs.test/").text if os.path.exists(twin) else None
+    return twin if os.path.exists(twin) else None
 
 
 def _overlap(a: str, b: str) -> float:
@@ -359,7 +373,15 @@ def main() -> None:
     ap.add_argument("--worst", type=int, default=0, help="list ours' N worst pages of each dataset")
     ap.add_argument("--pages", type=int, default=150, help="documentation mode: English pages")
     ap.add_argument("--lang-pages", type=int, default=12, help="documentation mode: pages per translated language")
+    ap.add_argument("--smoke", action="store_true", help="documentation mode on the vendored pages: seconds")
     args = ap.parse_args()
+    if args.smoke:
+        reference = "trafilatura" if importlib.util.find_spec("trafilatura") else "resiliparse"
+        print(f"{len(SMOKE_ENGLISH)} vendored pages (reference: {reference}"
+              f"{'' if reference == 'trafilatura' else '; trafilatura is not installed'})")
+        quality(SMOKE_ENGLISH, reference)
+        languages(SMOKE_TRANSLATED)
+        return
     if args.data:
         labelled(args.data, args.split, args.limit, [n for n in args.extractors.split(",") if n], args.before,
                  args.worst)
@@ -367,8 +389,8 @@ def main() -> None:
     rng = random.Random(7)
     paths = english_sample(args.pages, rng)
     print(f"{len(paths)} pages: Debian handbook, Python docs, Debian reference (reference: trafilatura)")
-    quality(paths)
-    languages(args.lang_pages, rng)
+    quality(paths, "trafilatura")
+    languages(translated(args.lang_pages, rng))
 
 
 if __name__ == "__main__":

@@ -36,7 +36,11 @@ bench/scrapy_spider.py: one connection per host, robots.txt obeyed, no autothrot
 no cache, its default scheduler and dupefilter. Only loopback traffic; every server
 the script starts, it stops.
 
-    python bench/vs_scrapy.py [--pages 5000] [--runs 3] [--quick] [--only many|few|docs|web] [--docs DIR ...]
+``--smoke`` (seconds; tests/test_bench_smoke.py runs it): many hosts only, 4 hosts x 10
+pages of 10 kB, cap 40, one run, one fetch and one parse worker. It installs nothing:
+Scrapy runs only where bench/.venv-scrapy was made before, ours alone otherwise.
+
+    python bench/vs_scrapy.py [--pages 5000] [--runs 3] [--quick | --smoke] [--only many|few|docs|web] [--docs DIR ...]
                               [--scrapy-outputs]
                               [--web-hosts 1000 5000] [--web-cap 8000] [--web-delay 1-5] ...
 """
@@ -249,13 +253,23 @@ def scrapy_python() -> Path:
     return bench_python(VENV, ["scrapy", *SCRAPY_OUTPUT_PACKAGES], "scrapy, warcio, trafilatura")
 
 
+def ready_python(venv: Path, module: str) -> Path | None:
+    """The python of ``venv`` if ``module`` imports there, else None (nothing is installed:
+    the smoke modes run a competitor only where an earlier run made its venv)."""
+    python = venv / "bin" / "python"
+    if python.exists() and subprocess.run([str(python), "-c", f"import {module}"], capture_output=True).returncode == 0:
+        return python
+    return None
+
+
 def bench_python(venv: Path, packages: list[str], module: str) -> Path:
     """The python of ``venv`` with ``module`` importable: the venv is made and ``packages``
     installed on first use (a competitor runs apart from the crawler's own venv)."""
+    ready = ready_python(venv, module)
+    if ready is not None:
+        return ready
     python = venv / "bin" / "python"
     check = [str(python), "-c", f"import {module}"]
-    if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
-        return python
     print(f"installing {', '.join(packages)} into {venv} (first use) ...", file=sys.stderr)
     steps = [[sys.executable, "-m", "venv", str(venv)],
              [str(python), "-m", "pip", "install", "--quiet", *packages]]
@@ -596,13 +610,14 @@ def check_outputs(folder: Path, pages: int, log: Path) -> None:
                          f"{warc.stat().st_size if warc.exists() else 'missing'} (log: {log})")
 
 
-def alternate(args: argparse.Namespace, python: Path, make_web: Callable[[], Web], cap: int,
+def alternate(args: argparse.Namespace, python: Path | None, make_web: Callable[[], Web], cap: int,
               delay: float) -> tuple[list[Run], list[Run]]:
-    """R runs per side, ours then Scrapy then ours ..., each on a fresh web."""
+    """R runs per side, ours then Scrapy then ours ..., each on a fresh web (ours alone
+    without Scrapy's ``python``)."""
     ours: list[Run] = []
     theirs: list[Run] = []
     for i in range(args.runs):
-        for side in ("ours", "scrapy"):
+        for side in ("ours", "scrapy") if python is not None else ("ours",):
             tmp = Path(tempfile.mkdtemp(prefix=f"vs-scrapy-{side}-"))
             try:
                 with make_web() as tw:
@@ -610,6 +625,7 @@ def alternate(args: argparse.Namespace, python: Path, make_web: Callable[[], Web
                         run = run_ours(args, tw.seeds, cap, delay, tmp)
                         ours.append(run)
                     else:
+                        assert python is not None
                         run = run_scrapy(args, python, tw.seeds, cap, delay, tmp)
                         theirs.append(run)
             finally:
@@ -636,9 +652,14 @@ def med(runs: list[Run], value: Callable[[Run], float]) -> float:
 
 
 def table(rows: list[tuple[str, str, Callable[[Run], float], bool]], ours: list[Run], theirs: list[Run]) -> None:
-    print(f"  {'':28s} {'ours':>10s} {'scrapy':>10s} {'ours/scrapy':>12s}")
+    """Each row's medians, ours beside Scrapy's (ours alone when Scrapy did not run)."""
+    print(f"  {'':28s} {'ours':>10s}" + (f" {'scrapy':>10s} {'ours/scrapy':>12s}" if theirs else ""))
     for label, fmt, value, ratio in rows:
-        a, b = med(ours, value), med(theirs, value)
+        a = med(ours, value)
+        if not theirs:
+            print(f"  {label:28s} {a:>10{fmt}}")
+            continue
+        b = med(theirs, value)
         r = f"{a / b:.2f}" if ratio and b else ""
         print(f"  {label:28s} {a:>10{fmt}} {b:>10{fmt}} {r:>12s}")
 
@@ -661,7 +682,7 @@ MANY_ROWS: list[tuple[str, str, Callable[[Run], float], bool]] = [
 ]
 
 
-def many_hosts(args: argparse.Namespace, python: Path) -> None:
+def many_hosts(args: argparse.Namespace, python: Path | None) -> None:
     web = (args.hosts, args.host_pages, args.mean_bytes)
     print(f"\n== many hosts: {args.hosts} hosts x {args.host_pages} pages, mean {args.mean_bytes} B; "
           f"cap {args.pages} pages, delay {args.delay} s", file=sys.stderr)
@@ -715,7 +736,8 @@ def by_role(ours: list[Run], theirs: list[Run], pages: Callable[[Run], int] = la
     """CPU ms a page and peak RSS of each role (medians over runs; CPU sampled every
     RSS_SAMPLE_S, so a process's last fraction of a second may be missing)."""
     for side, runs in (("ours", ours), ("scrapy", theirs)):
-        print_roles(side, runs, pages)
+        if runs:
+            print_roles(side, runs, pages)
 
 
 def print_roles(side: str, runs: list[Run], pages: Callable[[Run], int] = lambda r: r.pages) -> None:
@@ -919,6 +941,8 @@ def main() -> int:
     ap.add_argument("--pages", type=int, default=5000, help="page cap N for both sides (many hosts)")
     ap.add_argument("--runs", type=int, default=3, help="runs per side, alternating (medians quoted)")
     ap.add_argument("--quick", action="store_true", help="smoke check: 600 pages, 100 pages per few-host, 1 run")
+    ap.add_argument("--smoke", action="store_true",
+                    help="seconds: many hosts, 4 x 10 pages, cap 40; Scrapy only if its venv is there")
     ap.add_argument("--only", choices=("many", "few", "docs", "web"), help="run one scenario")
     ap.add_argument("--docs", nargs="+", default=[], metavar="DIR",
                     help="documentation folders (each with an index.html) to serve as hosts: a few-host "
@@ -962,9 +986,14 @@ def main() -> int:
     if args.quick:
         args.pages, args.runs, args.few_pages = min(args.pages, 600), 1, min(args.few_pages, 100)
         args.web_hosts, args.web_cap = [min(n, 200) for n in args.web_hosts], min(args.web_cap or 1500, 1500)
+    if args.smoke:
+        args.only, args.runs, args.pages, args.hosts, args.host_pages = "many", 1, 40, 4, 10
+        args.mean_bytes, args.workers, args.parsers, args.scrapy_outputs = 10_000, 1, 1, False
     try:
-        python = scrapy_python()
-        print(f"Scrapy {scrapy_version(python)} ({python}); ours: manage.py crawl --workers {args.workers or '(default)'} "
+        python = ready_python(VENV, "scrapy") if args.smoke else scrapy_python()
+        scrapy = (f"Scrapy {scrapy_version(python)} ({python})" if python is not None
+                  else f"Scrapy not in {VENV} (a run without --smoke makes it): ours only")
+        print(f"{scrapy}; ours: manage.py crawl --workers {args.workers or '(default)'} "
               f"--parsers {args.parsers} --shards {args.shards} {' '.join('--set ' + s for s in args.set)}".rstrip())
         print(f"machine: {psutil.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         if args.only in (None, "many"):

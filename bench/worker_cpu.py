@@ -11,7 +11,9 @@ sandbox's child). Around each call the Redis server's ``INFO`` gives the command
 Figures are per fetched page (status 200 or not). ``--profile N`` prints the N costliest
 functions of the two tasks (cProfile, own time).
 
-    python bench/worker_cpu.py [--hosts 100] [--pages 50] [--mean-bytes 60000] [--max-pages 3000]
+    python bench/worker_cpu.py [--hosts 100] [--pages 50] [--mean-bytes 60000] [--max-pages 3000] [--smoke]
+
+``--smoke``: 4 hosts x 10 pages of 10 kB, at most 40 pages (seconds).
 """
 from __future__ import annotations
 
@@ -52,7 +54,10 @@ def main() -> int:
     ap.add_argument("--max-pages", type=int, default=3000)
     ap.add_argument("--profile", type=int, default=0, metavar="N", help="print the N costliest functions")
     ap.add_argument("--profile-out", metavar="FILE", help="with --profile: also save the profile (pstats)")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: a few seconds")
     args = ap.parse_args()
+    if args.smoke:
+        args.hosts, args.pages, args.mean_bytes, args.max_pages = 4, 10, 10_000, 40
 
     tmp = Path(tempfile.mkdtemp(prefix="worker-cpu-"))
     server = EmbeddedRedis(tmp / "redis", save="")
