@@ -8,7 +8,15 @@ bytes per queued URL (the Bloom bitmaps excluded) and Bloom bytes per seen URL,
 and the insert rate. Every URL lands in a front queue (put_discovered never fills
 back queues), which is where nearly all of a large frontier waits.
 
-    python bench/frontier_memory.py [--urls 10000000] [--hosts 100000] [--shards 2] [--snapshot] [--smoke]
+The front queues spill to disk as in a crawl: every MAINTENANCE_INTERVAL_S of the
+insert loop the maintenance task's ``Spiller.run`` moves each queue's tail past
+FRONT_SPILL_AT to gzip files (its time is part of the insert rate, though a crawl runs
+it in another process). The bench then prints the files' bytes per spilled URL and reads
+every file back into Redis, as the refill does, for the read-back rate. ``--no-spill``
+keeps every URL in Redis: the cost of one entry there.
+
+    python bench/frontier_memory.py [--urls 10000000] [--hosts 100000] [--shards 2] [--no-spill] [--snapshot]
+    python bench/frontier_memory.py --smoke
 
 ``--snapshot`` also times ``crawler_tasks.ops.snapshot`` snapshot + restore of the result.
 ``--smoke``: 20,000 URLs over 2,000 hosts (seconds; tests/test_bench_smoke.py runs it).
@@ -25,6 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from crawler_tasks.frontier import Discovered, Frontier, Verdict  # noqa: E402
+from crawler_tasks.frontier.spill import Spiller  # noqa: E402
 from crawler_tasks.keys import ShardKeys  # noqa: E402
 from crawler_tasks.ops.embedded import EmbeddedRedis  # noqa: E402
 from crawler_tasks.settings import Settings  # noqa: E402
@@ -52,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--urls", type=int, default=10_000_000)
     ap.add_argument("--hosts", type=int, default=100_000)
     ap.add_argument("--shards", type=int, default=Settings().SHARDS)
+    ap.add_argument("--no-spill", action="store_true", help="FRONT_SPILL_AT 0: every URL stays in Redis")
     ap.add_argument("--snapshot", action="store_true", help="also time snapshot + restore of the frontier")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: a few seconds")
     args = ap.parse_args(argv)
@@ -63,8 +73,14 @@ def main(argv: list[str] | None = None) -> int:
         server = EmbeddedRedis(Path(tmp) / "redis", save="").start()
         try:
             settings = dataclasses.replace(Settings(), REDIS_URL=server.url, KEY_PREFIX="bench", SHARDS=args.shards,
-                                           BLOOM_EXPECTED_URLS=n, BLOOM_ERROR_RATE=0.01)
+                                           BLOOM_EXPECTED_URLS=n, BLOOM_ERROR_RATE=0.01, OUT_DIR=str(Path(tmp) / "out"))
+            if args.smoke:
+                settings = dataclasses.replace(settings, FRONT_SPILL_AT=2_000, FRONT_REFILL_AT=500)
+            if args.no_spill:
+                settings = dataclasses.replace(settings, FRONT_SPILL_AT=0)
             frontier = Frontier(settings)
+            spiller = Spiller(settings, frontier)
+            spill_s, spilled, last_spill = 0.0, 0, time.perf_counter()
             client = frontier.client(0)
             before = int(client.info("memory")["used_memory"])
             frontier.allocate_bloom()  # as manage.py crawl does: full-size segments up front
@@ -82,6 +98,13 @@ def main(argv: list[str] | None = None) -> int:
                 url_chars += sum(len(d.url) for d in items)
                 verdicts.update(frontier.put_discovered(items))
                 done = start + len(items)
+                if time.perf_counter() - last_spill >= settings.MAINTENANCE_INTERVAL_S or done == n:
+                    last_spill = time.perf_counter()
+                    while moved := spiller.run()[0]:   # the last runs: maintenance would, a second later
+                        spilled += moved
+                        if done < n:
+                            break
+                    spill_s += time.perf_counter() - last_spill
                 if done >= next_report or done == n:
                     elapsed = time.perf_counter() - started
                     used = int(client.info("memory")["used_memory"])
@@ -108,7 +131,24 @@ def main(argv: list[str] | None = None) -> int:
                   f"{(grown - bloom_bytes) / max(queued, 1):.1f}")
             print(f"Bloom: {mb(bloom_bytes)} = {bloom_bytes / n:.2f} bytes per seen URL; "
                   f"fill {fill.bits_set / (spec.bits * settings.SHARDS):.3f}, {fill.describe()}")
-            print(f"rate: {n / elapsed:,.0f} URLs/s ({elapsed:.1f} s for {n:,} URLs)")
+            print(f"rate: {n / elapsed:,.0f} URLs/s ({elapsed:.1f} s for {n:,} URLs, {spill_s:.1f} s of it spilling)")
+            if spilled:
+                files = list((Path(settings.OUT_DIR) / "spill").rglob("*.gz"))
+                disk = sum(f.stat().st_size for f in files)
+                in_redis = queued - spiller.spilled()
+                print(f"spilled {spilled:,} URLs to {len(files):,} files: {mb(disk)} = {disk / spilled:.1f} bytes per "
+                      f"spilled URL on disk; {in_redis:,} URLs in Redis (FRONT_SPILL_AT {settings.FRONT_SPILL_AT:,} a "
+                      f"queue x {settings.SHARDS * settings.PRIORITY_LEVELS} queues)")
+                t0 = time.perf_counter()
+                reader = Spiller(dataclasses.replace(settings, FRONT_SPILL_AT=2**62, FRONT_REFILL_AT=2**62 - 1),
+                                 frontier)
+                loaded = 0
+                while moved := reader.run()[1]:
+                    loaded += moved
+                took = time.perf_counter() - t0
+                print(f"read-back: {loaded:,} URLs from disk into Redis in {took:.1f} s "
+                      f"({loaded / max(took, 1e-9):,.0f} URLs/s); used_memory now "
+                      f"{mb(int(client.info('memory')['used_memory']))}")
             if args.snapshot:
                 from crawler_tasks.ops.restore import restore
                 from crawler_tasks.ops.snapshot import snapshot

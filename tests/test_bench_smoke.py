@@ -81,6 +81,14 @@ def test_bench_smoke_modes_run(args: tuple[str, ...], pattern: str):
     assert figure(done.stdout, pattern) > 0, done.stdout[-3000:]
 
 
+def test_frontier_memory_smoke_spills_and_reads_every_url_back():
+    done = run_bench("bench/frontier_memory.py", "--smoke")
+    assert done.returncode == 0, done.stderr[-3000:]
+    spilled = figure(done.stdout, r"^spilled ([\d,]+) URLs to")
+    assert spilled > 0
+    assert figure(done.stdout, r"^read-back: ([\d,]+) URLs") == spilled
+
+
 def test_every_bench_has_a_smoke_run():
     benches = {path.name for path in (ROOT / "bench").glob("*.py")} - NOT_BENCHES
     covered = {args[0] for args, _ in SMOKES} | {"web_shapes.py"}   # web_shapes: its own test above
