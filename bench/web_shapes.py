@@ -285,6 +285,7 @@ def main() -> int:
                     help="also run ours on the same web with IP literals (no names, no DNS, no HTTPS, no dead names)")
     ap.add_argument("--hosts", type=int, help="each chosen cell with this many hosts, its cap scaled alike "
                                               "(memory at 10,000 hosts: --cells A --hosts 10000 --no-scrapy)")
+    ap.add_argument("--cap", type=int, help="each chosen cell with this page cap (a longer crawl of the same web)")
     ap.add_argument("--https-share", default="1/3", help="share of the hosts on HTTPS (0: none)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--with-factor", dest="no_factor", action="store_false",
@@ -302,6 +303,8 @@ def main() -> int:
     if args.hosts:
         cells = [replace(c, name=f"{c.name}{args.hosts}", hosts=args.hosts, cap=c.cap * args.hosts // c.hosts)
                  for c in cells]
+    if args.cap:
+        cells = [replace(c, name=f"{c.name}c{args.cap}", cap=args.cap) for c in cells]
     args.dns_port53 = not args.smoke and os.geteuid() == 0
     scrapy = not (args.smoke or args.no_scrapy)
     if scrapy and not (args.dns_port53 and shutil.which("unshare")):
