@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hosts", type=int, default=100_000)
     ap.add_argument("--shards", type=int, default=Settings().SHARDS)
     ap.add_argument("--no-spill", action="store_true", help="FRONT_SPILL_AT 0: every URL stays in Redis")
+    ap.add_argument("--exact", action="store_true", help="URL_SEEN=exact: fingerprints decide (their bytes per URL)")
     ap.add_argument("--snapshot", action="store_true", help="also time snapshot + restore of the frontier")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: a few seconds")
     args = ap.parse_args(argv)
@@ -78,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
                 settings = dataclasses.replace(settings, FRONT_SPILL_AT=2_000, FRONT_REFILL_AT=500)
             if args.no_spill:
                 settings = dataclasses.replace(settings, FRONT_SPILL_AT=0)
+            if args.exact:
+                settings = dataclasses.replace(settings, URL_SEEN="exact")
             frontier = Frontier(settings)
             spiller = Spiller(settings, frontier)
             spill_s, spilled, last_spill = 0.0, 0, time.perf_counter()
@@ -120,6 +123,13 @@ def main(argv: list[str] | None = None) -> int:
                 c = frontier.client(shard)
                 for seg in range(spec.segments):
                     bloom_bytes += int(c.memory_usage(ShardKeys(settings.KEY_PREFIX, shard).bloom(seg)) or 0)
+            exact_bytes = 0
+            if frontier.fingerprints is not None:
+                for shard in range(settings.SHARDS):
+                    pipe = frontier.client(shard).pipeline(transaction=False)
+                    for bucket in range(frontier.fingerprints.buckets):
+                        pipe.memory_usage(ShardKeys(settings.KEY_PREFIX, shard).fingerprints(bucket))
+                    exact_bytes += sum(int(b or 0) for b in pipe.execute())
             queued = sum(frontier.sizes(s)["front"] + frontier.sizes(s)["back"] for s in range(settings.SHARDS))
             fill = frontier.bloom_fill()
             grown = after - before
@@ -127,10 +137,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"enqueued {enqueued:,} of {n:,} (verdicts: "
                   f"{', '.join(f'{v.name.lower()} {c:,}' for v, c in sorted(verdicts.items()))}), "
                   f"queued now {queued:,}; mean URL {url_chars / n:.1f} chars")
-            print(f"queue bytes per queued URL (Bloom excluded; includes the per-host budget hash): "
-                  f"{(grown - bloom_bytes) / max(queued, 1):.1f}")
+            print(f"queue bytes per queued URL (Bloom and fingerprints excluded; includes the per-host budget hash): "
+                  f"{(grown - bloom_bytes - exact_bytes) / max(queued, 1):.1f}")
+            if frontier.fingerprints is not None:
+                print(f"exact URL-seen: {mb(exact_bytes)} = {exact_bytes / n:.2f} bytes per seen URL in "
+                      f"{frontier.fingerprints.buckets * settings.SHARDS:,} intset buckets")
             print(f"Bloom: {mb(bloom_bytes)} = {bloom_bytes / n:.2f} bytes per seen URL; "
-                  f"fill {fill.bits_set / (spec.bits * settings.SHARDS):.3f}, {fill.describe()}")
+                  f"fill {fill.bits_set / (spec.bits * settings.SHARDS):.3f}, est. false-positive rate {fill.fp_rate:.3%}")
+            print(f"URL-seen ({settings.URL_SEEN}): {fill.describe()}; {verdicts[Verdict.SEEN]:,} taken for seen "
+                  f"(every generated URL is new)")
             print(f"rate: {n / elapsed:,.0f} URLs/s ({elapsed:.1f} s for {n:,} URLs, {spill_s:.1f} s of it spilling)")
             if spilled:
                 files = list((Path(settings.OUT_DIR) / "spill").rglob("*.gz"))

@@ -154,6 +154,13 @@ class ShardKeys:
     def seen(self) -> str:
         return f"{self.base}:seen"
 
+    def fingerprints(self, bucket: int) -> str:
+        return f"{self.base}:fp:{bucket}"
+
+    @property
+    def fingerprint_count(self) -> str:
+        return f"{self.base}:fpcount"
+
     @property
     def host_counts(self) -> str:
         return f"{self.base}:hostcount"

@@ -313,6 +313,10 @@ class Settings:
     # 0.001; the crawl's summary, `stats` and /metrics estimate the URLs lost so far.
     BLOOM_EXPECTED_URLS: int = 10_000_000
     BLOOM_ERROR_RATE: float = 0.01
+    # The URL-seen test: "bloom" (the filter above decides) or "exact" (Mercator's: a
+    # fingerprint of every URL in Redis intsets decides, ~4.3 bytes a URL besides the
+    # filter; a loss needs two URLs to agree on 47+ bits: ~0.2 URLs at 10^7 a shard).
+    URL_SEEN: str = "bloom"
 
     # --- Storage -------------------------------------------------------------------------
     # This machine's name in queue names (crawl.parse.<node>); empty = the host name.
@@ -490,6 +494,7 @@ class Settings:
             (self.FRONT_SPILL_AT == 0 or 0 <= self.FRONT_REFILL_AT < self.FRONT_SPILL_AT,
              "FRONT_REFILL_AT must be below FRONT_SPILL_AT (else a file spilled is read straight back)"),
             (0 < self.BLOOM_ERROR_RATE < 1, "BLOOM_ERROR_RATE must be in (0, 1)"),
+            (self.URL_SEEN in ("bloom", "exact"), f"URL_SEEN must be 'bloom' or 'exact', got {self.URL_SEEN!r}"),
             (self.BLOOM_EXPECTED_URLS >= 1, "BLOOM_EXPECTED_URLS must be >= 1"),
             (self.MAX_BODY_BYTES >= 1024, "MAX_BODY_BYTES must be >= 1024"),
             (self.WAKE_INTERVAL_S > 0, "WAKE_INTERVAL_S must be > 0"),

@@ -50,6 +50,7 @@ SMOKES = [
     (("fetch_cpu.py", "--smoke", "--tls"), r"session resumed: .*; (\d+) of \d+ resumed"),
     (("freshness_sim.py", "--smoke"), r"^adaptive \(rates estimated\)\s+([\d.]+)"),
     (("frontier_memory.py", "--smoke", "--snapshot"), r"^queue bytes per queued URL.*: ([\d.]+)$"),
+    (("frontier_memory.py", "--smoke", "--exact"), r"^exact URL-seen: .* = ([\d.]+) bytes per seen URL"),
     (("parse_bench.py", "--smoke"), r"^parse \+ links: ([\d.]+) ms/page"),
     (("parse_bench.py", "--smoke", "--analyse"), r"^analyse: ([\d.]+) ms/page"),
     (("real_sites.py", "--smoke"), r"reachable (\d+), fetched"),                      # exit 0: none lost

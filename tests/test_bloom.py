@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from crawler_tasks.frontier import Discovered, Frontier
-from crawler_tasks.frontier.bloom import MAX_SEGMENT_BITS, BloomSpec
+from crawler_tasks.frontier import Discovered, Frontier, Verdict
+from crawler_tasks.frontier.bloom import MAX_SEGMENT_BITS, BloomSpec, FingerprintSpec
 
 
 def test_sizing_billion_urls_at_one_percent_is_about_1_2_gb():
@@ -67,3 +67,56 @@ def test_expected_losses_match_a_simulated_filter():
         if i + 1 in (5_000, 10_000, 15_000):
             assert abs(spec.expected_losses(set_bits) - lost) < max(8, 0.15 * lost), (i, lost)
     assert spec.expected_losses(0) == 0 and lost > 1000
+
+
+# --- URL_SEEN=exact: fingerprints decide --------------------------------------------
+
+def test_fingerprint_spec_sizes_buckets_for_the_expected_urls():
+    spec = FingerprintSpec.for_capacity(5_000_000)
+    assert (spec.bucket_bits, spec.bits) == (15, 47)
+    bucket, member = spec.of("http://a.test/x")
+    assert (bucket, member) == spec.of("http://a.test/x") != spec.of("http://a.test/y")
+    assert 0 <= bucket < spec.buckets and -2**31 <= member < 2**31
+    assert spec.expected_losses(10_000_000) < 0.5 and spec.expected_losses(0) == 0
+    assert FingerprintSpec.for_capacity(1).bucket_bits == 0 and FingerprintSpec.for_capacity(10**15).bucket_bits == 32
+
+
+def test_exact_mode_loses_no_url_where_a_full_bloom_filter_loses_many(settings):
+    """A filter sized for 1,000 URLs takes 6,000: in Bloom mode it drops a share of the new
+    ones; in exact mode every new URL is enqueued, every repeat is seen, and the buckets
+    stay intsets."""
+    n = 6_000
+    urls = [Discovered(url=f"http://h{i % 30}.test/p/{i}", host=f"h{i % 30}.test") for i in range(n)]
+    lost = {}
+    for mode in ("bloom", "exact"):
+        s = dataclasses.replace(settings, SHARDS=1, BLOOM_EXPECTED_URLS=1_000, URL_SEEN=mode,
+                                KEY_PREFIX=f"{settings.KEY_PREFIX}-{mode}")
+        frontier = Frontier(s)
+        verdicts = frontier.put_discovered(urls)
+        lost[mode] = sum(v == Verdict.SEEN for v in verdicts)
+        fill = frontier.bloom_fill()
+        if mode == "exact":
+            assert frontier.put_discovered(urls[:500]) == [Verdict.SEEN] * 500
+            assert fill.fingerprints == n and fill.lost < 0.01   # 6,000^2 / 2^35
+            assert "exact: 6000 fingerprints of 34 bits" in fill.describe()
+            spec = frontier.fingerprints
+            assert spec is not None
+            client = frontier.client(0)
+            key = frontier.keys(0).fingerprints(spec.of(urls[0].url)[0])
+            assert client.object("encoding", key) == "intset"
+            assert sum(client.scard(frontier.keys(0).fingerprints(b)) for b in range(spec.buckets)) == n
+        else:
+            assert abs(fill.lost - lost[mode]) < max(20, 0.2 * lost[mode])
+    assert lost["bloom"] > 300 and lost["exact"] == 0
+
+
+def test_exact_mode_remember_and_seen_test_agree_with_add(settings):
+    s = dataclasses.replace(settings, SHARDS=1, BLOOM_EXPECTED_URLS=100_000, URL_SEEN="exact")
+    frontier = Frontier(s)
+    known = [f"http://k.test/{i}" for i in range(50)]
+    fresh = [f"http://k.test/new/{i}" for i in range(50)]
+    frontier.remember(0, known)
+    assert frontier.seen_test(0, known + fresh) == [True] * 50 + [False] * 50
+    verdicts = frontier.put_discovered([Discovered(url=u, host="k.test") for u in known + fresh])
+    assert verdicts == [Verdict.SEEN] * 50 + [Verdict.ENQUEUED] * 50
+    assert frontier.bloom_fill().fingerprints == 100

@@ -231,9 +231,9 @@ def test_recorded_once_per_url_unless_it_entered_the_frontier(settings):
     drops = [RuleDrop(f"{H}/cal/{i % 3}", "h.test", 1, "trap shape /cal/#", "e") for i in range(6)]
     drops += [RuleDrop(f"{H}/cal/0", "other.test", 1, "trap shape /cal/#", "e"),
               RuleDrop(f"{H}/cal/9", "h.test", 1, "trap shape /cal/#", "e")]
-    assert [(d.url, d.host) for d in rules.first_drops(drops, frontier.bloom)] == [
+    assert [(d.url, d.host) for d in rules.first_drops(drops, frontier)] == [
         (f"{H}/cal/0", "h.test"), (f"{H}/cal/1", "h.test"), (f"{H}/cal/2", "h.test"), (f"{H}/cal/0", "other.test")]
-    assert rules.first_drops(drops[:2], frontier.bloom) == []
+    assert rules.first_drops(drops[:2], frontier) == []
 
 
 def test_manage_hosts_prints_rules(settings, capsys):

@@ -340,3 +340,17 @@ def test_unreachable_host_is_reported_and_explained(tmp_path):
     stats = subprocess.run([sys.executable, str(ROOT / "manage.py"), "stats", "--out", str(out)],
                            capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert "hosts unreachable: 1" in stats.stdout and f"down.test:{port}: connection refused" in stats.stdout
+
+
+def test_exact_url_seen_crawls_every_page_once(web, tmp_path):
+    """URL_SEEN=exact end to end: fingerprints decide in add.lua, the summary reports them."""
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
+    env["CRAWLER_URL_SEEN"] = "exact"
+    cmd = [sys.executable, str(ROOT / "manage.py"), "crawl", *web.seeds(), "--out", str(out), "--allow-private",
+           "--min-delay", "0.1", "--user-agent", "testbot/1.0 (+http://127.0.0.1/bot)"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    fetched = [r["url"] for r in records(out) if r.get("status") == 200]
+    assert len(fetched) == len(set(fetched)) and web.reachable(web.seeds()) <= set(fetched)
+    assert "URL-seen: exact: " in proc.stderr and "fingerprints of" in proc.stderr

@@ -13,7 +13,7 @@ import redis
 
 from crawler_tasks.connection import shard_url
 from crawler_tasks.exceptions import CrawlerError
-from crawler_tasks.frontier import Discovered, Frontier
+from crawler_tasks.frontier import Discovered, Frontier, Verdict
 from crawler_tasks.keys import GlobalKeys, ShardKeys
 from crawler_tasks.ops import snapshot as snap
 from crawler_tasks.ops.embedded import EmbeddedRedis
@@ -335,3 +335,20 @@ def test_a_snapshot_taken_before_the_stage_layout_restores_and_leases(settings):
     assert any(frontier.host_info(h).politeness == {"failures": "0"} for h in ("a.test", "b.test", "c.test"))
     # the Bloom filter came back too: a seed is still "seen"
     assert frontier.put_discovered([Discovered(url="http://b.test/x", host="b.test")]) == [0]
+
+
+def test_exact_url_seen_survives_a_snapshot_and_must_match(settings, tmp_path):
+    """URL_SEEN=exact: the fingerprint buckets and their count are restored with the rest
+    (a restored crawl knows every URL it had seen), and a Bloom-mode crawl refuses them."""
+    s = dataclasses.replace(settings, URL_SEEN="exact", BLOOM_EXPECTED_URLS=100_000)
+    frontier = Frontier(s)
+    frontier.put_discovered(urls(300))
+    path = tmp_path / "s.jsonl.gz"
+    snapshot(s, path)
+    wipe(raw(s.REDIS_URL), s.KEY_PREFIX)
+    assert frontier.bloom_fill().fingerprints == 0
+    restore(s, path)
+    assert frontier.bloom_fill().fingerprints == 300
+    assert set(frontier.put_discovered(urls(300))) == {Verdict.SEEN}
+    with pytest.raises(SnapshotError, match="URL_SEEN"):
+        restore(dataclasses.replace(s, KEY_PREFIX=s.KEY_PREFIX + "b", URL_SEEN="bloom"), path)

@@ -52,7 +52,7 @@ from crawler_tasks.dedup.dust import (
     walks,
 )
 from crawler_tasks.dedup.evidence import PageSketch, Ring, Tally, TextSketch, TrapBar, Yield, page_yield
-from crawler_tasks.frontier.bloom import BloomSpec
+from crawler_tasks.frontier import Frontier
 from crawler_tasks.keys import ShardKeys, shard_of
 from crawler_tasks.records import EntryKind, PageRecord
 from crawler_tasks.settings import Settings
@@ -237,22 +237,18 @@ class UrlRules:
                 return None
         return out
 
-    def first_drops(self, drops: list[RuleDrop], bloom: BloomSpec) -> list[RuleDrop]:
-        """The drops to record: URLs that never entered the frontier (not all of their
-        URL-seen bits are set: a URL queued or fetched before a rule came has, or will
-        get, a record of its own) and have no record yet (each is recorded once). A
-        URL-seen false positive leaves a drop without a record; it is still counted."""
-        pipes: dict[int, Pipeline] = {}
+    def first_drops(self, drops: list[RuleDrop], frontier: Frontier) -> list[RuleDrop]:
+        """The drops to record: URLs that never entered the frontier (the URL-seen test
+        does not know them: a URL queued or fetched before a rule came has, or will get,
+        a record of its own) and have no record yet (each is recorded once). A URL-seen
+        false positive (Bloom mode) leaves a drop without a record; it is still counted."""
+        by_shard: dict[int, list[RuleDrop]] = {}
         for drop in drops:
-            k, shard = self._keys(drop.host)
-            segment, offsets = bloom.positions(drop.url)
-            pipe = self._pipeline(pipes, shard)
-            for offset in offsets:
-                pipe.getbit(k.bloom(segment), offset)
-        bits = {shard: iter(pipe.execute()) for shard, pipe in pipes.items()}
-        unseen = [drop for drop in drops
-                  if not all([next(bits[self._keys(drop.host)[1]]) for _ in range(bloom.hashes)])]
-        pipes = {}
+            by_shard.setdefault(self._keys(drop.host)[1], []).append(drop)
+        known = {id(drop): seen for shard, group in by_shard.items()
+                 for drop, seen in zip(group, frontier.seen_test(shard, [d.url for d in group]), strict=True)}
+        unseen = [drop for drop in drops if not known[id(drop)]]
+        pipes: dict[int, Pipeline] = {}
         for drop in unseen:
             k, shard = self._keys(drop.host)
             self._pipeline(pipes, shard).sadd(k.rule_drops(drop.host), drop.url)

@@ -12,22 +12,24 @@ loses nothing); a host is never leased before its ``te``.
 """
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 import redis
 
 from crawler_tasks.connection import global_client, replies_of, shard_client
-from crawler_tasks.frontier.bloom import BloomSpec
+from crawler_tasks.frontier.bloom import INTSET_ENTRIES, BloomSpec, FingerprintSpec
 from crawler_tasks.keys import PAGES_FIELD, GlobalKeys, ShardKeys, shard_of
 from crawler_tasks.records import Action, EntryKind
 from crawler_tasks.settings import Settings
 
+log = logging.getLogger(__name__)
 _HERE = Path(__file__).parent
 T = TypeVar("T")
 K = TypeVar("K")
@@ -44,7 +46,7 @@ _SCRIPTS = {name: _script(name) for name in ("add", "lease", "complete", "renew"
 # Most front-queue URLs moved into back queues by one wake, per shard.
 MAX_REFILL_MOVES = 2000
 
-# URLs per add.lua call: 8 arguments each, so a shard's batch stays far below Redis's
+# URLs per add.lua call: 10 arguments each, so a shard's batch stays far below Redis's
 # limit of 1,048,576 arguments per command (above ~131k URLs one call fails outright),
 # and one call holds the server for tens of milliseconds, not seconds.
 ADD_CHUNK_URLS = 10_000
@@ -117,8 +119,13 @@ class BloomFill:
     bits_set: int          # all shards
     fp_rate: float         # of the fullest shard: the chance a new URL is taken for seen now
     lost: float            # new URLs estimated dropped as seen so far, all shards
+    fingerprints: int | None = None   # exact mode: fingerprints stored (they decide, not the filter)
+    fingerprint_bits: int = 0
 
     def describe(self) -> str:
+        if self.fingerprints is not None:
+            return (f"exact: {self.fingerprints} fingerprints of {self.fingerprint_bits} bits, "
+                    f"~{self.lost:.2g} new URL(s) estimated lost to a shared fingerprint")
         return (f"estimated false-positive rate {self.fp_rate:.3%}, "
                 f"~{self.lost:.0f} new URL(s) estimated lost to it")
 
@@ -179,6 +186,8 @@ class Frontier:
         self.levels = settings.PRIORITY_LEVELS
         per_shard = max(1, settings.BLOOM_EXPECTED_URLS // self.shards)
         self.bloom = BloomSpec.for_capacity(per_shard, settings.BLOOM_ERROR_RATE)
+        # URL_SEEN=exact: fingerprints decide, the Bloom filter stays in front for its readers
+        self.fingerprints = FingerprintSpec.for_capacity(per_shard) if settings.URL_SEEN == "exact" else None
         self._scripts: dict[tuple[int, str], redis.commands.core.Script] = {}
         self._budget_here: bool | None = None
 
@@ -222,19 +231,29 @@ class Frontier:
         s = self.settings
         for shard, all_indexes in by_shard.items():
             k = self.keys(shard)
-            keys = (k.fronts(self.levels) + [k.bloom(s) for s in range(self.bloom.segments)]
-                    + [k.seen, k.host_counts, k.query_variants, k.seed_hosts, k.queued])
+            fixed = (k.fronts(self.levels) + [k.bloom(s) for s in range(self.bloom.segments)]
+                     + [k.seen, k.host_counts, k.query_variants, k.seed_hosts, k.queued, k.fingerprint_count])
             for start in range(0, len(all_indexes), ADD_CHUNK_URLS):
                 indexes = all_indexes[start:start + ADD_CHUNK_URLS]
+                keys = list(fixed)
+                at: dict[int, int] = {}   # fingerprint bucket -> its KEYS index (1-based)
                 args: list = [self.levels, self.bloom.segments, self.bloom.hashes, self.bloom.segment_bits,
-                              s.MAX_PAGES_PER_HOST, s.seed_host_budget, s.MAX_QUERY_VARIANTS]
+                              s.MAX_PAGES_PER_HOST, s.seed_host_budget, s.MAX_QUERY_VARIANTS,
+                              int(self.fingerprints is not None)]
                 for i in indexes:
                     item = items[i]
                     segment, h1, h2 = self.bloom.hashes_of(item.url)
                     entry = Entry(item.url, item.depth, 0, item.hops, item.kind).encode()
                     qkey = item.url.split("?", 1)[0] if "?" in item.url else ""
+                    bucket_at, member = 0, 0
+                    if self.fingerprints is not None:
+                        bucket, member = self.fingerprints.of(item.url)
+                        if bucket not in at:
+                            keys.append(k.fingerprints(bucket))
+                            at[bucket] = len(keys)
+                        bucket_at = at[bucket]
                     args += ["2" if item.again else "1" if item.force else "0", min(max(item.priority, 0), top), entry, segment + 1,
-                             h1, h2, item.host, qkey]
+                             h1, h2, item.host, qkey, bucket_at, member]
                 verdicts = self._run(shard, "add", keys, args)
                 for i, verdict in zip(indexes, verdicts, strict=True):  # type: ignore[call-overload]
                     result[i] = Verdict(int(verdict))
@@ -616,17 +635,81 @@ class Frontier:
                 elif not client.exists(key):  # huge: 1 MB of slack at most, no giant write
                     client.setbit(key, self.bloom.segment_bits - 1, 0)
 
+    def seen_test(self, shard: int, urls: list[str]) -> list[bool]:
+        """Whether the URL-seen test knows each URL (read-only): the exact seed set, then
+        the fingerprints (exact mode) or every Bloom bit."""
+        k = self.keys(shard)
+        pipe = self.client(shard).pipeline(transaction=False)
+        for url in urls:
+            pipe.sismember(k.seen, url)
+            if self.fingerprints is not None:
+                bucket, member = self.fingerprints.of(url)
+                pipe.sismember(k.fingerprints(bucket), str(member))
+            else:
+                # one BITFIELD for the k bits: a GETBIT each was 8 replies a URL to parse
+                segment, positions = self.bloom.positions(url)
+                pipe.execute_command("BITFIELD", k.bloom(segment), *(a for pos in positions for a in ("GET", "u1", pos)))
+        replies = iter(pipe.execute())
+        out = []
+        for _ in urls:
+            exact, known = next(replies), next(replies)
+            out.append(bool(exact) or (all(known) if isinstance(known, list) else bool(known)))
+        return out
+
+    def remember(self, shard: int, urls: list[str]) -> None:
+        """Make the URL-seen test know ``urls`` (their Bloom bits, and fingerprints in
+        exact mode) without queueing them."""
+        k = self.keys(shard)
+        pipe = self.client(shard).pipeline(transaction=False)
+        for url in urls:
+            segment, positions = self.bloom.positions(url)
+            for pos in positions:
+                pipe.setbit(k.bloom(segment), pos, 1)
+            if self.fingerprints is not None:
+                bucket, member = self.fingerprints.of(url)
+                pipe.sadd(k.fingerprints(bucket), member)
+        replies = pipe.execute()
+        if self.fingerprints is not None:
+            added = sum(int(r) for r in replies[self.bloom.hashes::self.bloom.hashes + 1])
+            if added:
+                self.client(shard).incrby(k.fingerprint_count, added)
+
+    def size_intsets(self) -> None:
+        """Exact mode: let a fingerprint bucket stay an intset (4 bytes a member) up to
+        INTSET_ENTRIES; past Redis's default of 512 it would turn into a hash table of
+        ~50 bytes a member. The embedded server is configured so; another is asked."""
+        if self.fingerprints is None:
+            return
+        for shard in range(self.shards):
+            client = self.client(shard)
+            try:
+                current = int(cast(dict, client.config_get("set-max-intset-entries"))["set-max-intset-entries"])
+                if current < INTSET_ENTRIES:
+                    client.config_set("set-max-intset-entries", INTSET_ENTRIES)
+            except (redis.ResponseError, KeyError, ValueError) as exc:
+                log.warning("URL_SEEN=exact: set set-max-intset-entries %d on the frontier's Redis (%s); "
+                            "fingerprint buckets past 512 members cost ~50 bytes each instead of 4",
+                            INTSET_ENTRIES, exc)
+                return
+
     def bloom_fill(self) -> BloomFill:
-        """The URL-seen filter's fill over all shards (BITCOUNT: ~0.1 s per 100 MB)."""
-        total, worst, lost = 0, 0.0, 0.0
+        """The URL-seen test's state over all shards (BITCOUNT: ~0.1 s per 100 MB)."""
+        total, worst, lost, stored = 0, 0.0, 0.0, 0
         for shard in range(self.shards):
             k = self.keys(shard)
             client = self.client(shard)
             bits = sum(int(client.bitcount(k.bloom(s))) for s in range(self.bloom.segments))
             total += bits
             worst = max(worst, self.bloom.false_positive_rate(bits))
-            lost += self.bloom.expected_losses(bits)
-        return BloomFill(total, worst, lost)
+            if self.fingerprints is None:
+                lost += self.bloom.expected_losses(bits)
+            else:
+                count = int(client.get(k.fingerprint_count) or 0)
+                stored += count
+                lost += self.fingerprints.expected_losses(count)
+        if self.fingerprints is None:
+            return BloomFill(total, worst, lost)
+        return BloomFill(total, worst, lost, stored, self.fingerprints.bits)
 
     def queued(self, shard: int) -> int:
         """URLs queued in one shard, parked ones (fetched, page not yet handed on) included."""

@@ -6,12 +6,17 @@
 -- KEYS[F+S+3]    hash host+path -> distinct query strings enqueued (facet traps)
 -- KEYS[F+S+4]    set of seed hosts (they get the larger budget)
 -- KEYS[F+S+5]    counter of URLs queued in the shard (front + back queues)
+-- KEYS[F+S+6]    counter of fingerprints stored (exact mode)
+-- KEYS[F+S+7..]  exact mode: the fingerprint buckets this call touches
 -- ARGV[1] F, ARGV[2] S, ARGV[3] k (hashes per URL), ARGV[4] m (bits per segment),
 -- ARGV[5] host budget, ARGV[6] seed-host budget, ARGV[7] max query variants per path
--- (budgets: 0 = none), then per URL 8 values: force (1 = seed, 2 = again), level, entry, segment
--- (1-based), h1, h2, host, query key ('' when the URL has no query). Bit j (0..k-1) of
--- a URL is (h1 + j*h2) mod m (exact: h1, h2 < 2^31). Forced URLs skip the budgets; an
--- 'again' URL (fetched before, its page lost) is enqueued with no test and no count.
+-- (budgets: 0 = none), ARGV[8] exact (1: the fingerprint sets decide, the Bloom filter is
+-- kept in front for the readers of its bits), then per URL 10 values: force (1 = seed,
+-- 2 = again), level, entry, segment (1-based), h1, h2, host, query key ('' when the URL has
+-- no query), fingerprint bucket (its KEYS index; 0 when not exact), fingerprint member.
+-- Bit j (0..k-1) of a URL is (h1 + j*h2) mod m (exact: h1, h2 < 2^31). Forced URLs skip
+-- the budgets; an 'again' URL (fetched before, its page lost) is enqueued with no test and
+-- no count.
 -- Returns per URL: 1 enqueued, 0 already seen, 2 over its host's budget, 3 one query
 -- variant too many for its path.
 local F = tonumber(ARGV[1])
@@ -23,10 +28,11 @@ local seed_budget = tonumber(ARGV[6])
 local max_variants = tonumber(ARGV[7])
 local seen_key = KEYS[F + S + 1]
 local counts, variants, seed_hosts = KEYS[F + S + 2], KEYS[F + S + 3], KEYS[F + S + 4]
-local queued = KEYS[F + S + 5]
+local queued, fp_count = KEYS[F + S + 5], KEYS[F + S + 6]
+local exact = ARGV[8] == '1'
 local out = {}
 local bits = {}   -- BITFIELD's arguments after the key: SET u1 offset 1, k times
-local i = 8
+local i = 9
 while i <= #ARGV do
   local force = ARGV[i] == '1'
   local again = ARGV[i] == '2'
@@ -42,9 +48,13 @@ while i <= #ARGV do
       local at = 4 * j
       bits[at + 1], bits[at + 2], bits[at + 3], bits[at + 4] = 'SET', 'u1', (h1 + j * h2) % m, 1
     end
-    local all_set = true
+    local seen_before = true
     for _, old in ipairs(redis.call('BITFIELD', seg, unpack(bits))) do
-      if old == 0 then all_set = false end
+      if old == 0 then seen_before = false end
+    end
+    if exact then
+      seen_before = redis.call('SADD', KEYS[tonumber(ARGV[i + 8])], ARGV[i + 9]) == 0
+      if not seen_before then redis.call('INCR', fp_count) end
     end
     if force then
       if redis.call('SADD', seen_key, string.match(entry, '([^ ]+)$')) == 0 then
@@ -52,7 +62,7 @@ while i <= #ARGV do
       else
         redis.call('SADD', seed_hosts, host)
       end
-    elseif all_set then
+    elseif seen_before then
       verdict = 0
     else
       local budget = host_budget
@@ -70,6 +80,6 @@ while i <= #ARGV do
     redis.call('INCR', queued)
   end
   out[#out + 1] = verdict
-  i = i + 8
+  i = i + 10
 end
 return out

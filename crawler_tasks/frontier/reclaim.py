@@ -130,41 +130,24 @@ def remember_queued(frontier: Frontier, shard: int) -> int:
     """Set the URL-seen bits of every queued URL. A checkpoint is read key by key while
     the crawl runs, so its Bloom filter may predate a URL its queues hold; restored as
     is, that URL would be enqueued (and fetched) a second time when found again."""
-    k = frontier.keys(shard)
     n = 0
     for chunk in _queued_urls(frontier, shard):
-        pipe = frontier.client(shard).pipeline(transaction=False)
-        for url in chunk:
-            segment, positions = frontier.bloom.positions(url)
-            for pos in positions:
-                pipe.setbit(k.bloom(segment), pos, 1)
-        pipe.execute()
+        frontier.remember(shard, chunk)
         n += len(chunk)
     return n
 
 
 def unseen_among(frontier: Frontier, urls: set[str]) -> set[str]:
-    """Which of ``urls`` the URL-seen test (Bloom filter, exact seed set) does not know:
-    after a restore, the URLs first found since the checkpoint (read-only: GETBIT)."""
+    """Which of ``urls`` the URL-seen test does not know: after a restore, the URLs
+    first found since the checkpoint (read-only)."""
     ordered = sorted(urls)
     by_shard: dict[int, list[str]] = {}
     for url in ordered:
         by_shard.setdefault(frontier.shard_of(url.split("/", 3)[2]), []).append(url)
     unseen: set[str] = set()
     for shard, shard_urls in by_shard.items():
-        k = frontier.keys(shard)
-        pipe = frontier.client(shard).pipeline(transaction=False)
-        for url in shard_urls:
-            segment, positions = frontier.bloom.positions(url)
-            pipe.sismember(k.seen, url)
-            # one BITFIELD for the k bits: a GETBIT each was 8 replies a URL to parse (a
-            # forced seed of 5,000 URLs spent 5.9 of its 9.8 s here, on a loaded machine)
-            pipe.execute_command("BITFIELD", k.bloom(segment), *(a for pos in positions for a in ("GET", "u1", pos)))
-        replies = iter(pipe.execute())
-        for url in shard_urls:
-            exact, bits = next(replies), next(replies)
-            if not exact and not all(bits):
-                unseen.add(url)
+        unseen.update(url for url, seen in zip(shard_urls, frontier.seen_test(shard, shard_urls), strict=True)
+                      if not seen)
     return unseen
 
 

@@ -35,6 +35,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from crawler_tasks.exceptions import ConfigError
+from crawler_tasks.frontier.bloom import INTSET_ENTRIES
 from crawler_tasks.ops.child import die_with_parent
 
 # Commands no crawl needs and an intruder would love (CONFIG SET dir + SAVE writes files).
@@ -143,6 +144,8 @@ class EmbeddedRedis:
             # the dump is mostly the feed's text and Bloom bits: LZF took 0.19 s of the
             # 0.33 s save a crawl's exit waits for (5,000 pages), for a file half the size
             "rdbcompression no",
+            # URL_SEEN=exact: fingerprint buckets stay intsets (4 bytes a member)
+            f"set-max-intset-entries {INTSET_ENTRIES}",
             f"logfile {_quote(str(self.data_dir / LOG_FILE))}",
         ]
         pairs = self.save.split()

@@ -325,7 +325,9 @@ class CrawlRunner:
             self._say(f"the crawl is paused: `manage.py resume --out {self.out_dir}` lets it go on")
         if self.resume:
             self._pages_before = control.stats().get("fetch/pages", 0)
-        Frontier(s).allocate_bloom()
+        frontier = Frontier(s)
+        frontier.allocate_bloom()
+        frontier.size_intsets()
         if self.seeds:
             added, rejected, waiting = seed_urls(s, self.seeds)
             for message in listed(rejected):

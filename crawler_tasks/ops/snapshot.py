@@ -66,7 +66,7 @@ import redis
 
 from crawler_tasks.connection import bytes_client, is_cluster, main_url, shard_url
 from crawler_tasks.exceptions import CrawlerError
-from crawler_tasks.frontier.bloom import BloomSpec
+from crawler_tasks.frontier.bloom import BloomSpec, FingerprintSpec
 from crawler_tasks.keys import GlobalKeys, ShardKeys
 from crawler_tasks.settings import Settings
 
@@ -91,7 +91,7 @@ _SIZE_COMMAND = {"string": "STRLEN", "list": "LLEN", "set": "SCARD", "zset": "ZC
 _SHARD_TAG = re.compile(rb"s(\d+)")
 # Settings that must match between the snapshot and the restoring crawl: keys and
 # Bloom bit positions depend on them.
-_MUST_MATCH = ("SHARDS", "PRIORITY_LEVELS", "BLOOM_EXPECTED_URLS", "BLOOM_ERROR_RATE")
+_MUST_MATCH = ("SHARDS", "PRIORITY_LEVELS", "BLOOM_EXPECTED_URLS", "BLOOM_ERROR_RATE", "URL_SEEN")
 
 
 class SnapshotError(CrawlerError, ValueError):
@@ -398,7 +398,9 @@ def snapshot(settings: Settings, path: str | os.PathLike) -> SnapshotInfo:
     servers = _servers(settings)
     clients = {url: bytes_client(url, settings.REDIS_TIMEOUT_S) for url in servers}
     g = GlobalKeys(settings.KEY_PREFIX)
-    bloom = BloomSpec.for_capacity(max(1, settings.BLOOM_EXPECTED_URLS // settings.SHARDS), settings.BLOOM_ERROR_RATE)
+    per_shard = max(1, settings.BLOOM_EXPECTED_URLS // settings.SHARDS)
+    bloom = BloomSpec.for_capacity(per_shard, settings.BLOOM_ERROR_RATE)
+    buckets = FingerprintSpec.for_capacity(per_shard).buckets if settings.URL_SEEN == "exact" else 0
     body_tmp = path.with_name(f".{path.name}.{os.getpid()}.body.tmp")
     final_tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -416,7 +418,9 @@ def snapshot(settings: Settings, path: str | os.PathLike) -> SnapshotInfo:
             for url, shards in servers.items():
                 for shard in shards:
                     k = ShardKeys(settings.KEY_PREFIX, shard)
-                    first[url] += [k.bloom(s).encode() for s in range(bloom.segments)] + [k.seen.encode()]
+                    first[url] += ([k.bloom(s).encode() for s in range(bloom.segments)] + [k.seen.encode()]
+                                   + [k.fingerprints(b).encode() for b in range(buckets)]
+                                   + [k.fingerprint_count.encode()] * bool(buckets))
                     fronts[url] += [key.encode() for key in k.fronts(settings.PRIORITY_LEVELS)]
             for url in servers:
                 _dump_keys(clients[url], w, first[url])

@@ -62,7 +62,7 @@ def enqueue_stage(w: Worker, records: list[PageRecord], group_id: str) -> int:
             bump(counters, name, n)
     if drops:   # one record per URL a learned rule dropped, naming the rule and its evidence
         dropped = [PageRecord(FetchedPage(url=d.url, depth=d.depth, error_kind=ErrorKind.FILTERED, error=d.reason))
-                   for d in w.rules.first_drops(drops, w.frontier.bloom)]
+                   for d in w.rules.first_drops(drops, w.frontier)]
         bump(counters, "records/error/filtered", len(dropped))
         records = [*records, *dropped]
     lines = [rec.output() for rec in records]
