@@ -586,8 +586,9 @@ class CrawlRunner:
             self._say(f"  URL-seen: the Bloom filter could not be read: {exc}")
         else:
             if bloom.bits_set:
-                self._say(f"  URL-seen: {bloom.describe()} (BLOOM_ERROR_RATE "
-                          f"{self.settings.BLOOM_ERROR_RATE:g} at {self.settings.BLOOM_EXPECTED_URLS} URLs)")
+                sized = "" if bloom.fingerprints is not None else (
+                    f" (BLOOM_ERROR_RATE {self.settings.BLOOM_ERROR_RATE:g} at {self.settings.BLOOM_EXPECTED_URLS} URLs)")
+                self._say(f"  URL-seen: {bloom.describe()}{sized}")
         for line in summarize_waiting(progress, waiting_hosts(frontier,
                                                               limit_per_shard=SUMMARY_HOSTS_PER_SHARD), reason):
             self._say("  " + line)
