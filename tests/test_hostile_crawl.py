@@ -91,6 +91,9 @@ def test_a_stopping_crawl_does_not_wait_for_a_trickling_server(hostile, tmp_path
                           "--min-delay", "0.05", "--max-seconds", "3")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "max seconds" in proc.stderr and "still queued 1" in proc.stderr, proc.stderr[-2000:]
+    # named, though it has no record: `crawl --resume` fetches it
+    assert f"still queued, no record yet (`crawl --resume` fetches them): {hostile.base_url}/trickle-body\n" \
+        in proc.stderr, proc.stderr[-2000:]
     assert not (out / "pages.jsonl").read_text().strip()
     assert elapsed < 15, elapsed
 

@@ -121,6 +121,18 @@ def _chunks(client: Any, key: str, chunk: int) -> Iterator[list[str]]:
         start += chunk
 
 
+def queued_sample(frontier: Frontier, limit: int) -> list[str]:
+    """Up to ``limit`` URLs still queued, for a stopped crawl's summary: a URL without a
+    record is then at least named (``crawl --resume`` fetches it)."""
+    out: list[str] = []
+    for shard in range(frontier.shards):
+        for chunk in _queued_urls(frontier, shard, limit):
+            out += chunk[:limit - len(out)]
+            if len(out) >= limit:
+                return out
+    return out
+
+
 def queued_among(frontier: Frontier, shard: int, urls: set[str]) -> set[str]:
     """Which of ``urls`` wait in the shard's queues."""
     return {url for chunk in _queued_urls(frontier, shard) for url in chunk if url in urls}

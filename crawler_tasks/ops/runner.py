@@ -39,6 +39,7 @@ import redis
 from crawler_tasks.connection import broker_url, global_client, ping_once, redact, unblock_consumers
 from crawler_tasks.exceptions import ConfigError, CrawlerError
 from crawler_tasks.frontier import Frontier
+from crawler_tasks.frontier.reclaim import queued_sample
 from crawler_tasks.ops.child import ForkedProc, ForkServer, die_with_parent
 from crawler_tasks.ops.embedded import EmbeddedRedis, error_line, log_tail, private_dir, write_private
 from crawler_tasks.ops.messages import listed
@@ -71,6 +72,8 @@ READY_MARKER = b" ready."
 MAX_HOSTS_NAMED = 10
 # Hosts examined per shard for the final summary.
 SUMMARY_HOSTS_PER_SHARD = 10_000
+# URLs a stopped crawl's summary names among those still queued.
+SUMMARY_QUEUED_URLS = 10
 # How often the runner reads progress, checks its children and limits.
 WATCH_S = 0.5
 # The same once the end is near (stopping, a finite crawl with nothing queued, the page
@@ -565,6 +568,8 @@ class CrawlRunner:
         since = f", {progress.pages} since the crawl began" if self._pages_before else ""
         self._say(f"  pages fetched {pages} in {elapsed:.1f} s ({pages / max(elapsed, 1e-9):.1f} pages/s){since}, "
                   f"still queued {progress.queued}")
+        if progress.queued:
+            self._say_still_queued(progress.queued)
         statuses = {k.rsplit("/", 1)[1]: v for k, v in progress.stats.items() if k.startswith("fetch/status/")}
         if statuses:
             self._say("  status " + ", ".join(f"{k}: {v}" for k, v in sorted(statuses.items())))
@@ -600,6 +605,18 @@ class CrawlRunner:
             self._say(f"  nothing was fetched: see the reasons above, and {self.out_dir / 'logs'}")
         outputs = [self.out_dir / name for name in ("pages.jsonl", "warc") if (self.out_dir / name).exists()]
         self._say("  output: " + ", ".join(map(str, outputs)))
+
+    def _say_still_queued(self, queued: int) -> None:
+        """Name the URLs left without a record (the first SUMMARY_QUEUED_URLS): they are
+        not lost, `crawl --resume` fetches them, but nothing else would say which they are."""
+        try:
+            sample = queued_sample(Frontier(self.settings), SUMMARY_QUEUED_URLS)
+        except redis.RedisError as exc:
+            self._say(f"  still queued: cannot be listed: {exc}")
+            return
+        more = f" and {queued - len(sample)} more" if queued > len(sample) else ""
+        if sample:
+            self._say(f"  still queued, no record yet (`crawl --resume` fetches them): {', '.join(sample)}{more}")
 
     def _start_metrics(self) -> None:
         s = self.settings
