@@ -245,9 +245,9 @@ class UrlRules:
         by_shard: dict[int, list[RuleDrop]] = {}
         for drop in drops:
             by_shard.setdefault(self._keys(drop.host)[1], []).append(drop)
-        known = {id(drop): seen for shard, group in by_shard.items()
-                 for drop, seen in zip(group, frontier.seen_test(shard, [d.url for d in group]), strict=True)}
-        unseen = [drop for drop in drops if not known[id(drop)]]
+        unseen = [drop for shard, group in by_shard.items()
+                  for drop, seen in zip(group, frontier.seen_test(shard, [d.url for d in group]), strict=True)
+                  if not seen]
         pipes: dict[int, Pipeline] = {}
         for drop in unseen:
             k, shard = self._keys(drop.host)

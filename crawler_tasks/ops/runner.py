@@ -568,8 +568,9 @@ class CrawlRunner:
         since = f", {progress.pages} since the crawl began" if self._pages_before else ""
         self._say(f"  pages fetched {pages} in {elapsed:.1f} s ({pages / max(elapsed, 1e-9):.1f} pages/s){since}, "
                   f"still queued {progress.queued}")
+        frontier = Frontier(self.settings)
         if progress.queued:
-            self._say_still_queued(progress.queued)
+            self._say_still_queued(frontier, progress.queued)
         statuses = {k.rsplit("/", 1)[1]: v for k, v in progress.stats.items() if k.startswith("fetch/status/")}
         if statuses:
             self._say("  status " + ", ".join(f"{k}: {v}" for k, v in sorted(statuses.items())))
@@ -584,7 +585,6 @@ class CrawlRunner:
             self._say(f"  DNS: {progress.dns_lookups} lookups ({st.get('dns/queries', 0)} queries), "
                       f"{st.get('dns/nxdomain', 0)} NXDOMAIN, {st.get('dns/nodata', 0)} no address, "
                       f"{st.get('dns/temporary', 0)} no server answer")
-        frontier = Frontier(self.settings)
         try:
             bloom = frontier.bloom_fill()
         except redis.RedisError as exc:
@@ -606,11 +606,11 @@ class CrawlRunner:
         outputs = [self.out_dir / name for name in ("pages.jsonl", "warc") if (self.out_dir / name).exists()]
         self._say("  output: " + ", ".join(map(str, outputs)))
 
-    def _say_still_queued(self, queued: int) -> None:
+    def _say_still_queued(self, frontier: Frontier, queued: int) -> None:
         """Name the URLs left without a record (the first SUMMARY_QUEUED_URLS): they are
         not lost, `crawl --resume` fetches them, but nothing else would say which they are."""
         try:
-            sample = queued_sample(Frontier(self.settings), SUMMARY_QUEUED_URLS)
+            sample = queued_sample(frontier, SUMMARY_QUEUED_URLS)
         except redis.RedisError as exc:
             self._say(f"  still queued: cannot be listed: {exc}")
             return
