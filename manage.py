@@ -409,7 +409,7 @@ def _print_url_rules(settings: Settings, host: str) -> None:
     for r in rules:
         state = "in force" if r.active else ("blocked" if r.counter_examples else "learning")
         print(f"url rule {r.rule:<24} {state:<8}  evidence {r.units} units from {r.pairs} pairs"
-              f"  counter-examples {r.counter_examples}")
+              f"  counter-examples {r.counter_examples}" + (f" (first: {r.why})" if r.why else ""))
     for shape, reason in sorted(traps.items()):
         print(f"trap shape {shape}  ({reason})")
 

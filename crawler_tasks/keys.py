@@ -39,7 +39,9 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 ``spilledhosts``          set     hosts with URLs in per-host spill files
 ``dupstats``              hash    ``p:<host>`` pages, ``d:<host>`` (near-)duplicates: the trap signal
 ``dust:<host>``           hash    learned URL equivalence evidence: ``e:<rule>`` units, ``n:<rule>``
-                                  pairs, ``x:<rule>`` counter-examples (dedup/rules.py)
+                                  pairs, ``x:<rule>`` counter-examples, ``w:<rule>`` the first
+                                  one in words, ``c:<rule>`` the URL that checks a prior here
+                                  (dedup/rules.py)
 ``dustrules:<host>``      set     the host's rules in force (applied before the URL-seen test)
 ``dusturls:<host>``       hash    ``u:<url>`` -> "fp simhash" of fetched pages, ``v:<url>`` ->
                                   "rule fp simhash" of a variant rewriting to it (capped)
@@ -76,6 +78,8 @@ progress line),
 ``feed`` (stream of indexable pages for indexers), ``latency`` (fetch latency buckets),
 ``ipte`` (hash address -> next contact, or minus the deadline of a claim in progress, when
 per-address politeness is on),
+``dustpriors`` (hash: ``h:<rule>`` / ``x:<rule>``, hosts where a learned URL rule came in
+force / was refuted: the priors of every host),
 ``timeseries`` (list of JSON samples, newest first, capped: one per maintenance run),
 ``settings`` (hash: the settings the control worker runs with, passwords removed),
 ``node:<name>`` (string: the id of the machine whose workers hold that node name, with a
@@ -345,6 +349,12 @@ class GlobalKeys:
     def process_suspects(self) -> str:
         """Fetch processes whose heartbeat maintenance found lapsed -> when it first did."""
         return f"{self.prefix}:{{g}}:procsuspects"
+
+    @property
+    def dust_priors(self) -> str:
+        """Learned URL rules across hosts: ``h:<rule>`` hosts where it came in force,
+        ``x:<rule>`` hosts where a counter-example refuted it (dedup/rules.py)."""
+        return f"{self.prefix}:{{g}}:dustpriors"
 
     def fingerprints(self, part: int) -> str:
         return f"{self.prefix}:{{f{part}}}:fp"

@@ -288,6 +288,15 @@ class Settings:
     # many same-content pairs without a counter-example (near-duplicate pairs count half;
     # 0 = off).
     DUST_CONFIRMATIONS: int = 3
+    # Priors (dedup/dust.py): a rule the web is known to use (tracker parameters, print
+    # and AMP prefixes, index files), or one in force on DUST_PRIOR_HOSTS hosts, applies
+    # to every host from its first link, except on one host in DUST_PRIOR_CHECK_EVERY
+    # (a stable draw), which checks it with its own pairs (one pair confirms it there; a
+    # counter-example withdraws it on that host). A prior refuted on 2 hosts and on a
+    # quarter of those it came in force on is no longer one.
+    DUST_PRIORS: bool = True
+    DUST_PRIOR_HOSTS: int = 3
+    DUST_PRIOR_CHECK_EVERY: int = 32
     # Fetched URLs per host remembered for finding pairs (bounds that host's Redis hash).
     DUST_MAX_URLS_PER_HOST: int = 20_000
     # How long a worker reuses a host's rules and trap shapes before reading them again, s.
@@ -474,6 +483,8 @@ class Settings:
             (self.PARSE_GROUP_S > 0, "PARSE_GROUP_S must be > 0"),
             (self.MAX_OUTLINKS_PER_PAGE >= 0, "MAX_OUTLINKS_PER_PAGE must be >= 0"),
             (self.MIN_DELAY_S >= 0, "MIN_DELAY_S must be >= 0"),
+            (self.DUST_PRIOR_HOSTS >= 1 and self.DUST_PRIOR_CHECK_EVERY >= 1,
+             "DUST_PRIOR_HOSTS and DUST_PRIOR_CHECK_EVERY must be >= 1"),
             (self.RECRAWL_POLICY in ("adaptive", "multiplicative", "nutch", "uniform"),
              "RECRAWL_POLICY must be adaptive, multiplicative, nutch or uniform"),
             (self.RECRAWL_OBJECTIVE in ("freshness", "age"), "RECRAWL_OBJECTIVE must be freshness or age"),

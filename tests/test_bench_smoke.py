@@ -56,6 +56,7 @@ SMOKES = [
     (("real_sites.py", "--smoke"), r"reachable (\d+), fetched"),                      # exit 0: none lost
     (("render_cost.py", "--smoke"), r"^/shell\.html: wall median (\d+) ms"),
     (("session_cpu.py", "--smoke"), r"^fetch path CPU ([\d.]+) ms/page"),
+    (("spellings.py", "--smoke"), r"^on\s+([\d,]+)"),                                # requests made
     (("text_quality.py", "--smoke"), r"^\s+main text\s+P \S+\s+R \S+\s+F1 ([\d.]+)"),
     (("vs_scrapy.py", "--smoke"), r"^\s+pages/s whole run\s+([\d.]+)"),
     (("worker_cpu.py", "--smoke"), r"^parse\s+CPU ([\d.]+) ms/page"),

@@ -10,8 +10,10 @@ from crawler_tasks.dedup.dust import (
     applicable,
     apply_rules,
     candidate_rules,
+    checks_prior,
     facet_shape,
     is_walk_step,
+    known_prior,
     same_content,
     shape,
     walks,
@@ -95,7 +97,7 @@ def page(url: str, fp: str, links: list[str] | None = None, **kw) -> PageRecord:
 
 
 def test_rule_learned_after_k_pairs_then_applied(settings):
-    s = dataclasses.replace(settings, DUST_CONFIRMATIONS=3)
+    s = dataclasses.replace(settings, DUST_PRIORS=False, DUST_CONFIRMATIONS=3)
     rules, counters = UrlRules(s), {}
     for i in range(2):
         rules.observe([page(f"{H}/{i}.html", f"f{i}"), page(f"{H}/{i}.html?ref=nav", f"f{i}")], counters)
@@ -115,7 +117,7 @@ def test_rule_learned_after_k_pairs_then_applied(settings):
 
 
 def test_counter_example_withdraws_and_blocks(settings):
-    s = dataclasses.replace(settings, DUST_CONFIRMATIONS=2)
+    s = dataclasses.replace(settings, DUST_PRIORS=False, DUST_CONFIRMATIONS=2)
     rules, counters = UrlRules(s), {}
     for i in range(2):
         rules.observe([page(f"{H}/{i}", f"f{i}"), page(f"{H}/{i}?view=1", f"f{i}")], counters)
@@ -141,7 +143,7 @@ def test_parameter_that_changes_content_is_never_a_rule(settings):
 def test_thin_pages_are_no_evidence(settings):
     """A pager whose items are links: its pages' main text is the same chrome, too short
     for a simhash; that they share it does not make ``?page`` a spelling."""
-    s = dataclasses.replace(settings, DUST_CONFIRMATIONS=2)
+    s = dataclasses.replace(settings, DUST_PRIORS=False, DUST_CONFIRMATIONS=2)
     rules, counters = UrlRules(s), {}
     for i in range(1, 10):
         rules.observe([page(f"{H}/list?page={i}", "chrome", simhash=None)], counters)
@@ -151,7 +153,7 @@ def test_thin_pages_are_no_evidence(settings):
 
 
 def test_near_duplicates_need_twice_the_pairs(settings):
-    s = dataclasses.replace(settings, DUST_CONFIRMATIONS=2)
+    s = dataclasses.replace(settings, DUST_PRIORS=False, DUST_CONFIRMATIONS=2)
     rules, counters = UrlRules(s), {}
     for i in range(4):
         if i == 3:
@@ -250,8 +252,8 @@ def test_manage_hosts_prints_rules(settings, capsys):
 
 
 def test_prefetch_reads_a_batch_of_hosts_at_once(settings, monkeypatch):
-    """The gate's view of a batch's link hosts is read in one round trip per shard (two
-    with rules in force), and judging their links then asks Redis nothing: the same
+    """The gate's view of a batch's link hosts is read in one round trip per shard (and
+    one for the priors), and judging their links then asks Redis nothing: the same
     answers as host by host."""
     s = dataclasses.replace(settings, DUST_CONFIRMATIONS=1, TRAP_WALK_PAGES=5, TRAP_SHAPE_MIN_PAGES=3)
     learner, counters = UrlRules(s), {}
@@ -273,6 +275,86 @@ def test_prefetch_reads_a_batch_of_hosts_at_once(settings, monkeypatch):
     monkeypatch.setattr(conn_class, "send_packed_command", lambda c, cmd, check_health=True: (
         sent.append(cmd), send(c, cmd, check_health))[1])
     rules.prefetch(host for _, host in links)
-    assert len(sent) <= 2 * s.SHARDS
+    assert len(sent) <= s.SHARDS + 1
     sent.clear()
     assert [rules.judge(url, host, {}) for url, host in links] == one_by_one and sent == []
+
+
+def test_known_priors_are_the_tracker_list_less_what_selects_content():
+    assert all(map(known_prior, ("q:ref", "q:utm_campaign", "q:fb_ref", "q:affiliate", "q:session",
+                                 "q:pk_campaign", "p:print", "p:amp", "i:index.html", "i:default.aspx")))
+    # words of the list inside other words, and the list's names that select content
+    assert not any(map(known_prior, ("q:reference", "q:refresh", "q:prefix", "q:cid", "q:id", "q:uid",
+                                     "q:source", "q:keyword", "q:page", "q:sort", "p:m", "p:docs", "m:cid")))
+
+
+def test_one_host_in_every_checks_a_prior_the_same_on_every_node():
+    hosts = [f"h{i}.test" for i in range(4000)]
+    drawn = [h for h in hosts if checks_prior(h, "q:ref", 16)]
+    assert 4000 / 16 * 0.8 < len(drawn) < 4000 / 16 * 1.2
+    assert drawn == [h for h in hosts if checks_prior(h, "q:ref", 16)]
+    assert set(drawn) != {h for h in hosts if checks_prior(h, "p:print", 16)}   # drawn per rule
+    assert all(checks_prior(h, "q:ref", 1) for h in hosts[:10])
+
+
+def _hosts(every: int, checking: bool, n: int = 3) -> list[str]:
+    return [h for h in (f"p{i}.test" for i in range(500)) if checks_prior(h, "q:ref", every) == checking][:n]
+
+
+def test_a_prior_applies_from_a_hosts_first_link_and_its_drop_says_why(settings):
+    rules, counters = UrlRules(settings), {}
+    host = _hosts(settings.DUST_PRIOR_CHECK_EVERY, checking=False)[0]
+    drops: list[RuleDrop] = []
+    assert rules.judge(f"http://{host}/a?ref=nav", host, counters, 1, drops) == f"http://{host}/a"
+    assert counters["dust/prior_rewritten"] == 1
+    assert drops[0].reason == (f"not fetched by the learned rule 'URL rule q:ref' of this host: the same page as "
+                               f"http://{host}/a (prior q:ref: a spelling the web is known to use for the same "
+                               "page, not refuted on this host)")
+    assert rules.judge(f"http://{host}/a?page=2", host, counters) == f"http://{host}/a?page=2"
+    off = UrlRules(dataclasses.replace(settings, DUST_PRIORS=False))
+    assert off.judge(f"http://{host}/a?ref=nav", host, {}) == f"http://{host}/a?ref=nav"
+
+
+def test_a_checking_host_confirms_a_prior_with_one_pair_or_withdraws_it(settings):
+    rules, counters = UrlRules(settings), {}
+    agrees, refutes = _hosts(settings.DUST_PRIOR_CHECK_EVERY, checking=True, n=2)
+    for host in (agrees, refutes):   # the first variant is the sample that checks it: fetched
+        assert rules.judge(f"http://{host}/a?ref=nav", host, counters) == f"http://{host}/a?ref=nav"
+        assert rules.judge(f"http://{host}/c?ref=nav", host, counters) == f"http://{host}/c"   # the others not
+        assert UrlRules(settings).judge(f"http://{host}/a?ref=nav", host, {}) == f"http://{host}/a?ref=nav"
+    rules.observe([page(f"http://{agrees}/a", "fa"), page(f"http://{agrees}/a?ref=nav", "fa")], counters)
+    assert rules.judge(f"http://{agrees}/b?ref=x", agrees, counters) == f"http://{agrees}/b"
+    rules.observe([page(f"http://{refutes}/a", "fa"), page(f"http://{refutes}/a?ref=main", "fb")], counters)
+    assert rules.judge(f"http://{refutes}/b?ref=x", refutes, counters) == f"http://{refutes}/b?ref=x"
+    info = [i for i in rules.host_rules(refutes)[0] if i.rule == "q:ref"][0]
+    assert (info.active, info.counter_examples) == (False, 1)
+    assert info.why == f"http://{refutes}/a?ref=main and http://{refutes}/a have other content"
+    # the prior still holds on the other hosts: one refutation is no verdict on the web
+    other = _hosts(settings.DUST_PRIOR_CHECK_EVERY, checking=False)[0]
+    assert rules.judge(f"http://{other}/b?ref=x", other, counters) == f"http://{other}/b"
+
+
+def test_a_prior_refuted_on_a_quarter_of_its_hosts_is_withdrawn_everywhere(settings):
+    rules, counters = UrlRules(settings), {}
+    for host in _hosts(settings.DUST_PRIOR_CHECK_EVERY, checking=True, n=2):
+        rules.observe([page(f"http://{host}/a", "fa"), page(f"http://{host}/a?ref=main", "fb")], counters)
+        rules.observe([page(f"http://{host}/c", "fc"), page(f"http://{host}/c?ref=x", "fd")], counters)
+    other = _hosts(settings.DUST_PRIOR_CHECK_EVERY, checking=False)[0]
+    assert rules.judge(f"http://{other}/b?ref=x", other, counters) == f"http://{other}/b?ref=x"
+
+
+def test_a_rule_in_force_on_enough_hosts_becomes_a_prior_of_the_others(settings):
+    s = dataclasses.replace(settings, DUST_CONFIRMATIONS=2, DUST_PRIOR_HOSTS=3, DUST_PRIOR_CHECK_EVERY=1000)
+    rules, counters = UrlRules(s), {}
+    assert not known_prior("p:printer")
+    for n in range(3):
+        host = f"l{n}.test"
+        assert rules.judge(f"http://{host}/printer/a", host, counters) == f"http://{host}/printer/a"
+        for i in range(2):
+            rules.observe([page(f"http://{host}/{i}", f"f{n}{i}"), page(f"http://{host}/printer/{i}", f"f{n}{i}")],
+                          counters)
+        if n < 2:
+            assert rules.judge("http://new.test/printer/a", "new.test", counters) == "http://new.test/printer/a"
+    drops: list[RuleDrop] = []
+    assert rules.judge("http://new.test/printer/a", "new.test", counters, 1, drops) == "http://new.test/a"
+    assert "prior p:printer: in force on 3 other hosts" in drops[0].reason

@@ -110,7 +110,7 @@ def _rule_of(target: str) -> str:
 
 def test_dust_web_variants_and_traps(settings):
     # rules off, the query-variant bound alone keeps the shop from eating the host's budget
-    base = dataclasses.replace(settings, MIN_DELAY_S=0.0, DELAY_FACTOR=0.0, MAX_PAGES_PER_HOST=1000,
+    base = dataclasses.replace(settings, DUST_PRIORS=False, MIN_DELAY_S=0.0, DELAY_FACTOR=0.0, MAX_PAGES_PER_HOST=1000,
                                MAX_PAGES_PER_SEED_HOST=1000, MAX_QUERY_VARIANTS=100)
     off = dataclasses.replace(base, DUST_CONFIRMATIONS=0, TRAP_SHAPE_MIN_PAGES=0, TRAP_WALK_PAGES=0,
                               TRAP_FACET_PAGES=0, KEY_PREFIX=base.KEY_PREFIX + "off",

@@ -16,6 +16,14 @@ Evidence comes in pairs of fetched URLs of one host with the same content (exact
 fingerprint, near-duplicate simhash, or one naming the other as canonical) that one
 rule relates; ``dedup.rules`` counts it and applies rules that passed the bar.
 
+*Priors* spare each host the fetches that teach it what most hosts share. A rule is a
+prior when the web is known to use it (``known_prior``: query and path parameters of
+courlan's tracker list, the list trafilatura strips, less the identifiers in it that
+select content; print and AMP prefixes; index files) or when it is in force on several
+hosts (``dedup.rules``). A prior applies from a host's first link, except on the hosts
+``checks_prior`` samples: those learn it from their own pairs, and one counter-example
+there withdraws it on that host.
+
 A URL's *shape* is its path with digit runs replaced by ``#`` plus the sorted set of
 its query parameter names: ``/cal/2024/05?view=m`` -> ``/cal/#/#?view``. Calendars
 and facet shops produce endless URLs of few shapes.
@@ -23,8 +31,11 @@ and facet shops produce endless URLs of few shapes.
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from courlan.clean import TRACKERS_RE
 
 INDEX_FILE = re.compile(r"^(index|default)\.(html?|php|aspx?|jsp|shtml|cgi)$", re.IGNORECASE)
 PREFIX_SEGMENT = re.compile(r"^[A-Za-z][A-Za-z_-]{0,15}$")   # print, amp, m, mobile ...
@@ -33,6 +44,11 @@ NEAR_BITS = 3          # simhash distance of a near-duplicate (as dedup.nearinde
 EXACT_UNITS = 2        # evidence units of a same-fingerprint or canonical pair
 NEAR_UNITS = 1         # of a near-duplicate pair: such rules need twice the pairs
 RULE_KINDS = ("m", "q", "i", "p")   # the order rules are applied in
+PRIOR_PREFIXES = frozenset({"print", "amp"})
+# names the tracker list matches that usually select content: an id, a source, a search
+CONTENT_NAMES = re.compile(r"[a-z]?id|cat_?id|source|src|kwd|keyword", re.IGNORECASE)
+# the list's match must end a word of the name: ``ref``, not ``reference``
+_TRACKER_WORD = re.compile(f"(?:{TRACKERS_RE.pattern})(?:(?<=_)|$|[_-])")
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +152,24 @@ def candidate_rules(a: str, b: str) -> set[str]:
     out = {r for r, t in ra.items() if t == b} | {r for r, t in rb.items() if t == a}
     out |= {r for r, t in ra.items() if r[0] == "q" and rb.get(r) == t}
     return out
+
+
+def known_prior(rule: str) -> bool:
+    """A rule the web is known to use (see the module doc): a prior for every host."""
+    kind, name = rule[:1], rule[2:]
+    if kind == "i":
+        return True
+    if kind == "p":
+        return name.lower() in PRIOR_PREFIXES
+    if kind not in ("q", "m") or CONTENT_NAMES.fullmatch(name):
+        return False
+    return _TRACKER_WORD.search(name.lower()) is not None
+
+
+def checks_prior(host: str, rule: str, every: int) -> bool:
+    """Whether this host checks the prior by its own pairs instead of applying it: one
+    host in ``every`` (a stable draw per host and rule, the same on every node)."""
+    return every <= 1 or zlib.crc32(f"{rule} {host}".encode("utf-8", "surrogatepass")) % every == 0
 
 
 def hamming(a: str | None, b: str | None) -> int | None:

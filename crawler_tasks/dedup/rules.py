@@ -6,7 +6,17 @@ rule (same fingerprint or canonical: 2 units; near-duplicate: 1) or against it (
 content: the rule is withdrawn and blocked for good). A rule with 2 x
 DUST_CONFIRMATIONS units and no counter-example is in force: the URL gate rewrites the
 host's new URLs with it before the URL-seen test, so a variant maps to the spelling
-already seen and is never fetched. Rules never cross hosts.
+already seen and is never fetched.
+
+Rules cross hosts only as priors (``dust.known_prior``, and rules in force on
+DUST_PRIOR_HOSTS hosts, counted in one global hash): a prior rewrites a host's URLs from
+its first link, unless the host was drawn to check it (``dust.checks_prior``) or refuted
+it. A checking host learns the rule from its own pairs, one pair enough (the rule has
+evidence elsewhere); its counter-example withdraws the prior there, with the pair in
+words, and counts against the prior everywhere: a prior refuted on 2 hosts and a quarter
+of those that confirmed it stops being one. Only the checks cost fetches of a page
+already fetched, one host in DUST_PRIOR_CHECK_EVERY, instead of ~DUST_CONFIRMATIONS on
+every host.
 
 The same records judge each fetched page of a URL shape by what it added
 (``dedup.evidence``: duplicate, near-duplicate, soft 404, empty, the template of its
@@ -23,7 +33,7 @@ which only makes a rule arrive one pair early); a shape's ring of recent pages i
 and written back whole (two workers racing on one shape lose one page's sketch: one
 page less to compare with, never a page judged against another shape); the gate reads
 a host's rules at most every DUST_CACHE_S (at once in the worker that learned them).
-Nothing crosses hosts: a rule or trap learned on one host is never applied to another.
+A trap shape learned on one host is never applied to another.
 Memory per host: at most TRAP_MAX_SHAPES_PER_HOST shapes, each a few counts and a ring
 of RING sketches (~5 kB when full); ``ruledrops`` holds the URLs recorded, which are
 links of the host's fetched pages.
@@ -34,11 +44,11 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, cast
 
 from redis.client import Pipeline
 
-from crawler_tasks.connection import shard_client
+from crawler_tasks.connection import global_client, shard_client
 from crawler_tasks.counters import Counters, bump
 from crawler_tasks.dedup.dust import (
     EXACT_UNITS,
@@ -46,14 +56,16 @@ from crawler_tasks.dedup.dust import (
     applicable,
     apply_rules,
     candidate_rules,
+    checks_prior,
     facet_shape,
+    known_prior,
     same_content,
     shape,
     walks,
 )
 from crawler_tasks.dedup.evidence import PageSketch, Ring, Tally, TextSketch, TrapBar, Yield, page_yield
 from crawler_tasks.frontier import Frontier
-from crawler_tasks.keys import ShardKeys, shard_of
+from crawler_tasks.keys import GlobalKeys, ShardKeys, shard_of
 from crawler_tasks.records import EntryKind, PageRecord
 from crawler_tasks.settings import Settings
 
@@ -107,6 +119,7 @@ class RuleInfo:
     pairs: int
     counter_examples: int
     active: bool
+    why: str = ""    # the first counter-example in words
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,11 +140,22 @@ class RuleDrop:
 @dataclass(frozen=True, slots=True)
 class _HostRules:
     """What the gate knows of a host until ``until``: its rules in force with their
-    evidence (units, pairs) and its trap shapes with theirs."""
+    evidence (units, pairs), the rules it refuted, and its trap shapes with theirs."""
     until: float
     rules: frozenset[str]
     traps: dict[str, str]
     evidence: dict[str, tuple[int, int]]
+    refuted: frozenset[str] = frozenset()
+    samples: dict[str, str] = field(default_factory=dict)   # prior -> the URL that checks it here
+
+
+@dataclass(frozen=True, slots=True)
+class _Priors:
+    """The rules learned across hosts until ``until``: in force on enough hosts (with
+    how many), and the priors too often refuted to be ones."""
+    until: float
+    learned: dict[str, int]
+    off: frozenset[str]
 
 
 @dataclass(slots=True)
@@ -151,6 +175,7 @@ class _HostPlan:
     weighed_end: int = 0   # the pipeline's length after the URL rules' writes
     writes_end: int = 0
     refuted: bool = False
+    refuted_at: list[tuple[str, int]] = field(default_factory=list)   # (rule, its x: count's reply)
     learned: list[str] = field(default_factory=list)
     shapes: list[tuple[str, bool]] = field(default_factory=list)
 
@@ -159,6 +184,7 @@ class UrlRules:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._cache: dict[str, _HostRules] = {}
+        self._priors = _Priors(0.0, {}, frozenset())
 
     @property
     def learning(self) -> bool:
@@ -177,42 +203,91 @@ class UrlRules:
 
     def prefetch(self, hosts: Iterable[str]) -> None:
         """Read what the gate knows of the hosts not cached (or cached too long ago) at
-        once, in one round trip per shard (two when some have rules): a batch's links
-        name dozens of hosts, each read on its own before."""
+        once, in one round trip per shard, and the priors: a batch's links name dozens of
+        hosts, each read on its own before."""
         now = time.monotonic()
         stale = [h for h in dict.fromkeys(hosts) if (hit := self._cache.get(h)) is None or hit.until <= now]
         if stale:
             self._read(stale)
+        if self.settings.DUST_PRIORS and self.learning:
+            self._learned_priors()
 
     def _read(self, hosts: list[str]) -> dict[str, _HostRules]:
-        """Each host's rules in force with their evidence and its trap shapes, cached."""
+        """Each host's rules in force with their evidence, the rules it refuted and its
+        trap shapes, cached; one round trip per shard."""
         pipes: dict[int, Pipeline] = {}
         for host in hosts:
             k, shard = self._keys(host)
             pipe = self._pipeline(pipes, shard)
             pipe.smembers(k.dust_rules(host))
             pipe.hgetall(k.trap_shapes(host))
-        replies = {shard: iter(pipe.execute()) for shard, pipe in pipes.items()}
-        read: dict[str, tuple[list[str], dict[str, str]]] = {}
-        pipes = {}
-        for host in hosts:
-            shard = self._keys(host)[1]
-            rules, traps = next(replies[shard]), next(replies[shard])
-            read[host] = (sorted(rules) if self.learning else []), traps
-            if read[host][0]:
-                self._pipeline(pipes, shard).hmget(self._keys(host)[0].dust(host),
-                                                   [f"{f}:{r}" for r in read[host][0] for f in ("e", "n")])
+            pipe.hgetall(k.dust(host))
         replies = {shard: iter(pipe.execute()) for shard, pipe in pipes.items()}
         if len(self._cache) + len(hosts) > MAX_CACHED_HOSTS:
             self._cache.clear()
         until = time.monotonic() + self.settings.DUST_CACHE_S
         out: dict[str, _HostRules] = {}
-        for host, (rules, traps) in read.items():
-            evidence = next(replies[self._keys(host)[1]]) if rules else []
+        for host in hosts:
+            shard = self._keys(host)[1]
+            rules, traps, fields = next(replies[shard]), next(replies[shard]), next(replies[shard])
+            rules = rules if self.learning else set()
             out[host] = self._cache[host] = _HostRules(
                 until, frozenset(rules), dict(traps),
-                {r: (int(evidence[2 * i] or 0), int(evidence[2 * i + 1] or 0)) for i, r in enumerate(rules)})
+                {r: (int(fields.get(f"e:{r}", 0)), int(fields.get(f"n:{r}", 0))) for r in rules},
+                frozenset(f[2:] for f in fields if f.startswith("x:")),
+                {f[2:]: url for f, url in fields.items() if f.startswith("c:")})
         return out
+
+    def _learned_priors(self) -> _Priors:
+        """The rules in force on DUST_PRIOR_HOSTS hosts and the priors refuted too often,
+        read at most every DUST_CACHE_S."""
+        if self._priors.until > time.monotonic():
+            return self._priors
+        key = GlobalKeys(self.settings.KEY_PREFIX).dust_priors
+        counts = cast("dict[str, str]", global_client(self.settings).hgetall(key))
+        confirmed = {f[2:]: int(n) for f, n in counts.items() if f.startswith("h:")}
+        refuted = {f[2:]: int(n) for f, n in counts.items() if f.startswith("x:")}
+        self._priors = _Priors(
+            time.monotonic() + self.settings.DUST_CACHE_S,
+            {r: n for r, n in confirmed.items() if n >= self.settings.DUST_PRIOR_HOSTS},
+            frozenset(r for r, x in refuted.items() if x >= 2 and 4 * x >= confirmed.get(r, 0)))
+        return self._priors
+
+    def is_prior(self, rule: str) -> bool:
+        """A rule every host starts from (known to the web, or learned on enough hosts)."""
+        if not self.settings.DUST_PRIORS:
+            return False
+        priors = self._learned_priors()
+        return (known_prior(rule) or rule in priors.learned) and rule not in priors.off
+
+    def _priors_of(self, url: str, host: str, known: _HostRules) -> dict[str, str]:
+        """The priors that rewrite ``url`` on this host -> their evidence in words. On a
+        host drawn to check a prior, its first URL is let through (its sample: fetched,
+        with the spelling the prior gives the others, it makes the pair that decides)."""
+        if not self.settings.DUST_PRIORS or not self.learning:
+            return {}
+        out: dict[str, str] = {}
+        for rule, _ in applicable(url):
+            if rule in known.rules or rule in known.refuted or not self.is_prior(rule):
+                continue
+            if checks_prior(host, rule, self.settings.DUST_PRIOR_CHECK_EVERY) \
+                    and self._sample(host, rule, url, known) == url:
+                continue
+            hosts = self._priors.learned.get(rule)
+            out[rule] = (f"in force on {hosts} other hosts" if hosts and not known_prior(rule)
+                         else "a spelling the web is known to use for the same page")
+        return out
+
+    def _sample(self, host: str, rule: str, url: str, known: _HostRules) -> str:
+        """The URL that checks the prior on this host: the first one claimed, by any worker."""
+        sample = known.samples.get(rule)
+        if sample is None:
+            k, shard = self._keys(host)
+            pipe = shard_client(self.settings, shard).pipeline(transaction=False)
+            pipe.hsetnx(k.dust(host), f"c:{rule}", url)
+            pipe.hget(k.dust(host), f"c:{rule}")
+            sample = known.samples[rule] = str(pipe.execute()[1])
+        return sample
 
     def judge(self, url: str, host: str, counters: Counters, depth: int = 0,
               drops: list[RuleDrop] | None = None) -> str | None:
@@ -220,15 +295,21 @@ class UrlRules:
         A URL the rules respell or drop is appended to ``drops`` with the rule and its
         evidence (its own spelling is never fetched)."""
         known = self._host(host)
-        out = apply_rules(url, known.rules)
+        priors = self._priors_of(url, host, known)
+        out = apply_rules(url, known.rules | set(priors))
         if out != url:
             bump(counters, "dust/rewritten")
+            if priors:
+                bump(counters, "dust/prior_rewritten")
             if drops is not None:
-                applied = [r for r in sorted(known.rules) if apply_rules(url, {r}) != url]
-                units, pairs = (sum(known.evidence.get(r, (0, 0))[i] for r in applied) for i in (0, 1))
+                applied = [r for r in sorted(known.rules | set(priors)) if apply_rules(url, {r}) != url]
+                own = [r for r in applied if r not in priors]
+                units, pairs = (sum(known.evidence.get(r, (0, 0))[i] for r in own) for i in (0, 1))
+                why = [f"{units} evidence units from {pairs} pairs of same-content pages of this host, "
+                       "no counter-example"] if own else []
+                why += [f"prior {r}: {priors[r]}, not refuted on this host" for r in applied if r in priors]
                 drops.append(RuleDrop(url, host, depth, "URL rule " + " ".join(applied),
-                                      f"the same page as {out} ({units} evidence units from {pairs} pairs of "
-                                      f"same-content pages of this host, no counter-example)"))
+                                      f"the same page as {out} ({'; '.join(why)})"))
         for name, _ in _shapes_of(out) if known.traps else ():   # a trap is one of the shapes counted
             if name in known.traps:
                 bump(counters, "filter/trap_shape")
@@ -313,12 +394,15 @@ class UrlRules:
         written = {shard: pipe.execute() for shard, pipe in writes.items()}
         finals: dict[int, Pipeline] = {}
         concluded: list[tuple[_HostPlan, list[str], dict[str, str], int]] = []
+        across: dict[str, int] = {}   # the global counts: h:/x:<rule> -> hosts
         for plan in plans:
             res = written[plan.shard]
+            for rule, at in plan.refuted_at:
+                if int(res[at]) == 1:   # this host's first counter-example to the rule
+                    across[f"x:{rule}"] = across.get(f"x:{rule}", 0) + 1
             learned = res[plan.weighed_end - 3 * len(plan.learned):plan.weighed_end]
-            bar = EXACT_UNITS * self.settings.DUST_CONFIRMATIONS
             new = [rule for i, rule in enumerate(plan.learned)
-                   if self.learning and int(learned[3 * i]) >= bar and not learned[3 * i + 2]]
+                   if self.learning and int(learned[3 * i]) >= self._bar(rule) and not learned[3 * i + 2]]
             traps = self._trap_shapes(plan.shapes, res[plan.writes_end - len(plan.shapes):plan.writes_end])
             if plan.refuted:
                 self._cache.pop(plan.host, None)
@@ -335,7 +419,21 @@ class UrlRules:
             added = added_by_shard[plan.shard][at:at + len(new) + len(traps)]
             bump(counters, "dust/rules_learned", sum(map(int, added[:len(new)])))
             bump(counters, "dust/trap_shapes", sum(map(int, added[len(new):])))
+            for rule, first in zip(new, added, strict=False):
+                if int(first):
+                    across[f"h:{rule}"] = across.get(f"h:{rule}", 0) + 1
             self._cache.pop(plan.host, None)
+        if across:
+            pipe = global_client(self.settings).pipeline(transaction=False)
+            for name, n in across.items():
+                pipe.hincrby(GlobalKeys(self.settings.KEY_PREFIX).dust_priors, name, n)
+            pipe.execute()
+            self._priors = _Priors(0.0, {}, frozenset())
+
+    def _bar(self, rule: str) -> int:
+        """Evidence units that put a rule in force on a host: one pair for a prior (the
+        host is checking it), DUST_CONFIRMATIONS pairs for any other."""
+        return EXACT_UNITS * (1 if self.is_prior(rule) else self.settings.DUST_CONFIRMATIONS)
 
     def _pipeline(self, pipes: dict[int, Pipeline], shard: int) -> Pipeline:
         pipe = pipes.get(shard)
@@ -356,36 +454,36 @@ class UrlRules:
         variants: dict[str, str] = {}   # target -> "rule fp simhash" of a variant
         evidence: dict[str, int] = {}   # rule -> units
         pairs: dict[str, int] = {}
-        refuted: set[str] = set()
+        refuted: dict[str, str] = {}   # rule -> its first counter-example in words
         for rec, cands, values in zip(plan.recs, plan.targets, stored, strict=True):
             mine = f"{rec.parsed.fingerprint} {rec.parsed.simhash or ''}"
             units: dict[str, int] = {}
-            against: set[str] = set()
+            against: dict[str, str] = {}
 
-            def weigh(rule: str, other: str | None, rec: PageRecord = rec, units: dict[str, int] = units,
-                      against: set[str] = against) -> None:
+            def weigh(rule: str, other: str | None, other_url: str, rec: PageRecord = rec,
+                      units: dict[str, int] = units, against: dict[str, str] = against) -> None:
                 if not other:
                     return
                 fp, _, sim = other.partition(" ")
                 n = same_content(rec.parsed.fingerprint or "", rec.parsed.simhash, fp, sim or None)
                 if not n:
-                    against.add(rule)
+                    against.setdefault(rule, f"{rec.page.url} and {other_url} have other content")
                 elif rec.parsed.simhash:   # a thin text (a pager's chrome) tells no pages apart
                     units[rule] = max(units.get(rule, 0), n)
 
             for (rule, target), value in zip(cands, values, strict=False):  # values ends with the v: field
-                weigh(rule, known.get(target) or value)
+                weigh(rule, known.get(target) or value, target)
             variant = variants.get(rec.page.url) or values[-1]
             if variant:
                 rule, _, other = variant.partition(" ")
-                weigh(rule, other)
+                weigh(rule, other, "its variant by this rule")
             for other, n in ((rec.parsed.duplicate_of, EXACT_UNITS), (rec.parsed.near_duplicate_of, NEAR_UNITS)):
                 if other and other != rec.page.url and _origin_host(other) == host and rec.parsed.simhash:
                     for rule in candidate_rules(rec.page.url, other):
                         units[rule] = max(units.get(rule, 0), n)
             for rule in against:
                 units.pop(rule, None)
-            refuted |= against
+            refuted = {**against, **refuted}
             for rule, n in units.items():
                 evidence[rule] = evidence.get(rule, 0) + n
                 pairs[rule] = pairs.get(rule, 0) + 1
@@ -395,8 +493,10 @@ class UrlRules:
                 for rule, target in cands:
                     variants.setdefault(target, f"{rule} {mine}")
                     writes.hsetnx(urls_key, f"v:{target}", f"{rule} {mine}")
-        for rule in refuted:
+        for rule, why in refuted.items():
+            plan.refuted_at.append((rule, len(writes)))
             writes.hincrby(dust_key, f"x:{rule}", 1)
+            writes.hsetnx(dust_key, f"w:{rule}", why)
             writes.srem(rules_key, rule)
         if refuted:
             bump(counters, "dust/counter_examples", len(refuted))
@@ -476,6 +576,6 @@ class UrlRules:
         fields, active, traps = pipe.execute()
         names = {f[2:] for f in fields}
         infos = [RuleInfo(r, int(fields.get(f"e:{r}", 0)), int(fields.get(f"n:{r}", 0)),
-                          int(fields.get(f"x:{r}", 0)), r in active) for r in names]
+                          int(fields.get(f"x:{r}", 0)), r in active, fields.get(f"w:{r}", "")) for r in names]
         return sorted(infos, key=lambda i: (not i.active, -i.units, i.rule)), dict(traps)
 
