@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -95,6 +96,10 @@ def test_a_stopping_crawl_does_not_wait_for_a_trickling_server(hostile, tmp_path
     assert f"still queued, no record yet (`crawl --resume` fetches them): {hostile.base_url}/trickle-body\n" \
         in proc.stderr, proc.stderr[-2000:]
     assert not (out / "pages.jsonl").read_text().strip()
+    # and it has an outcome, in the file beside pages.jsonl that says what a stop left
+    [left] = [json.loads(line) for line in (out / "unfetched.jsonl").read_text().splitlines()]
+    assert left["url"] == hostile.base_url + "/trickle-body" and left["depth"] == 0, left
+    assert left["outcome"].startswith("not fetched: the crawl stopped (max seconds"), left
     assert elapsed < 15, elapsed
 
 
@@ -147,3 +152,23 @@ def test_a_page_of_200k_links_follows_its_cap_and_loses_no_record(settings):
     assert enqueued == 50_001   # every followed link, in chunks past Redis's argument limit
     lines = (Path(s.OUT_DIR) / "pages.jsonl").read_text().splitlines()
     assert {json.loads(line)["url"] for line in lines} >= {"http://127.0.0.9/big", "http://127.0.0.9/small"}
+
+
+def test_a_crawl_stopped_at_its_limit_leaves_no_url_without_an_outcome(tmp_path):
+    """Stopped at --max-seconds with most of a web still queued: each URL it knows of has
+    exactly one outcome, a record in pages.jsonl or a line in unfetched.jsonl."""
+    out = tmp_path / "out"
+    with TestWeb(n_hosts=3, pages_per_host=40, seed=5, first_ip=44) as web:
+        proc, _ = crawl(web.seeds(all_hosts=True), out, {"CRAWLER_SOFT404_PROBE": "0"},
+                        "--min-delay", "0.5", "--max-seconds", "4")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        reachable = web.reachable()
+    queued = int(re.search(r"still queued (\d+)", proc.stderr)[1])
+    records = [json.loads(line) for line in (out / "pages.jsonl").read_text().splitlines()]
+    recorded = [r["url"] for r in records]
+    left = [json.loads(line) for line in (out / "unfetched.jsonl").read_text().splitlines()]
+    assert queued > 20 and len(left) == queued, (queued, len(left))
+    outcomes = recorded + [r["url"] for r in left]
+    assert len(outcomes) == len(set(outcomes)), "a URL with two outcomes"
+    assert all(r["outcome"].startswith("not fetched: the crawl stopped (max seconds") for r in left)
+    assert {u for u in outcomes if "/private/" not in u} <= reachable   # (robots.txt disallows /private/)

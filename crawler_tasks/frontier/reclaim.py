@@ -16,7 +16,7 @@ frontier will fetch again (their records are rolled back, ops/reconcile.py), and
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from crawler_tasks.frontier import Entry, Frontier
@@ -57,12 +57,31 @@ def forget(frontier: Frontier, shard: int, host: str, entries: list[str], now: f
 def _queued_urls(frontier: Frontier, shard: int, chunk: int = 10_000) -> Iterator[list[str]]:
     """The URLs waiting in the shard's front queues, back queues and overflow list, in
     chunks (spill files on disk are not read)."""
+    for entries in queued_entries(frontier, shard, chunk):
+        yield [e.url for e in entries]
+
+
+def queued_entries(frontier: Frontier, shard: int, chunk: int = 10_000) -> Iterator[list[Entry]]:
+    """The entries waiting in the shard's front queues, back queues and overflow list,
+    in chunks (spill files on disk are not read); one that does not decode is skipped."""
     k = frontier.keys(shard)
     client = frontier.client(shard)
     for key in [*k.fronts(frontier.levels), k.overflow,
                 *(k.queue(host) for host in list(client.sscan_iter(k.active, count=1000)))]:
-        for entries in _chunks(client, key, chunk):
-            yield [Entry.decode(raw).url for raw in entries]
+        for raws in _chunks(client, key, chunk):
+            yield entries_of(raws)
+
+
+def entries_of(raws: Iterable[str]) -> list[Entry]:
+    """The entries of raw queue items (or spill file lines) that decode."""
+    return [e for e in map(_entry_of, raws) if e is not None]
+
+
+def _entry_of(raw: str) -> Entry | None:
+    try:
+        return Entry.decode(raw)
+    except ValueError:
+        return None
 
 
 def drop_front_copies(frontier: Frontier, shard: int, chunk: int = 10_000) -> int:
@@ -105,10 +124,8 @@ def drop_front_copies(frontier: Frontier, shard: int, chunk: int = 10_000) -> in
 
 def _url_of(raw: str) -> str:
     """An entry's URL; "" for one that does not decode (it is left where it is)."""
-    try:
-        return Entry.decode(raw).url
-    except ValueError:
-        return ""
+    entry = _entry_of(raw)
+    return entry.url if entry is not None else ""
 
 
 def _chunks(client: Any, key: str, chunk: int) -> Iterator[list[str]]:

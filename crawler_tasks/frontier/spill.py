@@ -33,6 +33,7 @@ import logging
 import os
 import re
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -179,6 +180,12 @@ class Spiller:
         self.settings = settings
         self.frontier = frontier
         self.root = Path(settings.OUT_DIR) / "spill"
+
+    def spilled_entries(self) -> Iterator[list[str]]:
+        """The entries of every spill file, file by file; read only (the crawl is over:
+        its record of what it left unfetched)."""
+        for path in sorted(self.root.rglob("*.gz")) if self.root.is_dir() else ():
+            yield read_entries(path)[0]
 
     def _dir(self, shard: int, level: int) -> Path:
         return self.root / f"s{shard}" / f"l{level}"

@@ -39,7 +39,8 @@ import redis
 from crawler_tasks.connection import broker_url, global_client, ping_once, redact, unblock_consumers
 from crawler_tasks.exceptions import ConfigError, CrawlerError
 from crawler_tasks.frontier import Frontier
-from crawler_tasks.frontier.reclaim import queued_sample
+from crawler_tasks.frontier.reclaim import entries_of, queued_entries, queued_sample
+from crawler_tasks.frontier.spill import Spiller
 from crawler_tasks.ops.child import ForkedProc, ForkServer, die_with_parent
 from crawler_tasks.ops.embedded import EmbeddedRedis, error_line, log_tail, private_dir, write_private
 from crawler_tasks.ops.messages import listed
@@ -74,6 +75,7 @@ MAX_HOSTS_NAMED = 10
 SUMMARY_HOSTS_PER_SHARD = 10_000
 # URLs a stopped crawl's summary names among those still queued.
 SUMMARY_QUEUED_URLS = 10
+UNFETCHED_FILE = "unfetched.jsonl"   # the URLs a stopped crawl left queued, with their outcome
 # How often the runner reads progress, checks its children and limits.
 WATCH_S = 0.5
 # The same once the end is near (stopping, a finite crawl with nothing queued, the page
@@ -571,6 +573,7 @@ class CrawlRunner:
         frontier = Frontier(self.settings)
         if progress.queued:
             self._say_still_queued(frontier, progress.queued)
+        self._write_unfetched(frontier, reason)
         statuses = {k.rsplit("/", 1)[1]: v for k, v in progress.stats.items() if k.startswith("fetch/status/")}
         if statuses:
             self._say("  status " + ", ".join(f"{k}: {v}" for k, v in sorted(statuses.items())))
@@ -617,6 +620,35 @@ class CrawlRunner:
         more = f" and {queued - len(sample)} more" if queued > len(sample) else ""
         if sample:
             self._say(f"  still queued, no record yet (`crawl --resume` fetches them): {', '.join(sample)}{more}")
+
+    def _write_unfetched(self, frontier: Frontier, reason: str) -> None:
+        """``OUT/unfetched.jsonl``: one line for each URL still queued at this stop (queues
+        and spill files), with its outcome, so that no URL is silent; rewritten at each
+        stop, removed when none is left. Its URLs have no record in pages.jsonl (``crawl
+        --resume`` fetches them, and that fetch is their one record)."""
+        path = self.out_dir / UNFETCHED_FILE
+        tmp = path.with_suffix(".tmp")
+        outcome = f"not fetched: the crawl stopped ({reason})"
+        n = 0
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                chunks = [c for shard in range(frontier.shards) for c in queued_entries(frontier, shard)]
+                spilled = map(entries_of, Spiller(self.settings, frontier).spilled_entries())
+                for entries in (*chunks, *spilled):
+                    for e in entries:
+                        retry = f", in retry after {e.tries} failed tries" if e.tries else ""
+                        f.write(json.dumps({"url": e.url, "depth": e.depth, "kind": str(e.kind), "tries": e.tries,
+                                            "outcome": outcome + retry}) + "\n")
+                        n += 1
+            if n:
+                os.replace(tmp, path)
+                self._say(f"  every URL left unfetched, with its outcome: {path} ({n} URLs)")
+            else:
+                tmp.unlink()
+                path.unlink(missing_ok=True)
+        except (OSError, ValueError, redis.RedisError) as exc:
+            tmp.unlink(missing_ok=True)
+            self._say(f"  the URLs left unfetched could not be listed in {path}: {exc}")
 
     def _start_metrics(self) -> None:
         s = self.settings
