@@ -293,6 +293,52 @@ def test_redis_data_lost_then_restore_latest(web: TestWeb, clean: float, tmp_pat
           + (int(handed_back[1]) if handed_back else 0) + counter(out, "frontier/group_returned"))
 
 
+def spelled_web(web: TestWeb) -> None:
+    """Routes of a shop on a web of its own: each item linked under several ``?color=``
+    spellings of one page (a rule a host learns) and ``?ref=`` ones (a prior)."""
+    page = "<html><body>{links}<p>{text}</p></body></html>"
+    for h in range(len(web.hosts)):
+        for i in range(40):   # each spelling is linked from two pages, a while apart
+            links = "".join(f'<a href="/item/{i + d}{q}">v</a>' for d in (1, 2)
+                            for q in ("", "?color=1", "?color=2", "?ref=nav", f"?color={i % 5 + 3}"))
+            text = " ".join(f"w{h}x{i}x{k}" for k in range(80))
+            body = page.format(links=links, text=text).encode()
+            for q in ("", *(f"?color={c}" for c in range(1, 8)), "?ref=nav"):
+                web.set_route(h, f"/item/{i}{q}", 200, {"Content-Type": "text/html"}, body)
+        web.set_route(h, "/", 200, {"Content-Type": "text/html"},
+                      page.format(links='<a href="/item/0">first</a>', text="home").encode())
+
+
+def test_kill_9_of_redis_while_learned_rules_filter_urls(tmp_path: Path) -> None:
+    """Redis killed once URLs filtered by a learned rule have their records: the restart
+    from its append-only file may lose the last second (the rule, the drop's URL-seen
+    bit), yet no URL gets a second record when a link names it again."""
+    out = tmp_path / "out"
+    spec_env = {"CRAWLER_MAX_QUERY_VARIANTS": "20", "CRAWLER_SOFT404_PROBE": "0"}
+    from testweb import HostSpec
+
+    spec = HostSpec(pages=0, link_extra_routes=False)
+    with TestWeb(n_hosts=2, pages_per_host=1, seed=25, host_specs={0: spec, 1: spec}) as shop:
+        spelled_web(shop)
+        proc = crawl(out, shop, "--min-delay", "0.1", env=spec_env)
+        deadline = time.time() + 60
+        while time.time() < deadline and proc.poll() is None and not any(
+                r.get("error_kind") == "filtered" for r in lines(out / "pages.jsonl")):
+            time.sleep(0.02)
+        assert proc.poll() is None, "the crawl ended before the fault"
+        children(proc.pid, out)["redis"].kill()
+        _, err = proc.communicate(timeout=180)
+        assert proc.returncode == 0, err[-3000:]
+        recs = lines(out / "pages.jsonl")
+        urls = Counter(r["url"] for r in recs)
+        filtered = [r for r in recs if r.get("error_kind") == "filtered"]
+        print(f"\nkill -9 redis with learned rules: {len(recs)} records, {len(filtered)} filtered, "
+              f"{sum(n - 1 for n in urls.values())} URLs recorded twice; saw: {said(err, 'restart', 'crawl finished')}")
+        assert filtered and all(n == 1 for n in urls.values()), [u for u, n in urls.items() if n > 1]
+        fetched = {f"http://{r.host}{r.path}" for r in shop.requests if r.method == "GET"}
+        assert all(r["url"] not in fetched for r in filtered), "a URL recorded as filtered was fetched"
+
+
 def test_two_crawls_on_one_out(web: TestWeb, clean: float, tmp_path: Path) -> None:
     out = tmp_path / "out"
     web.clear_log()

@@ -321,8 +321,10 @@ class UrlRules:
     def first_drops(self, drops: list[RuleDrop], frontier: Frontier) -> list[RuleDrop]:
         """The drops to record: URLs that never entered the frontier (the URL-seen test
         does not know them: a URL queued or fetched before a rule came has, or will get,
-        a record of its own) and have no record yet (each is recorded once). A URL-seen
-        false positive (Bloom mode) leaves a drop without a record; it is still counted."""
+        a record of its own) and have no record yet (each is recorded once). The URL-seen
+        test then knows them: a URL recorded as filtered stays so, even if its rule is
+        withdrawn later (a prior refuted on its host). A URL-seen false positive (Bloom
+        mode) leaves a drop without a record; it is still counted."""
         by_shard: dict[int, list[RuleDrop]] = {}
         for drop in drops:
             by_shard.setdefault(self._keys(drop.host)[1], []).append(drop)
@@ -334,7 +336,13 @@ class UrlRules:
             k, shard = self._keys(drop.host)
             self._pipeline(pipes, shard).sadd(k.rule_drops(drop.host), drop.url)
         added = {shard: iter(pipe.execute()) for shard, pipe in pipes.items()}
-        return [drop for drop in unseen if next(added[self._keys(drop.host)[1]])]
+        first = [drop for drop in unseen if next(added[self._keys(drop.host)[1]])]
+        chosen = set(first)
+        for shard, group in by_shard.items():
+            urls = [drop.url for drop in group if drop in chosen]
+            if urls:
+                frontier.remember(shard, urls)
+        return first
 
     # -- the parse stage's side --------------------------------------------------------
     def observe(self, records: list[PageRecord], counters: Counters,

@@ -71,6 +71,7 @@ log = logging.getLogger(__name__)
 # Feed lines examined from the end (a crash leaves uncommitted lines only in the last
 # page groups of each parse worker).
 FEED_TAIL_BYTES = 64 * 2**20
+RECORDED_TAIL_BYTES = 16 * 2**20   # of pages.jsonl: well over the seconds of records Redis can lose
 UNCOMMITTED_SUFFIX = ".uncommitted"
 ROLLED_BACK_SUFFIX = ".rolled-back"
 
@@ -405,6 +406,30 @@ def forget_recorded(settings: Settings, out_dir: Path, now: float | None = None)
         # under a group no worker has: maintenance forgets it, as any group no longer in flight
         n += frontier.ack(shard, [raw for raw in parked[shard] if Entry.decode(raw).url in done], "recorded")
     return n
+
+
+def remember_recorded_tail(settings: Settings, out_dir: Path, tail_bytes: int = RECORDED_TAIL_BYTES) -> int:
+    """After a restart of Redis from its append-only file: the URL-seen test knows again
+    the URLs of the last records of pages.jsonl. A URL whose record was written in the
+    lost second (one a learned rule filtered, whose drop was never queued: its URL-seen
+    bit, the rule itself, may be lost) would otherwise be admitted, fetched and recorded
+    a second time when a link names it again. Returns how many URLs were remembered."""
+    path = out_dir / PAGES_FILE
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - tail_bytes))
+            lines = f.read().split(b"\n")[1 if size > tail_bytes else 0:]
+    except FileNotFoundError:
+        return 0
+    frontier = Frontier(settings)
+    by_shard: dict[int, list[str]] = {}
+    for url in filter(None, map(_url, lines)):
+        if "://" in url:
+            by_shard.setdefault(frontier.shard_of(url.split("/", 3)[2]), []).append(url)
+    for shard, urls in by_shard.items():
+        frontier.remember(shard, urls)
+    return sum(map(len, by_shard.values()))
 
 
 def _move_uncommitted_feed(feed: Path, pages: Path, handed_on: set[str]) -> int:

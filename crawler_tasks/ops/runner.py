@@ -48,7 +48,7 @@ from crawler_tasks.ops.metrics import serve_metrics
 from crawler_tasks.ops.metrics import stop as stop_metrics
 from crawler_tasks.ops.outdir import OutputLock, previous_outputs
 from crawler_tasks.ops.progress import StatusLine, eta_s, progress_line
-from crawler_tasks.ops.reconcile import forget_recorded, reconcile, roll_back
+from crawler_tasks.ops.reconcile import forget_recorded, reconcile, remember_recorded_tail, roll_back
 from crawler_tasks.ops.restore import restore
 from crawler_tasks.ops.seeds import seed_urls
 from crawler_tasks.ops.snapshot import latest_snapshot
@@ -545,6 +545,7 @@ class CrawlRunner:
             forgotten = forget_recorded(s, self.out_dir)
             if forgotten:
                 self._say(f"{forgotten} fetched URL(s) already recorded, which the restart had put back, dropped")
+            remember_recorded_tail(s, self.out_dir)
 
             try:
                 requeued = requeue_unacked(broker_url(s), {parse_queue(s.node_name), *ENQUEUE_QUEUES}, restarted_at)
