@@ -282,10 +282,11 @@ def test_prefetch_reads_a_batch_of_hosts_at_once(settings, monkeypatch):
 
 def test_known_priors_are_the_tracker_list_less_what_selects_content():
     assert all(map(known_prior, ("q:ref", "q:utm_campaign", "q:fb_ref", "q:affiliate", "q:session",
-                                 "q:pk_campaign", "p:print", "p:amp", "i:index.html", "i:default.aspx")))
+                                 "q:pk_campaign", "p:print", "p:amp")))
     # words of the list inside other words, and the list's names that select content
     assert not any(map(known_prior, ("q:reference", "q:refresh", "q:prefix", "q:cid", "q:id", "q:uid",
-                                     "q:source", "q:keyword", "q:page", "q:sort", "p:m", "p:docs", "m:cid")))
+                                     "q:source", "q:keyword", "q:page", "q:sort", "p:m", "p:docs", "m:cid",
+                                     "i:index.html", "i:default.html")))
 
 
 def test_one_host_in_every_checks_a_prior_the_same_on_every_node():
@@ -358,3 +359,13 @@ def test_a_rule_in_force_on_enough_hosts_becomes_a_prior_of_the_others(settings)
     drops: list[RuleDrop] = []
     assert rules.judge("http://new.test/printer/a", "new.test", counters, 1, drops) == "http://new.test/a"
     assert "prior p:printer: in force on 3 other hosts" in drops[0].reason
+
+
+def test_index_files_are_never_priors_even_in_force_on_many_hosts(settings):
+    s = dataclasses.replace(settings, DUST_CONFIRMATIONS=1, DUST_PRIOR_HOSTS=2, DUST_PRIOR_CHECK_EVERY=1000)
+    rules, counters = UrlRules(s), {}
+    for n in range(3):
+        host = f"d{n}.test"
+        rules.observe([page(f"http://{host}/a/", f"f{n}"), page(f"http://{host}/a/index.html", f"f{n}")], counters)
+        assert rules.judge(f"http://{host}/b/index.html", host, counters) == f"http://{host}/b/"   # its own rule
+    assert rules.judge("http://new.test/b/index.html", "new.test", counters) == "http://new.test/b/index.html"

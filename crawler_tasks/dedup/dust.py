@@ -19,10 +19,14 @@ rule relates; ``dedup.rules`` counts it and applies rules that passed the bar.
 *Priors* spare each host the fetches that teach it what most hosts share. A rule is a
 prior when the web is known to use it (``known_prior``: query and path parameters of
 courlan's tracker list, the list trafilatura strips, less the identifiers in it that
-select content; print and AMP prefixes; index files) or when it is in force on several
-hosts (``dedup.rules``). A prior applies from a host's first link, except on the hosts
+select content; print and AMP prefixes) or when it is in force on several hosts
+(``dedup.rules``). A prior applies from a host's first link, except on the hosts
 ``checks_prior`` samples: those learn it from their own pairs, and one counter-example
-there withdraws it on that host.
+there withdraws it on that host. Index files are never priors: whether ``/d/`` serves
+``/d/index.html`` is the server's choice (many static hosts answer 404), and
+``default.html`` is as often a page of its own (Django's documentation has
+``topics/auth/default.html``, a page its directory does not serve); each host learns
+them from its own pairs.
 
 A URL's *shape* is its path with digit runs replaced by ``#`` plus the sorted set of
 its query parameter names: ``/cal/2024/05?view=m`` -> ``/cal/#/#?view``. Calendars
@@ -157,8 +161,6 @@ def candidate_rules(a: str, b: str) -> set[str]:
 def known_prior(rule: str) -> bool:
     """A rule the web is known to use (see the module doc): a prior for every host."""
     kind, name = rule[:1], rule[2:]
-    if kind == "i":
-        return True
     if kind == "p":
         return name.lower() in PRIOR_PREFIXES
     if kind not in ("q", "m") or CONTENT_NAMES.fullmatch(name):

@@ -255,7 +255,7 @@ class UrlRules:
 
     def is_prior(self, rule: str) -> bool:
         """A rule every host starts from (known to the web, or learned on enough hosts)."""
-        if not self.settings.DUST_PRIORS:
+        if not self.settings.DUST_PRIORS or rule.startswith("i:"):   # a server's choice (dust's doc)
             return False
         priors = self._learned_priors()
         return (known_prior(rule) or rule in priors.learned) and rule not in priors.off
