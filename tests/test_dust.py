@@ -282,11 +282,11 @@ def test_prefetch_reads_a_batch_of_hosts_at_once(settings, monkeypatch):
 
 def test_known_priors_are_the_tracker_list_less_what_selects_content():
     assert all(map(known_prior, ("q:ref", "q:utm_campaign", "q:fb_ref", "q:affiliate", "q:session",
-                                 "q:pk_campaign", "p:print", "p:amp")))
+                                 "q:pk_campaign", "p:print", "p:amp", "i:index.html", "i:default.aspx")))
     # words of the list inside other words, and the list's names that select content
     assert not any(map(known_prior, ("q:reference", "q:refresh", "q:prefix", "q:cid", "q:id", "q:uid",
                                      "q:source", "q:keyword", "q:page", "q:sort", "p:m", "p:docs", "m:cid",
-                                     "i:index.html", "i:default.html")))
+                                     "i:default.html")))
 
 
 def test_one_host_in_every_checks_a_prior_the_same_on_every_node():
@@ -361,11 +361,19 @@ def test_a_rule_in_force_on_enough_hosts_becomes_a_prior_of_the_others(settings)
     assert "prior p:printer: in force on 3 other hosts" in drops[0].reason
 
 
-def test_index_files_are_never_priors_even_in_force_on_many_hosts(settings):
+def test_an_index_file_is_a_prior_once_its_host_serves_a_directory_and_no_other_file_is(settings):
     s = dataclasses.replace(settings, DUST_CONFIRMATIONS=1, DUST_PRIOR_HOSTS=2, DUST_PRIOR_CHECK_EVERY=1000)
     rules, counters = UrlRules(s), {}
+    # index.html: not before the host has served a page at a directory URL (many answer 404 there)
+    assert rules.judge("http://s.test/b/index.html", "s.test", counters) == "http://s.test/b/index.html"
+    rules.observe([page("http://s.test/a/index.html", "fa"), page("http://s.test/a/b.html", "fb")], counters)
+    assert rules.judge("http://s.test/b/index.html", "s.test", counters) == "http://s.test/b/index.html"
+    rules.observe([page("http://s.test/", "home")], counters)
+    assert rules.judge("http://s.test/b/index.html", "s.test", counters) == "http://s.test/b/"
+    # default.html, in force on many hosts, stays each host's own rule (Django's auth/default.html)
     for n in range(3):
         host = f"d{n}.test"
-        rules.observe([page(f"http://{host}/a/", f"f{n}"), page(f"http://{host}/a/index.html", f"f{n}")], counters)
-        assert rules.judge(f"http://{host}/b/index.html", host, counters) == f"http://{host}/b/"   # its own rule
-    assert rules.judge("http://new.test/b/index.html", "new.test", counters) == "http://new.test/b/index.html"
+        rules.observe([page(f"http://{host}/a/", f"f{n}"), page(f"http://{host}/a/default.html", f"f{n}")], counters)
+        assert rules.judge(f"http://{host}/b/default.html", host, counters) == f"http://{host}/b/"
+    rules.observe([page("http://new.test/", "x")], counters)
+    assert rules.judge("http://new.test/b/default.html", "new.test", counters) == "http://new.test/b/default.html"

@@ -19,14 +19,15 @@ rule relates; ``dedup.rules`` counts it and applies rules that passed the bar.
 *Priors* spare each host the fetches that teach it what most hosts share. A rule is a
 prior when the web is known to use it (``known_prior``: query and path parameters of
 courlan's tracker list, the list trafilatura strips, less the identifiers in it that
-select content; print and AMP prefixes) or when it is in force on several hosts
-(``dedup.rules``). A prior applies from a host's first link, except on the hosts
-``checks_prior`` samples: those learn it from their own pairs, and one counter-example
-there withdraws it on that host. Index files are never priors: whether ``/d/`` serves
-``/d/index.html`` is the server's choice (many static hosts answer 404), and
-``default.html`` is as often a page of its own (Django's documentation has
-``topics/auth/default.html``, a page its directory does not serve); each host learns
-them from its own pairs.
+select content; print and AMP prefixes; ``index.*`` and ``default.asp[x]`` files) or when
+it is in force on several hosts (``dedup.rules``). A prior applies from a host's first
+link, except on the hosts ``checks_prior`` samples: those learn it from their own pairs,
+and one counter-example there withdraws it on that host. An index file is a prior only
+on a host that has served a page at a directory URL (``/``, ``/d/``): whether ``/d/``
+serves ``/d/index.html`` is the server's choice (a bucket of files may answer 404). No other
+file is one, nor becomes one by being in force elsewhere: ``default.html`` is as often a
+page of its own (Django's documentation has ``topics/auth/default.html``, which its
+directory does not serve).
 
 A URL's *shape* is its path with digit runs replaced by ``#`` plus the sorted set of
 its query parameter names: ``/cal/2024/05?view=m`` -> ``/cal/#/#?view``. Calendars
@@ -49,6 +50,7 @@ EXACT_UNITS = 2        # evidence units of a same-fingerprint or canonical pair
 NEAR_UNITS = 1         # of a near-duplicate pair: such rules need twice the pairs
 RULE_KINDS = ("m", "q", "i", "p")   # the order rules are applied in
 PRIOR_PREFIXES = frozenset({"print", "amp"})
+INDEX_PRIOR = re.compile(r"^(index\.(html?|php|shtml|jsp|aspx?|cgi)|default\.aspx?)$", re.IGNORECASE)
 # names the tracker list matches that usually select content: an id, a source, a search
 CONTENT_NAMES = re.compile(r"[a-z]?id|cat_?id|source|src|kwd|keyword", re.IGNORECASE)
 # the list's match must end a word of the name: ``ref``, not ``reference``
@@ -161,6 +163,8 @@ def candidate_rules(a: str, b: str) -> set[str]:
 def known_prior(rule: str) -> bool:
     """A rule the web is known to use (see the module doc): a prior for every host."""
     kind, name = rule[:1], rule[2:]
+    if kind == "i":
+        return INDEX_PRIOR.match(name) is not None
     if kind == "p":
         return name.lower() in PRIOR_PREFIXES
     if kind not in ("q", "m") or CONTENT_NAMES.fullmatch(name):

@@ -70,6 +70,7 @@ from crawler_tasks.records import EntryKind, PageRecord
 from crawler_tasks.settings import Settings
 
 MAX_CACHED_HOSTS = 10_000
+DIRS_FIELD = "dirs"   # in a host's dust hash: it served a page at a directory URL
 MAX_WALK_LINKS = 500   # links of a page looked at (a numeric walk, new links)
 # a shape's counts in its host's shapes hash: ``n:`` pages, ``w:`` pages that link a
 # number step, ``r:`` the ring of its recent pages, one field per yield that added nothing
@@ -86,6 +87,13 @@ def _origin_host(url: str) -> str:
     """The authority of a normalized URL: its politeness key (as the gate takes it)."""
     parts = url.split("/", 3)
     return parts[2] if len(parts) > 2 else ""
+
+
+def _at_directory(url: str) -> bool:
+    """A URL naming a directory (``/``, ``/d/``): a page served there shows the host
+    serves index files at their directory."""
+    path = "/" + (url.split("/", 3)[3] if url.count("/") >= 3 else "")
+    return path.endswith("/") and "?" not in path
 
 
 @lru_cache(maxsize=MAX_CACHED_SHAPES)
@@ -147,6 +155,7 @@ class _HostRules:
     evidence: dict[str, tuple[int, int]]
     refuted: frozenset[str] = frozenset()
     samples: dict[str, str] = field(default_factory=dict)   # prior -> the URL that checks it here
+    serves_dirs: bool = False   # a page was served at a directory URL (/, /d/): index files are priors
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,7 +244,7 @@ class UrlRules:
                 until, frozenset(rules), dict(traps),
                 {r: (int(fields.get(f"e:{r}", 0)), int(fields.get(f"n:{r}", 0))) for r in rules},
                 frozenset(f[2:] for f in fields if f.startswith("x:")),
-                {f[2:]: url for f, url in fields.items() if f.startswith("c:")})
+                {f[2:]: url for f, url in fields.items() if f.startswith("c:")}, DIRS_FIELD in fields)
         return out
 
     def _learned_priors(self) -> _Priors:
@@ -255,10 +264,11 @@ class UrlRules:
 
     def is_prior(self, rule: str) -> bool:
         """A rule every host starts from (known to the web, or learned on enough hosts)."""
-        if not self.settings.DUST_PRIORS or rule.startswith("i:"):   # a server's choice (dust's doc)
+        if not self.settings.DUST_PRIORS:
             return False
         priors = self._learned_priors()
-        return (known_prior(rule) or rule in priors.learned) and rule not in priors.off
+        learned = rule in priors.learned and not rule.startswith("i:")   # files: dust's doc
+        return (known_prior(rule) or learned) and rule not in priors.off
 
     def _priors_of(self, url: str, host: str, known: _HostRules) -> dict[str, str]:
         """The priors that rewrite ``url`` on this host -> their evidence in words. On a
@@ -268,7 +278,8 @@ class UrlRules:
             return {}
         out: dict[str, str] = {}
         for rule, _ in applicable(url):
-            if rule in known.rules or rule in known.refuted or not self.is_prior(rule):
+            if rule in known.rules or rule in known.refuted or not self.is_prior(rule) \
+                    or (rule.startswith("i:") and not known.serves_dirs):
                 continue
             if checks_prior(host, rule, self.settings.DUST_PRIOR_CHECK_EVERY) \
                     and self._sample(host, rule, url, known) == url:
@@ -509,6 +520,10 @@ class UrlRules:
         if refuted:
             bump(counters, "dust/counter_examples", len(refuted))
         plan.refuted = bool(refuted)
+        cached = self._cache.get(host)
+        if (cached is None or not cached.serves_dirs) and any(_at_directory(r.page.url) for r in plan.shaped):
+            writes.hsetnx(dust_key, DIRS_FIELD, "1")
+            self._cache.pop(host, None)
         plan.learned = [r for r in evidence if r not in refuted]
         for rule in plan.learned:
             writes.hincrby(dust_key, f"e:{rule}", evidence[rule])
