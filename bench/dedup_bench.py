@@ -15,9 +15,31 @@ machine slows them alike; compare the ratios).
   private redis-server already holding ``--indexed`` fingerprints (Lua time
   included; skip with ``--no-redis``).
 
-    python bench/dedup_bench.py [--pages 40] [--words 9000] [--rounds 5] [--indexed 100000] [--smoke]
+Precision and recall (issue 38), each printed as figures:
 
-``--smoke``: 10 pages, 2 rounds, 2,000 fingerprints indexed (seconds).
+- ``--scale N``: N synthetic pages (100,000 by default) through ``NearDupIndex``
+  in crawl order, fingerprinted as the parse stage does (``simhash.page_simhash``).
+  Half come from a small-vocabulary web (1,000 hosts at 10^5 pages, one 4,000-word
+  Zipf vocabulary, short pages that open with their host's template line; 1 in 10
+  a page of links), half from a 50,000-word vocabulary. One base page in 10 has 1-3
+  near-duplicates, each what main-text extraction leaves of a copy: a mirror (an
+  attribution line more), a print version or a repost (a line more at the top), a
+  counter change, a word in 200 edited; a link page's copies are mirrors with a link
+  more. Titles carry no digits (``title_mark`` would tell the pages apart for free).
+  Printed: bits apart of unrelated pages per web, pages left out of the feed and how
+  many are true near-duplicates (same group), groups flagged whole, pairs within 3
+  bits against true pairs, Redis bytes a page.
+- ``--real [NAME ...]``: the pinned real corpus (``tests/realpages.py``: Debian's documentation
+  packages and the vendored pages) through ``analyse``: every pair of pages within 3
+  bits whose exact fingerprints differ, and how many index, table-of-contents and
+  archive pages (pages of links, or named so) were among them.
+
+    python bench/dedup_bench.py [--pages 40] [--words 9000] [--rounds 5] [--indexed 100000]
+    python bench/dedup_bench.py --scale 100000 --real
+    python bench/dedup_bench.py --smoke
+
+``--smoke``: 10 pages, 2 rounds, 2,000 fingerprints indexed, ``--scale 2000`` and
+``--real vendored`` (seconds).
 """
 from __future__ import annotations
 
@@ -28,12 +50,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from crawler_tasks.dedup.fingerprint import fingerprint_collapsed
 from crawler_tasks.dedup.minhash import sketch
-from crawler_tasks.dedup.simhash import simhash64
+from crawler_tasks.dedup.simhash import hamming, page_simhash, simhash64
 from crawler_tasks.parse.html import parse_html
 
 _SYLLABLES = ["ka", "to", "ri", "men", "sa", "lo", "ver", "ing", "pa", "de", "un", "tion",
@@ -60,6 +83,201 @@ def make_pages(n: int, n_words: int, seed: int = 1) -> list[bytes]:
         pages.append(f"<html><head><title>page {p}</title></head><body><ul>{links}</ul>{body}"
                      f"</body></html>".encode())
     return pages
+
+
+def _vocabulary(rng: random.Random, size: int) -> tuple[list[str], list[float]]:
+    words: list[str] = []
+    seen: set[str] = set()
+    while len(words) < size:
+        w = "".join(rng.choices(_SYLLABLES, k=rng.randint(1, 4)))
+        if w not in seen:
+            seen.add(w)
+            words.append(w)
+    return words, list(itertools.accumulate(1 / (r + 1) for r in range(size)))
+
+
+@dataclass(slots=True)
+class SynthPage:
+    group: int            # pages of one group are near-duplicates; a lone page has its own
+    web: str              # "small" or "large" vocabulary
+    title: str
+    text: str
+    anchors: list[str]
+
+
+def make_web(n: int, seed: int = 5) -> list[SynthPage]:
+    """``n`` pages (see ``--scale`` in the module doc), shuffled into crawl order."""
+    rng = random.Random(seed)
+    small, small_cum = _vocabulary(rng, 4_000)
+    large, large_cum = _vocabulary(rng, 50_000)
+    hosts = max(2, n // 100)
+    chrome = [" ".join(rng.choices(small, cum_weights=small_cum, k=20)) for _ in range(hosts)]
+    pages: list[SynthPage] = []
+    group = 0
+    while len(pages) < n:
+        group += 1
+        web = "small" if group % 2 else "large"
+        vocab, cum = (small, small_cum) if web == "small" else (large, large_cum)
+        host = rng.randrange(hosts)
+        title = " ".join(rng.choices(vocab, cum_weights=cum, k=4))
+        anchors: list[str] = []
+        if web == "small" and rng.random() < 0.1:     # a page of links: an index, an archive
+            body = rng.choices(vocab, cum_weights=cum, k=30)
+            anchors = [" ".join(rng.choices(vocab, cum_weights=cum, k=rng.randint(2, 5)))
+                       for _ in range(rng.randint(50, 300))]
+        else:
+            body = rng.choices(vocab, cum_weights=cum, k=rng.randint(60, 400) if web == "small"
+                               else rng.randint(200, 1500))
+        base = SynthPage(group, web, title, " ".join([chrome[host], *body]), anchors)
+        pages.append(base)
+        if rng.random() < 0.1:
+            for _ in range(rng.randint(1, 3)):
+                pages.append(_near_copy(rng, base, vocab))
+    rng.shuffle(pages)
+    return pages[:n]
+
+
+def _near_copy(rng: random.Random, base: SynthPage, vocab: list[str]) -> SynthPage:
+    if base.anchors:   # a mirror of a page of links, with a link more
+        more = [" ".join(rng.choices(vocab, k=3)) for _ in range(rng.randint(0, 1))]
+        return SynthPage(base.group, base.web, base.title, base.text, base.anchors + more)
+    # what main-text extraction leaves of a copy: the text, and a line or a few words more
+    kind = rng.choice(("mirror", "print", "repost", "counter", "edit"))
+    words = base.text.split()
+    if kind == "mirror":
+        words += ["mirrored", "from"] + rng.choices(vocab, k=3)
+    elif kind == "print":
+        words = ["printed", "from"] + rng.choices(vocab, k=2) + words
+    elif kind == "repost":
+        words = ["reposted", "by"] + rng.choices(vocab, k=4) + words
+    elif kind == "counter":
+        words.insert(rng.randrange(len(words)), f"{rng.randint(2, 999)} views updated {rng.randint(1, 12)}:"
+                                                f"{rng.randint(10, 59)}")
+    else:
+        for _ in range(max(1, len(words) // 200)):
+            words[rng.randrange(len(words))] = rng.choice(vocab)
+    return SynthPage(base.group, base.web, base.title, " ".join(words), base.anchors)
+
+
+def bench_scale(n: int, max_chars: int = 12_000, min_words: int = 50) -> None:
+    """Pages left out of the feed as near-duplicates at scale, and how many truly are."""
+    import redis
+
+    from crawler_tasks.dedup.nearindex import NearDupIndex
+    from crawler_tasks.ops.embedded import EmbeddedRedis
+
+    t0 = time.perf_counter()
+    pages = make_web(n)
+    t1 = time.process_time()
+    prints = [page_simhash(p.text, p.anchors, p.title, max_chars) for p in pages]
+    ms = (time.process_time() - t1) / n * 1e3
+    print(f"scale: {n} pages ({sum(p.web == 'small' for p in pages)} of a 4,000-word vocabulary, "
+          f"{sum(bool(p.anchors) for p in pages)} pages of links), page_simhash {ms:.3f} ms a page")
+    rng = random.Random(9)
+    for web in ("small", "large"):
+        idx = [i for i, p in enumerate(pages) if p.web == web]
+        dists = sorted(hamming(prints[a][0], prints[b][0]) for a, b in
+                       (rng.sample(idx, 2) for _ in range(50_000)) if pages[a].group != pages[b].group)
+        print(f"  unrelated pages, {web} vocabulary: mean {sum(dists) / len(dists):.1f} bits apart, "
+              f"0.1 % quantile {dists[len(dists) // 1000]}, min {dists[0]}")
+    kept = [i for i, (_, words) in enumerate(prints) if words >= min_words]
+    with tempfile.TemporaryDirectory() as tmp, EmbeddedRedis(Path(tmp), save="") as server:
+        client = redis.Redis.from_url(server.url, decode_responses=True)
+        before = int(client.info("memory")["used_memory"])
+        index = NearDupIndex(client, "bench")
+        flagged: list[tuple[int, int]] = []
+        for start in range(0, len(kept), 50):
+            batch = kept[start:start + 50]
+            items = [(f"http://h/{i}", prints[i][0]) for i in batch]
+            for i, match in zip(batch, index.check_and_add(items), strict=True):
+                if match:
+                    flagged.append((i, int(match.rsplit("/", 1)[1])))
+        per_page = (int(client.info("memory")["used_memory"]) - before) / len(kept)
+        full = index.stats()["full"]
+    true = sum(pages[i].group == pages[j].group for i, j in flagged)
+    seen: set[int] = set()
+    dups = 0    # pages with a member of their group before them: what a perfect crawl leaves out
+    for i in kept:
+        dups += pages[i].group in seen
+        seen.add(pages[i].group)
+    print(f"  left out of the feed as near-duplicates: {len(flagged)}, true near-duplicates {true} "
+          f"(precision {true / max(len(flagged), 1):.4f}); recall {true / max(dups, 1):.4f} of {dups} "
+          f"(pages with fewer than {min_words} features are not indexed: {n - len(kept)})")
+    flagged_pages = {i for i, _ in flagged}
+    members: dict[int, list[int]] = {}
+    for i in kept:
+        members.setdefault(pages[i].group, []).append(i)
+    multi = [g for g in members.values() if len(g) > 1]
+    whole = sum(all(i in flagged_pages for i in g[1:]) for g in multi)
+    print(f"  near-duplicate groups flagged whole (every copy after the first): {whole} of {len(multi)} "
+          f"({whole / max(len(multi), 1):.3f})")
+    by_web = {web: [pages[i].group == pages[j].group for i, j in flagged if pages[i].web == web]
+              for web in ("small", "large")}
+    for web, marks in by_web.items():
+        print(f"    {web} vocabulary: {len(marks)} left out, {sum(marks)} true")
+    pairs = _near_pairs([(i, prints[i][0]) for i in kept])
+    true_pairs = sum(pages[i].group == pages[j].group for i, j in pairs)
+    groups: dict[int, int] = {}
+    for i in kept:
+        groups[pages[i].group] = groups.get(pages[i].group, 0) + 1
+    all_true = sum(k * (k - 1) // 2 for k in groups.values())
+    print(f"  pairs within 3 bits: {len(pairs)}, true {true_pairs} (precision {true_pairs / max(len(pairs), 1):.4f}); "
+          f"recall {true_pairs / max(all_true, 1):.4f} of {all_true} true pairs")
+    print(f"  redis: {per_page:.0f} bytes a page indexed ({full} adds to full buckets), "
+          f"{time.perf_counter() - t0:.0f} s")
+
+
+def _near_pairs(items: list[tuple[int, int]], max_distance: int = 3) -> set[tuple[int, int]]:
+    """Every pair of (key, simhash) items within ``max_distance`` bits (four 16-bit blocks,
+    as ``nearindex``)."""
+    tables: list[dict[int, list[tuple[int, int]]]] = [{} for _ in range(4)]
+    for key, h in items:
+        for b in range(4):
+            tables[b].setdefault(h >> (16 * b) & 0xFFFF, []).append((key, h))
+    pairs: set[tuple[int, int]] = set()
+    for table in tables:
+        for members in table.values():
+            for x, (a, ha) in enumerate(members):
+                for b, hb in members[x + 1:]:
+                    if hamming(ha, hb) <= max_distance:
+                        pairs.add((min(a, b), max(a, b)))
+    return pairs
+
+
+def bench_real(names: list[str], max_chars: int = 12_000, min_words: int = 50) -> None:
+    """Pairs of the real corpus within 3 bits whose texts differ (no exact duplicate)."""
+    from crawler_tasks.parse.page import analyse
+    from crawler_tasks.settings import Settings
+    from tests import realpages
+
+    s = Settings()
+    items: list[tuple[int, int]] = []
+    urls: list[str] = []
+    prints: list[str] = []
+    link_pages = named = 0
+    t0 = time.process_time()
+    for name in names:
+        for path in realpages.corpus(name):
+            url = f"http://{name}.test/{path.name}"
+            a = analyse(path.read_bytes(), url, {"content_type": "text/html"}, s.TEXT_MODE, s.MAX_TEXT_CHARS,
+                        max_chars, sketch=True)
+            anchors = sum(len(link.text) for link in a.parsed.links)
+            is_links = bool(a.text.text) and anchors >= 0.5 * len(a.text.text)
+            link_pages += is_links
+            named += not is_links and any(k in path.name for k in ("index", "contents", "toc", "archive"))
+            if a.simhash_words >= min_words:
+                items.append((len(urls), a.simhash))
+                urls.append(url)
+                prints.append(a.fingerprint)
+    pairs = sorted(_near_pairs(items))
+    distinct = [(i, j) for i, j in pairs if prints[i] != prints[j]]
+    print(f"real corpus ({', '.join(names)}): {len(urls)} pages with a simhash "
+          f"({(time.process_time() - t0) / max(len(urls), 1) * 1e3:.1f} ms a page to analyse), "
+          f"{link_pages} pages of links (index, TOC, archive: anchor text >= half the main text) and "
+          f"{named} more named index/contents/toc/archive; pairs within 3 bits: {len(pairs)}, "
+          f"{len(pairs) - len(distinct)} of them exact copies (duplicate_of), {len(distinct)} of distinct texts")
+    for i, j in distinct:
+        print(f"  {hamming(items[i][1], items[j][1])} bits: {urls[i]} {urls[j]}")
 
 
 def per_item_us(fn: Callable[[object], object], items: Sequence[object]) -> float:
@@ -103,10 +321,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--indexed", type=int, default=100_000)
     ap.add_argument("--no-redis", action="store_true")
+    ap.add_argument("--scale", type=int, default=0, help="pages of the precision/recall run (0: none)")
+    ap.add_argument("--real", nargs="*", help="real corpus parts (tests/realpages.py; none named: all)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: a few seconds")
     args = ap.parse_args(argv)
     if args.smoke:
-        args.pages, args.rounds, args.indexed = 10, 2, 2_000
+        args.pages, args.rounds, args.indexed, args.scale, args.real = 10, 2, 2_000, 2_000, ["vendored"]
+    if args.scale:
+        bench_scale(args.scale)
+    if args.real is not None:
+        from tests import realpages
+        bench_real(args.real or [*realpages.PACKAGE_NAMES, "vendored"])
 
     pages = make_pages(args.pages, args.words)
     texts = [parse_html(p, "http://bench.test/").text for p in pages]

@@ -121,12 +121,13 @@ class Settings:
     MAX_PATH_SEGMENTS: int = 16
     # A path segment repeated this many times marks a trap (/a/b/a/b/a/b).
     MAX_REPEATED_SEGMENTS: int = 3
-    # Extensions that are never HTML: skipped before fetching.
+    # Extensions of what the crawler cannot read: skipped before fetching. PDFs are read
+    # (parse/pdf.py); office formats are not (no reader).
     SKIP_EXTENSIONS: tuple[str, ...] = (
         "jpg", "jpeg", "png", "gif", "webp", "bmp", "ico", "svg", "tif", "tiff", "mp3", "mp4", "m4a",
         "ogg", "wav", "avi", "mov", "mkv", "webm", "flv", "wmv", "zip", "gz", "tgz", "bz2", "xz", "7z",
         "rar", "tar", "iso", "dmg", "exe", "msi", "bin", "apk", "deb", "rpm", "woff", "woff2", "ttf",
-        "otf", "eot", "css", "js", "pdf", "doc", "docx", "xls", "xlsx", "ppt", "pptx",
+        "otf", "eot", "css", "js", "doc", "docx", "xls", "xlsx", "ppt", "pptx",
     )
     # Per-host page budget for one crawl (0 = none); hosts of seed URLs get the larger
     # one (0 = 10 x MAX_PAGES_PER_HOST).
@@ -375,6 +376,9 @@ class Settings:
     # (0 = parse in the worker itself, no deadline), with this address-space cap.
     PARSE_TIMEOUT_S: float = 5.0
     PARSE_MEMORY_MB: int = 2048
+    # Pages read from one PDF (its text also stops at MAX_TEXT_CHARS); a PDF is fetched
+    # within MAX_BODY_BYTES like any page, and parsed in the same child and deadline.
+    PDF_MAX_PAGES: int = 500
     # Feed text: "main" = main content only (boilerplate removed, language detected,
     # metadata; parse/text.py, ~4 ms a page); "full" = main content in `text` plus the
     # whole visible text in `full_text` (~2 ms more); "body" = the whole <body> text
@@ -514,6 +518,7 @@ class Settings:
             (all(_is_ip(a) for a in self.ALLOW_METADATA_ADDRESSES),
              f"ALLOW_METADATA_ADDRESSES must list IP addresses, got {self.ALLOW_METADATA_ADDRESSES!r}"),
             (self.TEXT_MODE in ("main", "full", "body"), "TEXT_MODE must be main, full or body"),
+            (self.PDF_MAX_PAGES >= 1, "PDF_MAX_PAGES must be >= 1"),
             (self.RENDER in ("auto", "always", "never"), "RENDER must be auto, always or never"),
             (self.RENDER_TIMEOUT_S > 0, "RENDER_TIMEOUT_S must be > 0"),
             (self.RENDER_IDLE_S > 0, "RENDER_IDLE_S must be > 0"),

@@ -7,9 +7,14 @@ A test takes one package's pages with ``package_pages(name)`` (parametrize over
 that installs it; one that is installed but shows fewer pages than pinned fails, since the
 corpus would have shrunk unseen. Nothing else under /usr/share/doc is read, so a machine
 with more documentation installed runs the same tests.
+
+Real PDFs (``pdf_documents()``): two vendored beside the pages, and the manuals that
+Debian packages of this machine's image hold (``PDF_FILES``; a missing one is left out,
+and the vendored two always count).
 """
 from __future__ import annotations
 
+import gzip
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,3 +65,25 @@ def corpus(name: str) -> list[Path]:
 
 
 PARTS = [*PACKAGE_NAMES, "vendored"]
+
+# Installed PDFs: (the Debian package, its file; .gz ones are read decompressed). All are
+# in the python machine image's packages; each is 15-400 pages of English documentation.
+PDF_FILES = (
+    ("bzip2-doc", "/usr/share/doc/bzip2/manual.pdf.gz"),
+    ("libtasn1-doc", "/usr/share/doc/libtasn1-doc/libtasn1.pdf"),
+    ("nettle-dev", "/usr/share/doc/nettle-dev/nettle.pdf.gz"),
+    ("zlib1g-dev", "/usr/share/doc/zlib1g-dev/crc-doc.1.0.pdf.gz"),
+    ("valgrind", "/usr/share/doc/valgrind/valgrind_manual.pdf.gz"),   # 1.4 MB: over the 1 MiB body cap
+)
+VENDORED_PDFS = ("shared-mime-info-spec.pdf", "fontconfig-user.pdf")
+
+
+def pdf_documents() -> list[tuple[str, bytes]]:
+    """(name, bytes) of every real PDF on this machine: the vendored ones first."""
+    docs = [(name, (REPO / "tests/data/realpages" / name).read_bytes()) for name in VENDORED_PDFS]
+    for package, path in PDF_FILES:
+        file = Path(path)
+        if file.is_file():
+            data = file.read_bytes()
+            docs.append((f"{package}:{file.name.removesuffix('.gz')}", gzip.decompress(data) if path.endswith(".gz") else data))
+    return docs

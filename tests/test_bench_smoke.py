@@ -52,6 +52,7 @@ SMOKES = [
     (("frontier_memory.py", "--smoke", "--snapshot"), r"^queue bytes per queued URL.*: ([\d.]+)$"),
     (("frontier_memory.py", "--smoke", "--exact"), r"^exact URL-seen: .* = ([\d.]+) bytes per seen URL"),
     (("parse_bench.py", "--smoke"), r"^parse \+ links: ([\d.]+) ms/page"),
+    (("pdf_cost.py", "--smoke"), r"^pypdfium2\s+median ([\d.]+) ms/page"),
     (("parse_bench.py", "--smoke", "--analyse"), r"^analyse: ([\d.]+) ms/page"),
     (("real_sites.py", "--smoke"), r"reachable (\d+), fetched"),                      # exit 0: none lost
     (("render_cost.py", "--smoke"), r"^/shell\.html: wall median (\d+) ms"),

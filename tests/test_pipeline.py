@@ -167,7 +167,8 @@ def test_bad_html_and_odd_content_never_fail_a_batch(fast):
         got = {r["url"].rsplit("/", 1)[1]: r for r in recs}
         assert {"bin", "empty", "pdf", "badgzip"} <= set(got)
         assert got["pdf"]["status"] == 200 and "fingerprint" not in got["pdf"]
-        assert all(r.get("error_kind") != "parse" for r in recs)
+        assert got["pdf"]["error_kind"] == "parse" and got["pdf"]["error"].startswith("pdf: ")   # read, unreadable
+        assert all(r.get("error_kind") != "parse" for r in recs if r is not got["pdf"])
 
 
 def _urlset(urls: list[str]) -> bytes:

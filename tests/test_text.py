@@ -16,7 +16,7 @@ from crawler_tasks.dedup.fingerprint import (
     fingerprint_collapsed,
     lower_utf8,
 )
-from crawler_tasks.dedup.simhash import simhash64_with_count
+from crawler_tasks.dedup.simhash import page_simhash
 from crawler_tasks.exceptions import ConfigError
 from crawler_tasks.parse.boilerplate import trim_boilerplate
 from crawler_tasks.parse.html import prepare_document
@@ -158,7 +158,8 @@ def test_fingerprints_hash_the_collapsed_text() -> None:
     flat = " ".join(result.text.text.split())
     assert "\n" in result.text.text and result.text.word_count == len(flat.split())
     assert result.fingerprint == content_fingerprint(result.text.text) == fingerprint_collapsed(flat)
-    assert (result.simhash, result.simhash_words) == simhash64_with_count(flat[:12_000])
+    assert (result.simhash, result.simhash_words) == page_simhash(
+        flat, [link.text for link in result.parsed.links], result.text.title or result.parsed.title, 12_000)
     assert analyse(body, "http://h.test/syslog.html", {}, "main", 100_000).simhash_words == 0
 
 

@@ -8,83 +8,142 @@ Hamming distance 3, found by :mod:`.nearindex`.
 
 Choices, each measured with ``bench/dedup_bench.py`` and the property tests:
 
-- **Features: the distinct words** of the lower-cased text (word 1-shingles, each
-  counted once), after **folding digits to 0**, so pages that differ only in
-  dates, clocks, counters or prices share all features. Counting each distinct
-  word once keeps function words from dominating (raw term frequency made
-  unrelated pages correlate); length-based weights changed nothing measurable.
-  Multi-word shingles cost one hash per word position (nearly all are distinct)
-  for no gain at this stage; order-sensitive similarity is what the MinHash report
-  (4-word shingles, :mod:`.minhash`) is for.
-- **Cost is kept at C level**: split + ``set`` (the floor of any word-based
-  feature), one ``zlib.crc32`` per distinct word (a stable 32-bit hash), then all
-  words are processed at once with big integers used as SIMD lanes: the CRCs go
-  into 96-bit lanes, one multiplication by a 64-bit odd constant mixes every
-  lane, and bits 16..79 of each product (the well-mixed middle; each bit is set
-  for half of the words, checked in tests) are the word's 64-bit hash.
-  The per-bit counts are ``int.bit_count`` over byte columns. No per-word Python
-  bytecode runs, and no word cache is kept (a cache was slower: memory-bound).
+- **Features: the distinct word pairs** (2-shingles: each pair of neighbouring words,
+  counted once) of the lower-cased text, after **folding digits to 0**, so pages that
+  differ only in dates, clocks, counters or prices share all features. Single words
+  were the features until issue 38: pages drawing on one small vocabulary (listings,
+  forum posts, a 4,000-word synthetic web) share most of their words, so unrelated
+  pages sat only ~23 bits apart (~28 on the real documentation sites) and a 3-bit
+  threshold over millions of pairs caught the tail (1,659 of 8,000 distinct pages
+  flagged). Word pairs are rarely shared by unrelated texts, whatever the vocabulary:
+  unrelated pages sit ~31.5 bits apart on both (``dedup_bench.py --scale``). A changed
+  word changes two features instead of one, which a 3-bit threshold still absorbs
+  (the property tests). Counting each pair once keeps frequent pairs ("of the") from
+  dominating.
+- **A page that is its links** (an index, a table of contents, an archive) also has
+  the word pairs of its links' anchor text as features (``simhash64_of_words``'s
+  ``more``): its main text is a template shared by its siblings (the Python docs'
+  ``genindex-D`` and ``genindex-E``), its links are what it holds. The parse stage
+  decides which pages (``parse.page``: anchor text at least half the main text).
+- **Cost is kept at C level**: split + one ``zlib.crc32`` per word (shared with the
+  trap sketch), the pairs as 64-bit keys ``crc(w1) << 32 | crc(w2)`` built by ``map``
+  and deduplicated by ``set``, then all keys are hashed at once with big integers
+  used as SIMD lanes: each 32-bit half goes into a 96-bit lane, one multiplication
+  by a 64-bit odd constant per half mixes every lane, and bits 16..79 of the XOR of
+  the two products (the well-mixed middle; each bit is set for half of the keys,
+  checked in tests) are the key's 64-bit hash. Two keys that share a word differ by
+  the other word's mixed hash, so their bits stay independent. The per-bit counts
+  are ``int.bit_count`` over byte columns. No per-word Python bytecode runs.
+- **Numbers in the title name the page**: digits are folded in the text, but the
+  numbers of a page's title (a release, a chapter, a year) are hashed and XORed into
+  its fingerprint (``title_mark``): Django's release notes 1.3.5 and 1.4.3 have one
+  text but for the version, and are two pages. Pages whose titles carry the same
+  numbers (or none: a mirror, a print version, a repost) keep their distance; pages
+  whose titles' numbers differ land ~32 bits apart. A calendar's days, one template
+  with another date, are still judged by the trap evidence (``dedup.evidence``).
 - Text that is mostly unspaced (CJK, Thai) falls back to character trigrams, so
   one edited sentence does not replace the page's only feature.
+
+The fingerprint's format is ``VERSION`` 2: simhashes of version 1 (single words; in
+feeds, snapshots and the DUST evidence of crawls before issue 38) are not comparable
+with these (unrelated by ~32 bits: a page of an old snapshot is never found as the
+near-duplicate of its new fetch, nor wrongly matched).
 
 Empty text hashes to 0. Hashes are stable across processes, machines and runs
 (CRC-32 and integer arithmetic; never Python's randomized ``hash``).
 """
 from __future__ import annotations
 
+import re
 import sys
 import zlib
 from array import array
-from collections.abc import Collection
-from itertools import repeat
-from operator import add
+from collections.abc import Collection, Iterable, Sequence
+from hashlib import blake2b
+from itertools import islice, repeat
+from operator import add, lshift, or_
 
 from crawler_tasks.dedup.fingerprint import lower_utf8
 
 BITS = 64
-_MIX = 0x9E3779B97F4A7C15        # odd 64-bit multiplier (2^64 / golden ratio)
-LANE = 12                        # bytes a feature: a 32-bit CRC times _MIX fits in 96 bits
+VERSION = 2                      # 1: single words; 2: word pairs (+ anchor text of link pages)
+_MIX = 0x9E3779B97F4A7C15        # odd 64-bit multipliers: the low and the high half of a key
+_MIX_HIGH = 0xC2B2AE3D27D4EB4F
+LANE = 12                        # bytes a key half: a 32-bit value times a 64-bit constant fits in 96 bits
 _U32 = next(code for code in "IL" if array(code).itemsize == 4)
 _FIRST_BYTE = 2                  # hash = bytes 2..9 (bits 16..79) of each lane
 _FOLD = bytes.maketrans(b"123456789", b"000000000")
 _FOLD_STR = str.maketrans("123456789", "000000000")
 _UNSPACED = 24                   # mean bytes per token above which text counts as unspaced
 _BIT_MASKS: dict[int, list[int]] = {}
+_NUMBER = re.compile(r"\d+")
+LINK_PAGE_SHARE = 0.5            # anchor text at least this share of the main text: a page of links
 
 
 def words_of(text: str) -> tuple[list[bytes], bool]:
     """The text's words, lower-cased with digits folded, and whether the text is spaced
-    (its words are its features; else character trigrams are)."""
+    (pairs of its words are its features; else character trigrams are)."""
     data = lower_utf8(text).translate(_FOLD)
     words = data.split()
     return words, not (words and len(data) > _UNSPACED * len(words))
 
 
-def features(text: str) -> set[bytes]:
-    """The distinct features of a text, as UTF-8 bytes (see the module doc)."""
+def _trigrams(text: str) -> set[bytes]:
+    s = "".join(text.lower().split()).translate(_FOLD_STR)
+    if len(s) < 3:
+        return {s.encode("utf-8", "surrogatepass")} if s else set()
+    grams = set(map(add, map(add, s, s[1:]), s[2:]))
+    return set(map(str.encode, grams, repeat("utf-8"), repeat("surrogatepass")))
+
+
+def link_page_text(anchors: Iterable[str], text_chars: int, max_chars: int) -> str:
+    """The anchor text a page's fingerprint takes beside its main text ("" for most pages):
+    its links' anchor texts, one a line, up to ``max_chars``, when they hold at least
+    LINK_PAGE_SHARE of its ``text_chars`` characters of main text (an index, a table of
+    contents, an archive: the page is its links). Other pages keep to their text: a
+    site's navigation, shared by its pages, would pull unrelated pages together. A page
+    without text has no fingerprint at all (``parse.page``), links or not."""
+    texts = list(anchors)
+    if not text_chars or not texts or sum(map(len, texts)) < LINK_PAGE_SHARE * text_chars:
+        return ""
+    return "\n".join(texts)[:max_chars]
+
+
+def pair_keys(crcs: Sequence[int]) -> set[int]:
+    """The distinct pairs of neighbouring words, from the words' CRC-32s, as 64-bit keys
+    ``crc(w1) << 32 | crc(w2)``; a text of one word is its word (the key ``crc(w)``)."""
+    if len(crcs) < 2:
+        return set(crcs)
+    return set(map(or_, map(lshift, crcs, repeat(32)), islice(crcs, 1, None)))
+
+
+def keys_of(text: str) -> set[int]:
+    """The distinct feature keys of a text (see the module doc): word pairs of a spaced
+    text, the CRC-32s of the character trigrams of an unspaced one."""
     words, spaced = words_of(text)
     if not spaced:
-        s = "".join(text.lower().split()).translate(_FOLD_STR)
-        if len(s) < 3:
-            return {s.encode("utf-8", "surrogatepass")}
-        grams = set(map(add, map(add, s, s[1:]), s[2:]))
-        return set(map(str.encode, grams, repeat("utf-8"), repeat("surrogatepass")))
-    return set(words)
+        return set(map(zlib.crc32, _trigrams(text)))
+    return pair_keys(list(map(zlib.crc32, words)))
 
 
-def feature_hashes(feats: Collection[bytes]) -> bytes:
-    """64-bit hashes of the features, as ``len(feats)`` lanes of ``LANE`` bytes whose
-    bytes 2..9 are the little-endian hash (all features mixed by one multiplication)."""
-    return _mixed(array(_U32, map(zlib.crc32, feats)))
+def feature_hashes(keys: Collection[int]) -> bytes:
+    """64-bit hashes of the 64-bit keys, as ``len(keys)`` lanes of ``LANE`` bytes whose
+    bytes 2..9 are the little-endian hash (each half of every key mixed by one
+    multiplication, the two products XORed)."""
+    n = len(keys)
+    halves = array(_U32, array("Q", keys).tobytes())
+    if sys.byteorder == "big":  # pragma: no cover - the halves are read as little-endian
+        halves.byteswap()
+    mixed = _lanes(halves[0::2], _MIX) ^ _lanes(halves[1::2], _MIX_HIGH)
+    return mixed.to_bytes(LANE * n, "little")
 
 
-def _mixed(crcs: array[int]) -> bytes:
-    n = len(crcs)
-    lanes = array(_U32, bytes(LANE * n))
-    lanes[::LANE // 4] = crcs
+def _lanes(values: array[int], mix: int) -> int:
+    lanes = array(_U32, bytes(LANE * len(values)))
+    lanes[::LANE // 4] = values
     if sys.byteorder == "big":  # pragma: no cover - the lanes are read as little-endian
         lanes.byteswap()
-    return (int.from_bytes(lanes, "little") * _MIX).to_bytes(LANE * n, "little")
+    return int.from_bytes(lanes, "little") * mix
 
 
 def _masks(n: int) -> list[int]:
@@ -108,30 +167,58 @@ def bit_counts(lanes: bytes, n: int) -> list[int]:
 
 
 def simhash64(text: str) -> int:
-    """Simhash of the text's distinct words (see the module doc); 0 for no words."""
+    """Simhash of the text's distinct word pairs (see the module doc); 0 for no words."""
     return simhash64_with_count(text)[0]
 
 
-def simhash64_with_count(text: str) -> tuple[int, int]:
-    """(simhash, number of distinct features). Few features make a weak fingerprint:
-    pages of a few words collide easily, so callers may skip indexing them."""
-    feats = features(text)
-    return _simhash(feature_hashes(feats), len(feats))
+def simhash64_with_count(text: str, more: Iterable[str] = ()) -> tuple[int, int]:
+    """(simhash, number of distinct features) of the text and of each text of ``more``
+    (a link page's anchor texts, their pairs taken within each). Few features make a
+    weak fingerprint: pages of a few words collide easily, so callers may skip
+    indexing them."""
+    keys = keys_of(text)
+    for extra in more:
+        keys |= keys_of(extra)
+    return simhash_of_keys(keys)
 
 
-def simhash64_of_words(crcs: Collection[int]) -> tuple[int, int]:
-    """``simhash64_with_count`` of a spaced text from its words' CRC-32s (``words_of``),
-    which the trap sketch hashes too: one split and one CRC a word serve both. Two words
-    of one page with one CRC count as one feature (about one page in 10^4)."""
-    distinct = array(_U32, set(crcs))
-    return _simhash(_mixed(distinct), len(distinct))
+def simhash64_of_words(crcs: Sequence[int], *more: Sequence[int]) -> tuple[int, int]:
+    """``simhash64_with_count`` of spaced texts from their words' CRC-32s (``words_of``),
+    which the trap sketch hashes too: one split and one CRC a word serve both."""
+    keys = pair_keys(crcs)
+    for extra in more:
+        keys |= pair_keys(extra)
+    return simhash_of_keys(keys)
 
 
-def _simhash(lanes: bytes, n: int) -> tuple[int, int]:
+def simhash_of_keys(keys: Collection[int]) -> tuple[int, int]:
+    """(simhash, len(keys)) of distinct 64-bit feature keys; (0, 0) for none."""
+    n = len(keys)
     if not n:
         return 0, 0
-    counts = bit_counts(lanes, n)
+    counts = bit_counts(feature_hashes(keys), n)
     return sum(1 << j for j, c in enumerate(counts) if 2 * c > n), n
+
+
+def page_simhash(text: str, anchors: Iterable[str], title: str, max_chars: int,
+                 keys: set[int] | None = None) -> tuple[int, int]:
+    """(simhash, distinct features) of a page as the crawl fingerprints it: the word pairs
+    of the first ``max_chars`` characters of its text (``keys``, when the caller has them
+    from the words it hashed for the trap sketch), those of its anchor texts if it is a
+    page of links (``link_page_text``), the numbers of its title (``title_mark``)."""
+    if keys is None:
+        keys = keys_of(text[:max_chars])
+    links = link_page_text(anchors, len(text), max_chars)
+    h, n = simhash_of_keys(keys | keys_of(links) if links else keys)
+    return (h ^ title_mark(title) if n else 0), n
+
+
+def title_mark(title: str) -> int:
+    """A 64-bit mark of the numbers of a page's title, XORed into its simhash (0: none)."""
+    numbers = _NUMBER.findall(title)
+    if not numbers:
+        return 0
+    return int.from_bytes(blake2b(" ".join(numbers).encode(), digest_size=8).digest(), "little")
 
 
 def hamming(a: int, b: int) -> int:

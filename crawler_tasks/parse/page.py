@@ -13,8 +13,10 @@ from typing import Any
 from crawler_tasks.dedup.evidence import MAX_CHARS as SKETCH_CHARS
 from crawler_tasks.dedup.evidence import TextSketch, head_words, text_sketch
 from crawler_tasks.dedup.fingerprint import collapse_words_utf8, fingerprint_collapsed
-from crawler_tasks.dedup.simhash import simhash64_of_words, simhash64_with_count
+from crawler_tasks.dedup.simhash import page_simhash, pair_keys
 from crawler_tasks.parse.html import ParsedPage, parse_html, prepare_document
+from crawler_tasks.parse.pdf import AS_HTML_TYPE, is_pdf, read_pdf
+from crawler_tasks.parse.pdf import MAX_PAGES as PDF_MAX_PAGES
 from crawler_tasks.parse.text import PageText, extract_text
 
 
@@ -29,9 +31,20 @@ class Analysis:
 
 
 def analyse(body: bytes, url: str, html_options: dict[str, Any], text_mode: str, max_chars: int,
-            simhash_max_chars: int = 0, sketch: bool = False, budget: bool = True) -> Analysis:
+            simhash_max_chars: int = 0, sketch: bool = False, budget: bool = True,
+            pdf_max_pages: int = PDF_MAX_PAGES) -> Analysis:
     """``simhash_max_chars`` > 0 also computes the simhash of that much collapsed text;
-    ``sketch`` the text's sketch; ``budget=False`` skips the parse budget's caps."""
+    ``sketch`` the text's sketch; ``budget=False`` skips the parse budget's caps. A PDF
+    (``parse.pdf``) becomes an XHTML page of its first ``pdf_max_pages`` pages, analysed
+    as any page, and its links a page of links; its ``parsed.limited`` names the PDF cap
+    that bit, ``text.error`` why it could not be read."""
+    if is_pdf(html_options.get("content_type"), body[:1024]):
+        pdf, options = read_pdf(body, pdf_max_pages, max_chars), {**html_options, "content_type": AS_HTML_TYPE}
+        result = analyse(pdf.as_html(), url, options, text_mode, max_chars, simhash_max_chars, sketch, budget)
+        links = parse_html(pdf.links_html(), url, **options)
+        result.parsed.links, result.parsed.too_long = links.links, links.too_long
+        result.parsed.limited, result.text.error = pdf.limited, result.text.error or pdf.error
+        return result
     caps = {name: html_options[name] for name in ("max_elements", "max_depth", "max_attrs") if name in html_options}
     doc = prepare_document(body, html_options.get("content_type"), **caps, budget=budget)
     if text_mode == "body":
@@ -54,7 +67,8 @@ def analyse(body: bytes, url: str, html_options: dict[str, Any], text_mode: str,
         result.sketch = text_sketch(words, crcs)
         if spaced and simhash_max_chars == SKETCH_CHARS:
             shared = crcs
-    if simhash_max_chars > 0:
-        result.simhash, result.simhash_words = (simhash64_of_words(shared) if shared is not None
-                                                else simhash64_with_count(flat[:simhash_max_chars]))
+    if simhash_max_chars > 0:   # a page of links (an index) is also its anchor text
+        result.simhash, result.simhash_words = page_simhash(
+            flat, [link.text for link in parsed.links], text.title or parsed.title, simhash_max_chars,
+            pair_keys(shared) if shared is not None else None)
     return result

@@ -1,4 +1,4 @@
-"""Parse stage: HTML -> title, text fingerprints, normalized outlinks; sitemaps -> URLs.
+"""Parse stage: HTML and PDF -> title, text fingerprints, normalized outlinks; sitemaps -> URLs.
 
 It runs on the node that fetched (it reads the page group's spool file), so it also does the
 content dedup (exact fingerprint, soft 404s, simhash near-duplicates) and emits
@@ -20,6 +20,7 @@ from crawler_tasks.output.feed import feed_record
 from crawler_tasks.output.jsonl import once_written
 from crawler_tasks.output.spool import handed_on, read_spool, written_marker
 from crawler_tasks.parse.page import Analysis, analyse
+from crawler_tasks.parse.pdf import PDF_TYPE, is_pdf
 from crawler_tasks.parse.sandbox import ParseFailed, ParseSandbox
 from crawler_tasks.parse.sitemaps import parse_sitemap
 from crawler_tasks.parse.text import PageText
@@ -51,7 +52,8 @@ def parse_stage(w: Worker, pages: list[Capture], group_id: str) -> list[PageReco
             pages = _fetch_again(w, pages, group_id, exc)
     records: list[PageRecord] = []
     extra: list[PageRecord] = []   # over-long links: one record each, so an operator sees why
-    texts: dict[str, tuple[PageText, Anchors, str | None]] = {}   # and the page's WARC response record
+    # and the page's WARC response record, and the type its text was read as
+    texts: dict[str, tuple[PageText, Anchors, str | None, str | None]] = {}
     sketches: dict[str, TextSketch] = {}   # of the pages' texts, for the trap evidence
     for cap in pages:
         rec, ref = PageRecord(cap.page), cap.body
@@ -64,8 +66,9 @@ def parse_stage(w: Worker, pages: list[Capture], group_id: str) -> list[PageReco
                 if page.kind == EntryKind.SITEMAP:
                     _parse_sitemap_into(rec, body)
                 else:
-                    text, anchors, sketches[page.url] = _parse_into(w, rec, body, extra)
-                    texts[page.url] = (text, anchors, cap.warc_id)
+                    pdf = is_pdf(page.content_type, body[:1024])
+                    text, anchors, sketches[page.url] = _parse_into(w, rec, body, extra, pdf)
+                    texts[page.url] = (text, anchors, cap.warc_id, PDF_TYPE if pdf else page.content_type)
             except Exception as exc:  # noqa: BLE001 - bad input is a per-URL error, never a dead worker
                 log_once(f"parse/{type(exc).__name__}", "cannot parse %s", page.url)
                 page.error_kind, page.error = ErrorKind.PARSE, f"{type(exc).__name__}: {exc}"
@@ -88,13 +91,13 @@ def parse_stage(w: Worker, pages: list[Capture], group_id: str) -> list[PageReco
         parsed.indexable = _indexable(rec)
         if page.url not in texts:
             continue
-        text, anchors, warc_id = texts[page.url]
+        text, anchors, warc_id, content_type = texts[page.url]
         if w.settings.WARC_METADATA and anchors:
             w.warc.write_metadata(page.url, warc_id, [a[0] for a in anchors], page.fetched_at)
         if parsed.indexable:
             feed.append(feed_record(text, url=page.url, fetched_at=page.fetched_at, fingerprint=parsed.fingerprint,
                                     simhash=parsed.simhash, canonical=parsed.canonical,
-                                    content_type=page.content_type, outlinks=anchors) | {"node": w.settings.node_name})
+                                    content_type=content_type, outlinks=anchors) | {"node": w.settings.node_name})
     once_written(w.warc.flush)   # made again while the disk refuses: the records stay pending meanwhile
     if feed:
         w.feed.emit(feed, written_marker(w.settings, group_id, "feed"))
@@ -117,7 +120,7 @@ def _fetch_again(w: Worker, pages: list[Capture], group_id: str, exc: OSError) -
 
 
 def _indexable(rec: PageRecord) -> bool:
-    """Whether an indexer should take this page: a 200 HTML page that came whole or was
+    """Whether an indexer should take this page: a 200 HTML page or PDF that came whole or was
     cut at a size cap (its start is the page, as search engines index the first bytes;
     a transfer that stalled or broke is not), not noindex, not a duplicate or
     near-duplicate of a page already taken, not a soft 404.
@@ -148,23 +151,27 @@ def _parse_sitemap_into(rec: PageRecord, body: bytes) -> None:
 
 
 def _sandboxed(sandbox: ParseSandbox, body: bytes, url: str, args: tuple[Any, ...],
-               count: Callable[[Counters], None]) -> Analysis:
+               count: Callable[[Counters], None], pdf: bool = False, **kwargs: Any) -> Analysis:
     """Every page is parsed as it is under a short deadline first; a late one (a bomb),
     or one whose child died, is parsed again within the budget. The budget's tokenizer
     costs a real page nothing this way (it took 50-300 ms on real pages of 0.5-8 MB,
-    and lexbor reads them in 0.1-0.4 s), and a bomb ~1 s more than with the tokenizer first."""
+    and lexbor reads them in 0.1-0.4 s), and a bomb ~1 s more than with the tokenizer first.
+    A PDF gets its whole deadline at once: the budget does not change how PDFium reads it,
+    and its page and character caps bound the page the PDF becomes."""
+    if pdf:
+        return sandbox.analyse(body, url, *args, **kwargs)
     try:
-        return sandbox.analyse(body, url, *args, budget=False, timeout_s=UNBUDGETED_PARSE_S)
+        return sandbox.analyse(body, url, *args, budget=False, timeout_s=UNBUDGETED_PARSE_S, **kwargs)
     except ParseFailed:
         count({"parse/budget_retry": 1})
-        return sandbox.analyse(body, url, *args)
+        return sandbox.analyse(body, url, *args, **kwargs)
 
 
-def _parse_into(w: Worker, rec: PageRecord, body: bytes,
-                extra: list[PageRecord]) -> tuple[PageText, Anchors, TextSketch]:
-    """Fill the record from the HTML; returns the page's text and outlinks (with anchor
-    text and rel) for the indexer feed, which must not travel through the broker, and
-    its text's sketch."""
+def _parse_into(w: Worker, rec: PageRecord, body: bytes, extra: list[PageRecord],
+                pdf: bool = False) -> tuple[PageText, Anchors, TextSketch]:
+    """Fill the record from the HTML (or the PDF); returns the page's text and outlinks
+    (with anchor text and rel) for the indexer feed, which must not travel through the
+    broker, and its text's sketch."""
     s = w.settings
     page, out = rec.page, rec.parsed
     options: dict[str, Any] = dict(content_type=page.content_type, headers=page.headers, agent=w.robots_agent,
@@ -173,18 +180,22 @@ def _parse_into(w: Worker, rec: PageRecord, body: bytes,
                                    max_attrs=s.PARSE_MAX_ATTRS)
     args = (options, s.TEXT_MODE, s.MAX_TEXT_CHARS, s.SIMHASH_MAX_CHARS if s.NEAR_DUPLICATES else 0,
             bool(s.TRAP_SHAPE_MIN_PAGES))
+    if pdf:
+        w.count({"parse/pdf": 1})
     if w.sandbox is None:
-        result = analyse(body, page.url, *args)
+        result = analyse(body, page.url, *args, pdf_max_pages=s.PDF_MAX_PAGES)
     else:
         try:
-            result = _sandboxed(w.sandbox, body, page.url, args, w.count)
+            result = _sandboxed(w.sandbox, body, page.url, args, w.count, pdf, pdf_max_pages=s.PDF_MAX_PAGES)
         except ParseFailed as exc:
             page.error_kind, page.error = ErrorKind.PARSE_LIMIT, str(exc)
             w.count({"parse/stopped": 1})
             return PageText(url=page.url), [], EMPTY_TEXT
     parsed, text = result.parsed, result.text
-    if text.error:
+    if text.error:   # an unreadable PDF (encrypted, broken), or a text extraction that failed
         w.count({"parse/text_error": 1})
+        if not page.error_kind:
+            page.error_kind, page.error = ErrorKind.PARSE, text.error
     if parsed.too_long:
         shown = parsed.too_long[:MAX_SHOWN_URL_CHARS]
         extra.append(PageRecord(FetchedPage(

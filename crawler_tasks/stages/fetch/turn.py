@@ -22,6 +22,7 @@ from crawler_tasks.fetch.politeness import HostState, request_gap
 from crawler_tasks.frontier import Discovered, Entry, Lease, Verdict
 from crawler_tasks.output.warc import warc_digest
 from crawler_tasks.parse.html import is_html
+from crawler_tasks.parse.pdf import is_pdf
 from crawler_tasks.parse.sitemaps import MAX_SITEMAP_BYTES
 from crawler_tasks.records import Action, EntryKind, ErrorKind
 from crawler_tasks.stages.fetch.context import TurnContext
@@ -121,7 +122,8 @@ def _request_step(ctx: TurnContext, lease: Lease, state: HostState, entry: Entry
         return turn
     turn.page = page_of(entry, s.node_name, res)
     ok = res.status is not None and 200 <= res.status < 300
-    if ok and (entry.kind == EntryKind.SITEMAP or is_html(res.content_type, res.content[:512])):
+    if ok and (entry.kind == EntryKind.SITEMAP or is_html(res.content_type, res.content[:512])
+               or is_pdf(res.content_type, res.content[:1024])):
         turn.body = res.content
         if entry.kind == EntryKind.PAGE:
             maybe_render(ctx, lease, state, res, turn)
