@@ -46,17 +46,20 @@ from __future__ import annotations
 import argparse
 import itertools
 import random
+import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from crawler_tasks.dedup.fingerprint import fingerprint_collapsed
 from crawler_tasks.dedup.minhash import sketch
-from crawler_tasks.dedup.simhash import hamming, page_simhash, simhash64
+from crawler_tasks.dedup.simhash import LINK_PAGE_SHARE, hamming, page_simhash, simhash64
 from crawler_tasks.parse.html import parse_html
 
 _SYLLABLES = ["ka", "to", "ri", "men", "sa", "lo", "ver", "ing", "pa", "de", "un", "tion",
@@ -262,7 +265,7 @@ def bench_real(names: list[str], max_chars: int = 12_000, min_words: int = 50) -
             a = analyse(path.read_bytes(), url, {"content_type": "text/html"}, s.TEXT_MODE, s.MAX_TEXT_CHARS,
                         max_chars, sketch=True)
             anchors = sum(len(link.text) for link in a.parsed.links)
-            is_links = bool(a.text.text) and anchors >= 0.5 * len(a.text.text)
+            is_links = bool(a.text.text) and anchors >= LINK_PAGE_SHARE * len(a.text.text)
             link_pages += is_links
             named += not is_links and any(k in path.name for k in ("index", "contents", "toc", "archive"))
             if a.simhash_words >= min_words:
@@ -273,11 +276,56 @@ def bench_real(names: list[str], max_chars: int = 12_000, min_words: int = 50) -
     distinct = [(i, j) for i, j in pairs if prints[i] != prints[j]]
     print(f"real corpus ({', '.join(names)}): {len(urls)} pages with a simhash "
           f"({(time.process_time() - t0) / max(len(urls), 1) * 1e3:.1f} ms a page to analyse), "
-          f"{link_pages} pages of links (index, TOC, archive: anchor text >= half the main text) and "
+          f"{link_pages} pages of links (index, TOC, archive: anchor text >= {LINK_PAGE_SHARE:g} x the main text) and "
           f"{named} more named index/contents/toc/archive; pairs within 3 bits: {len(pairs)}, "
           f"{len(pairs) - len(distinct)} of them exact copies (duplicate_of), {len(distinct)} of distinct texts")
     for i, j in distinct:
         print(f"  {hamming(items[i][1], items[j][1])} bits: {urls[i]} {urls[j]}")
+    copies_of_real_pages(names, s, max_chars, min_words)
+
+
+_BODY = re.compile(rb"<body[^>]*>(.*)</body>", re.S | re.I)
+_TITLE = re.compile(rb"<title[^>]*>(.*?)</title>", re.S | re.I)
+
+
+def _copies(html: bytes) -> Iterator[tuple[str, bytes]]:
+    """A real page's near-duplicates as the web makes them: a mirror in another template,
+    a print version (no chrome, "(print)" title), a repost (a line before, a comment count
+    after), a copy with a "last updated" line."""
+    found = _BODY.search(html)
+    body = found.group(1) if found else html
+    title = (found.group(1) if (found := _TITLE.search(html)) else b"")
+    nav = b"<nav><ul>" + b"".join(b'<li><a href="/s%d">Section %d</a></li>' % (i, i) for i in range(12)) + b"</ul></nav>"
+    foot = b"<footer><p>Copyright 2026 Example Mirror Inc. All rights reserved. Contact us.</p></footer>"
+    head = b"<html><head><title>" + title
+    yield "mirror", head + b" - Mirror</title></head><body>" + nav + b"<main>" + body + b"</main>" + foot + b"</body></html>"
+    yield "print", head + b" (print)</title></head><body>" + body + b"</body></html>"
+    yield "repost", (head + b"</title></head><body><p>Reposted from the original site with permission of the "
+                     b"authors, thanks.</p>" + body + b"<p>3 comments so far. Leave a reply below.</p></body></html>")
+    yield "dated", head + b"</title></head><body><p>Last updated on 2026-12-07 at 10:42.</p>" + body + b"</body></html>"
+
+
+def copies_of_real_pages(names: list[str], s: Any, max_chars: int, min_words: int, per_part: int = 12) -> None:
+    """Recall on near-duplicates of real pages: how many copies (``_copies``) of a sample
+    of the corpus's pages are within 3 bits of their page."""
+    from crawler_tasks.parse.page import analyse
+    from tests import realpages
+
+    rng, found, total = random.Random(5), Counter[str](), Counter[str]()
+    options = {"content_type": "text/html"}
+    for name in names:
+        paths = realpages.corpus(name)
+        for path in rng.sample(paths, min(per_part, len(paths))):
+            html = path.read_bytes()
+            page = analyse(html, "http://a.test/p", options, s.TEXT_MODE, s.MAX_TEXT_CHARS, max_chars)
+            if page.simhash_words < min_words:
+                continue
+            for kind, copy in _copies(html):
+                other = analyse(copy, "http://b.test/p", options, s.TEXT_MODE, s.MAX_TEXT_CHARS, max_chars)
+                total[kind] += 1
+                found[kind] += other.simhash_words >= min_words and hamming(page.simhash, other.simhash) <= 3
+    print("copies of real pages within 3 bits: " + ", ".join(f"{k} {found[k]}/{total[k]}" for k in total)
+          + f"; all {sum(found.values())}/{sum(total.values())}")
 
 
 def per_item_us(fn: Callable[[object], object], items: Sequence[object]) -> float:

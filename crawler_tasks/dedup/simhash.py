@@ -77,7 +77,9 @@ _FOLD_STR = str.maketrans("123456789", "000000000")
 _UNSPACED = 24                   # mean bytes per token above which text counts as unspaced
 _BIT_MASKS: dict[int, list[int]] = {}
 _NUMBER = re.compile(r"\d+")
-LINK_PAGE_SHARE = 0.5            # anchor text at least this share of the main text: a page of links
+# anchor text at least this share of the main text: a page of links (0.5 made pages near
+# it flip with a mirror's added menu: 55 of 62 mirrors of real pages found, 59 at 1.0)
+LINK_PAGE_SHARE = 1.0
 
 
 def words_of(text: str) -> tuple[list[bytes], bool]:
