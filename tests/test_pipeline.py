@@ -147,6 +147,21 @@ def test_redirect_target_is_enqueued_not_followed(fast):
         requested = paths(web, 0)
         assert requested.count("/p/0.html") == 1  # target fetched once although linked too
         assert requested.count("/loop-a") == 1 and requested.count("/loop-b") == 1
+        assert old["error_kind"] is None
+
+
+def test_a_redirect_target_the_filters_refuse_is_named_in_the_redirects_record(fast):
+    """The target gets no record of its own (it never enters the frontier): the record of
+    the URL that redirected says it was not followed, and why."""
+    long_target = "/" + "a" * 5000
+    routes = {"/long": (301, {"Location": long_target}, b""), "/img": (302, {"Location": "/x.png"}, b"")}
+    with TestWeb(n_hosts=1, pages_per_host=1, host_specs={0: HostSpec(pages=1, extra_routes=routes)}) as web:
+        recs = {r["url"]: r for r in crawl_inline(fast, [web.url(0, "/long"), web.url(0, "/img")])}
+        long, img = recs[web.url(0, "/long")], recs[web.url(0, "/img")]
+        assert long["status"] == 301 and long["error_kind"] == "filtered", long
+        assert long["error"] == "redirect target not followed (url_too_long)"
+        assert img["error"] == "redirect target not followed (extension)", img
+        assert not any(r.startswith(web.url(0, "/aaa")) or r.endswith("/x.png") for r in recs)
 
 
 def test_content_duplicates_marked(fast):

@@ -107,8 +107,14 @@ def _discoveries(w: Worker, rec: PageRecord, counters: Counters,
             page.error_kind, page.error = ErrorKind.REDIRECTS, "redirect to itself"
         else:  # a sitemap's redirect is still a sitemap
             kind = EntryKind.SITEMAP if page.kind == EntryKind.SITEMAP else EntryKind.PAGE
-            redirect = gate.admit(parsed.redirect_to, depth, counters, hops=hops, kind=kind,
+            refused: Counters = {}
+            redirect = gate.admit(parsed.redirect_to, depth, refused, hops=hops, kind=kind,
                                   check_depth=kind != EntryKind.SITEMAP)
+            for name, n in refused.items():
+                bump(counters, name, n)
+            if redirect is None and not page.error_kind:   # the target gets no record: this one says why
+                reason = next((name.split("/", 1)[1] for name in refused if name.startswith("filter/")), "filtered")
+                page.error_kind, page.error = ErrorKind.FILTERED, f"redirect target not followed ({reason})"
     return [d for d in out if d is not None], redirect
 
 
