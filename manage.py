@@ -54,6 +54,8 @@ def _settings_from(args: argparse.Namespace, **extra: object) -> Settings:
         "MAX_DEPTH": getattr(args, "max_depth", None),
         "MAX_PAGES_PER_HOST": getattr(args, "max_pages_per_host", None),
         "ALLOWED_DOMAINS": tuple(args.allow_domain) if getattr(args, "allow_domain", None) else None,
+        "INCLUDE_PATTERNS": tuple(args.include) if getattr(args, "include", None) else None,
+        "EXCLUDE_PATTERNS": tuple(args.exclude) if getattr(args, "exclude", None) else None,
         "RESOLVE": tuple(args.resolve) if getattr(args, "resolve", None) else None,
         "ALLOW_PRIVATE": True if getattr(args, "allow_private", False) else None,
         "ALLOW_METADATA_ADDRESSES": tuple(args.allow_metadata) if getattr(args, "allow_metadata", None) else None,
@@ -553,6 +555,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--allow-metadata", action="append", metavar="ADDR",
                    help="permit one cloud metadata address (refused even with --allow-private); repeatable")
     c.add_argument("--allow-domain", action="append", help="stay within this domain (repeatable)")
+    c.add_argument("--include", action="append", metavar="REGEX",
+                   help="crawl only URLs this regular expression finds (re.search; repeatable: any of them)")
+    c.add_argument("--exclude", action="append", metavar="REGEX",
+                   help="never crawl URLs this regular expression finds (repeatable)")
     c.add_argument("--resolve", action="append", help="static DNS answer host=addr (repeatable)")
     c.add_argument("--ca-bundle", action="append", metavar="PATH",
                    help="also trust the CA certificates of this PEM file or folder of hashed certificates, besides "

@@ -534,6 +534,12 @@ class Settings:
             self.dns_servers()
         except ValueError as exc:
             raise ConfigError(f"DNS_SERVERS: {exc}") from None
+        for name, patterns in (("INCLUDE_PATTERNS", self.INCLUDE_PATTERNS), ("EXCLUDE_PATTERNS", self.EXCLUDE_PATTERNS)):
+            for pattern in patterns:
+                try:
+                    re.compile(pattern)
+                except re.error as exc:
+                    raise ConfigError(f"{name}: {pattern[:200]!r} is not a regular expression: {exc}") from None
         for name, path in self.ca_paths():
             problem = _ca_problem(path)
             if problem:

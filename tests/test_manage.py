@@ -103,6 +103,9 @@ def test_robots_command_explains_the_verdict():
     ({"CRAWLER_SHARDS": "lots"}, [], "SHARDS"),
     ({}, ["--min-delay", "-1"], "MIN_DELAY_S"),
     ({}, [], "no seed URLs"),
+    ({}, ["http://127.0.0.1/", "--include", "docs/(", "--allow-private"],
+     "INCLUDE_PATTERNS: 'docs/(' is not a regular expression: missing ), unterminated subpattern at position 5"),
+    ({"CRAWLER_EXCLUDE_PATTERNS": "[a-"}, ["http://127.0.0.1/", "--allow-private"], "EXCLUDE_PATTERNS: '[a-'"),
 ])
 def test_bad_config_is_a_clear_error(tmp_path, env, args, message):
     proc = manage("crawl", "--out", str(tmp_path / "o"), *args, env=env, timeout=60)
@@ -240,3 +243,17 @@ def test_messages_name_bad_input_short_and_never_a_negative_wait(tmp_path):
         refused = manage("restore", str(path), "--out", str(out))
         assert refused.returncode == 2 and "add --replace" in refused.stderr, refused.stderr
         assert "replace=True" not in refused.stderr and "running" not in refused.stderr
+
+
+def test_include_and_exclude_flags_scope_a_crawl(tmp_path):
+    """--include keeps a crawl to the URLs one of its regexes finds, --exclude leaves out
+    those any of its regexes finds; the home page is a seed, and a seed is filtered too."""
+    out = tmp_path / "out"
+    with TestWeb(n_hosts=1, pages_per_host=12, seed=3) as web:
+        proc = manage("crawl", web.url(0, "/"), "--out", str(out), "--allow-private", "--min-delay", "0", *UA,
+                      "--include", r"/$", "--include", r"/p/\d+\.html$", "--exclude", r"/p/1\d*\.html$",
+                      env={"CRAWLER_SOFT404_PROBE": "0", "CRAWLER_PROBE_SITEMAP_XML": "0"})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        fetched = {r.path for r in web.requests if r.path != "/robots.txt"}
+    assert "/" in fetched and any(p.startswith("/p/") for p in fetched), fetched
+    assert all(p == "/" or (p.startswith("/p/") and not p.startswith("/p/1")) for p in fetched), fetched
