@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 
 def _settings_from(args: argparse.Namespace, **extra: object) -> Settings:
+    job = getattr(args, "job_file", None)
     overrides: dict[str, Any] = {
         "OUT_DIR": getattr(args, "out", None),
         "REDIS_URL": getattr(args, "redis_url", None),
@@ -70,6 +71,8 @@ def _settings_from(args: argparse.Namespace, **extra: object) -> Settings:
         os.environ["SSL_CERT_FILE"] = os.path.abspath(os.environ["SSL_CERT_FILE"])
     if os.environ.get("SSL_CERT_DIR"):
         os.environ["SSL_CERT_DIR"] = _absolute_paths(os.environ["SSL_CERT_DIR"])
+    if job is not None:   # flags override the job file, which overrides CRAWLER_* variables
+        overrides = {**job.overrides, **{k: v for k, v in overrides.items() if v is not None}}
     settings = Settings.from_env(**overrides)
     settings = dataclasses.replace(settings, OUT_DIR=str(Path(settings.OUT_DIR).resolve()),
                                    CA_BUNDLE=_absolute_paths(settings.CA_BUNDLE))
@@ -135,11 +138,13 @@ def _attached(args: argparse.Namespace) -> Iterator[tuple[Settings, bool]]:
 
 def cmd_crawl(args: argparse.Namespace) -> int:
     from crawler_tasks.ops.child import ForkServer
+    from crawler_tasks.ops.job import read_job
 
-    # a bad setting or a missing seed is said before anything starts
+    # a bad setting, job file or a missing seed is said before anything starts
+    args.job_file = read_job(args.job) if args.job else None
     settings = _settings_from(args)
-    if not (args.urls or args.seeds_file or args.resume or args.restore):
-        raise ConfigError("no seed URLs: give URLs or --seeds-file")
+    if not (args.urls or args.seeds_file or args.resume or args.restore or (args.job_file and args.job_file.seeds)):
+        raise ConfigError("no seed URLs: give URLs, --seeds-file or a job file's seeds")
     # then: the crawl's processes are forked from it once it has imported their modules,
     # which it does while this process imports its own and prepares the crawl
     forks = ForkServer(str(Path(__file__).resolve().parent))
@@ -150,11 +155,14 @@ def cmd_crawl(args: argparse.Namespace) -> int:
 
 
 def _crawl(args: argparse.Namespace, settings: Settings, forks: ForkServer) -> int:
+    from crawler_tasks.ops.job import effective_job
     from crawler_tasks.ops.runner import CrawlRunner, read_seeds_file
 
     seeds = list(args.urls)
     if args.seeds_file:
         seeds += read_seeds_file(args.seeds_file)
+    if not seeds and args.job_file is not None:   # seeds on the command line replace the job's
+        seeds = list(args.job_file.seeds)
     if settings.uses_default_contact:
         print("warning: using the default user agent; set --user-agent 'name/1.0 (+https://your.site/bot)' "
               "so site owners can reach you", file=sys.stderr)
@@ -163,7 +171,7 @@ def _crawl(args: argparse.Namespace, settings: Settings, forks: ForkServer) -> i
               file=sys.stderr)
     runner = CrawlRunner(settings, seeds=seeds, workers=args.workers, parsers=args.parsers,
                          resume=args.resume or bool(args.restore), restore_from=args.restore, forks=forks,
-                         overwrite=args.overwrite)
+                         overwrite=args.overwrite, job=effective_job(settings, seeds))
     return runner.run()
 
 
@@ -416,6 +424,18 @@ def _print_url_rules(settings: Settings, host: str) -> None:
         print(f"trap shape {shape}  ({reason})")
 
 
+def cmd_job(args: argparse.Namespace) -> int:
+    """The job file checked as ``crawl --job`` reads it; the effective job printed."""
+    from crawler_tasks.ops.job import effective_job, read_job
+
+    job = read_job(args.file)
+    settings = Settings.from_env(**job.overrides)
+    print(f"{args.file}: OK, {len(job.seeds)} seed(s); the effective job (with this environment's CRAWLER_* "
+          "variables):", file=sys.stderr)
+    print(effective_job(settings, job.seeds), end="")
+    return 0
+
+
 def cmd_robots(args: argparse.Namespace) -> int:
     """The crawler's own decision (same cache policy, redirects, status semantics)."""
     from urllib.parse import urlsplit
@@ -543,6 +563,9 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("crawl", help="run a whole crawl on this machine (embedded Redis unless CRAWLER_REDIS_URL)")
     c.add_argument("urls", nargs="*", help="seed URLs")
     c.add_argument("--seeds-file", help="file with one seed URL per line (# comments)")
+    c.add_argument("--job", metavar="FILE",
+                   help="a job file (TOML: seeds, scope, limits, politeness, ...; README, 'The crawl job'); "
+                        "flags override it")
     c.add_argument("--out", help="output folder (default crawl-out)")
     c.add_argument("--redis-url", help="use this Redis instead of an embedded one")
     c.add_argument("--max-pages", type=int, help="stop after N pages")
@@ -601,6 +624,11 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--out", help="the crawl's output folder (finds its Redis)")
         sp.add_argument("--redis-url")
         sp.set_defaults(func=func)
+
+    jb = sub.add_parser("job", help="check a job file without crawling")
+    jb.add_argument("action", choices=["check"])
+    jb.add_argument("file")
+    jb.set_defaults(func=cmd_job)
 
     sn = sub.add_parser("snapshot", help="write a portable checkpoint of a crawl's Redis state")
     sn.add_argument("--out", help="the crawl's output folder (finds its Redis)")

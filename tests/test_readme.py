@@ -67,3 +67,21 @@ def test_readme_commands_work_from_a_fresh_folder(tmp_path):
     assert proc.returncode == 0 and "state finished frontier exhausted" in proc.stdout, proc.stderr
     proc = run(head, tmp_path, env)
     assert proc.returncode == 0 and proc.stdout.startswith('{"url":"http://127.0.0.')
+
+
+def test_the_readmes_job_file_is_a_valid_job(tmp_path):
+    """The README's job example, written to a file as a reader would, passes `job check`
+    and says what it says (its out beside the file, its patterns as written)."""
+    import tomllib
+
+    text = (ROOT / "README.md").read_text().split("## The crawl job", 1)[1]
+    example = re.search(r"```toml\n(.*?)```", text, re.S)[1]
+    (tmp_path / "crawl.toml").write_text(example)
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
+    proc = subprocess.run([sys.executable, str(ROOT / "manage.py"), "job", "check", "crawl.toml"], cwd=tmp_path,
+                          env=base, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    effective = tomllib.loads(proc.stdout)
+    assert effective["seeds"] == ["https://docs.python.org/3/"] and effective["out"] == str(tmp_path / "python-docs")
+    assert re.search(effective["scope"]["include"][0], "https://docs.python.org/3/library/re.html")
+    assert effective["settings"]["DUST_PRIOR_CHECK_EVERY"] == 16

@@ -35,7 +35,8 @@ WORKERS_LOCK = "workers.lock"
 # within a few seconds of losing their runner (ops.child), unless hung.
 WORKERS_WAIT_S = 15.0
 # What a previous crawl leaves in its folder (any one of them means "a crawl was here").
-CRAWL_OUTPUTS = ("pages.jsonl", "feed.jsonl", "warc", "redis", "crawl.json", "snapshots", "spool", "spill")
+CRAWL_OUTPUTS = ("pages.jsonl", "feed.jsonl", "warc", "redis", "crawl.json", "snapshots", "spool", "spill",
+                 "job.toml", "unfetched.jsonl")
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,6 +53,7 @@ from crawler_tasks.ops.restore import restore
 from crawler_tasks.ops.seeds import seed_urls
 from crawler_tasks.ops.snapshot import latest_snapshot
 from crawler_tasks.ops.waiting import WaitingHost, WaitReason, describe, waiting_hosts
+from crawler_tasks.output.jsonl import JOB_FILE
 from crawler_tasks.queues import CONTROL_QUEUE, ENQUEUE_QUEUES, fetch_queue, parse_queue
 from crawler_tasks.runtime.control import Control, CrawlState
 from crawler_tasks.runtime.maintenance import Progress, read_progress, settle
@@ -185,8 +186,9 @@ class Child:
 class CrawlRunner:
     def __init__(self, settings: Settings, *, seeds: list[str], workers: int | None = None, parsers: int = 2,
                  resume: bool = False, restore_from: str | None = None, out: TextIO = sys.stderr,
-                 forks: ForkServer | None = None, overwrite: bool = False) -> None:
+                 forks: ForkServer | None = None, overwrite: bool = False, job: str = "") -> None:
         self.restore_from = restore_from
+        self.job = job   # the effective job (ops/job.py), written to OUT/job.toml
         self.overwrite = overwrite
         self.lock = OutputLock(Path(settings.OUT_DIR).resolve())
         self.settings = settings
@@ -294,6 +296,8 @@ class CrawlRunner:
             raise ConfigError(f"disk nearly full: {self.out_dir} has {free / 2**20:.1f} MiB free (below "
                               f"{s.DISK_MIN_FREE_BYTES / 2**20:.0f} MiB, CRAWLER_DISK_MIN_FREE_BYTES)")
         private_dir(self.out_dir / "logs")
+        if self.job:   # before any worker writes a WARC file: its warcinfo record carries it
+            (self.out_dir / JOB_FILE).write_text(self.job, encoding="utf-8")
         if not s.REDIS_URL:
             # with EMBEDDED_REDIS_AOF (the default) a crashed redis-server comes back with all
             # it acknowledged, and RDB saves would only fork a copy of it every 30 s (the

@@ -41,6 +41,7 @@ T = TypeVar("T")
 
 PAGES_FILE = "pages.jsonl"
 FEED_FILE = "feed.jsonl"
+JOB_FILE = "job.toml"   # the crawl's effective job (ops/job.py), also in each WARC file's warcinfo
 
 
 def pages_path(settings: Settings) -> str:

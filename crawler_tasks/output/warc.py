@@ -26,6 +26,7 @@ import atexit
 import base64
 import contextlib
 import hashlib
+import json
 import os
 import random
 import socket
@@ -40,6 +41,7 @@ from isal import isal_zlib
 
 from crawler_tasks import __version__
 from crawler_tasks.fetch.http import FetchResult
+from crawler_tasks.output.jsonl import JOB_FILE
 
 _HOP_BY_HOP = {"transfer-encoding"}
 NOT_MODIFIED_PROFILE = "http://netpreserve.org/warc/1.1/revisit/server-not-modified"
@@ -121,11 +123,23 @@ class WarcStore:
                   ("hostname", socket.gethostname())]
         if self.operator:
             fields.append(("http-header-user-agent", self.operator))
+        job = self._job()
+        if job:
+            fields.append(("crawl-job", job))
         block = "".join(f"{k}: {v}\r\n" for k, v in fields).encode("utf-8", "replace")
         self._append(self._member("warcinfo", None, block, [("WARC-Date", warc_date(time.time())),
                                                             ("WARC-Filename", name),
                                                             ("Content-Type", "application/warc-fields")],
                                   _record_id()))
+
+    def _job(self) -> str:
+        """The crawl's effective job (OUT/job.toml, ops/job.py) as one line of JSON (a
+        warc-fields value is one line), "" without one: each WARC file says what ran."""
+        try:
+            text = (self.dir.parent / JOB_FILE).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            return ""
+        return json.dumps(text, ensure_ascii=False)
 
     def _member(self, kind: str, url: str | None, block: bytes, headers: list[tuple[str, str]],
                 record_id: str, digest: str | None = None) -> bytes:

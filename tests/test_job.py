@@ -1,0 +1,124 @@
+"""The crawl job file (ops/job.py): read, checked line by line, run by ``crawl --job``,
+and written back as the effective job to OUT/job.toml and each WARC file's warcinfo."""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from crawler_tasks.exceptions import ConfigError
+from crawler_tasks.ops.job import effective_job, read_job
+from crawler_tasks.settings import Settings
+from testweb import TestWeb
+
+from .test_manage import UA, manage
+
+JOB = """\
+# a documentation crawl
+seeds = ["http://127.0.0.1:1/"]
+user_agent = "docbot/1.0 (+https://example.org/bot)"
+out = "crawl-out"
+
+[scope]
+include = ['/$', '/p/\\d+\\.html$']
+exclude = ['/p/1\\d*\\.html$']
+max_depth = 5
+
+[limits]
+max_pages = 500
+max_seconds = 60.0
+
+[politeness]
+min_delay = 0.5
+
+[settings]
+SOFT404_PROBE = false
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "crawl.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_a_job_file_maps_onto_the_settings(tmp_path):
+    job = read_job(write(tmp_path, JOB))
+    assert job.seeds == ["http://127.0.0.1:1/"]
+    assert job.overrides["INCLUDE_PATTERNS"] == ("/$", r"/p/\d+\.html$")
+    assert job.overrides["MAX_PAGES"] == 500 and job.overrides["MIN_DELAY_S"] == 0.5
+    assert job.overrides["SOFT404_PROBE"] is False
+    assert job.overrides["OUT_DIR"] == str(tmp_path / "crawl-out")   # beside the file, from any folder
+
+
+def test_the_effective_job_reads_back_as_the_same_job(tmp_path):
+    job = read_job(write(tmp_path, JOB))
+    settings = Settings.from_env({}, **job.overrides)
+    text = effective_job(settings, job.seeds)
+    again = read_job(write(tmp_path, text, "effective.toml"))
+    assert Settings.from_env({}, **again.overrides) == Settings.from_env({}, **{**job.overrides,
+                                                                            "OUT_DIR": settings.OUT_DIR})
+    assert again.seeds == job.seeds
+    assert "SOFT404_PROBE = false" in text and tomllib.loads(text)["limits"]["max_pages"] == 500
+
+
+def test_the_effective_job_never_holds_a_password(tmp_path):
+    settings = Settings.from_env({}, REDIS_URL="redis://:hunter2@127.0.0.1:6379/0")
+    text = effective_job(settings, [])
+    assert "hunter2" not in text and "REDIS_URL" in text
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[limits]\nmax_pages = 'lots'\n", "crawl.toml:2: limits.max_pages must be an integer, got 'lots'"),
+    ("seeds = []\n\n[politeness]\nmin_delay = 'fast'\n", "crawl.toml:4: politeness.min_delay must be a number, got 'fast'"),
+    ("[limits]\nmax_page = 5\n", "crawl.toml:2: unknown key 'max_page' in [limits] (did you mean 'max_pages'?)"),
+    ("seed = ['http://a/']\n", "crawl.toml:1: unknown key 'seed' (did you mean 'seeds'?)"),
+    ("[scope]\ninclude = ['ok', 'docs/(']\n",
+     "crawl.toml:2: scope.include[1]: 'docs/(' is not a regular expression: missing ), unterminated subpattern"),
+    ("[settings]\nDUST_PRIOR = true\n", "crawl.toml:2: unknown setting 'DUST_PRIOR' (did you mean 'DUST_PRIORS'?)"),
+    ("[limits]\nmax_pages = 5\nmax_pages = 6\n", "crawl.toml:3: not TOML: Cannot overwrite a value"),
+    ("[politeness]\nmin_delay = -1\n", "crawl.toml: MIN_DELAY_S must be >= 0"),
+    ("[[sites]]\ndomain = 'a.org'\n", "crawl.toml:1: per-site rules ([[sites]]) are not supported yet"),
+])
+def test_a_bad_job_file_is_one_line_naming_file_line_and_key(tmp_path, text, message):
+    with pytest.raises(ConfigError) as err:
+        read_job(write(tmp_path, text))
+    assert str(err.value).replace(str(tmp_path) + "/", "").startswith(message), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_job_check_prints_the_effective_job_and_refuses_a_bad_one(tmp_path):
+    good = manage("job", "check", str(write(tmp_path, JOB)), timeout=60)
+    assert good.returncode == 0 and "OK, 1 seed(s)" in good.stderr, good.stderr
+    assert tomllib.loads(good.stdout)["scope"]["max_depth"] == 5
+    bad = manage("job", "check", str(write(tmp_path, "[limits]\nmax_pages = 'x'\n", "bad.toml")), timeout=60)
+    assert bad.returncode == 2 and re.search(r"bad.toml:2: limits.max_pages must be an integer", bad.stderr)
+    assert "Traceback" not in bad.stderr
+
+
+def test_crawl_job_runs_as_written_and_records_the_effective_job(tmp_path):
+    with TestWeb(n_hosts=1, pages_per_host=12, seed=3) as web:
+        text = JOB.replace("http://127.0.0.1:1/", web.url(0, "/")).replace("min_delay = 0.5", "min_delay = 0.0")
+        job = write(tmp_path, text + "ALLOW_PRIVATE = true\n")
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        proc = manage("crawl", "--job", str(job), *UA, "--max-pages", "400", cwd=elsewhere)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        fetched = {r.path for r in web.requests if r.path != "/robots.txt"}
+    out = tmp_path / "crawl-out"   # the job's out, beside the job file
+    assert (out / "pages.jsonl").exists() and not (elsewhere / "crawl-out").exists()
+    assert all(p == "/" or (p.startswith("/p/") and not p.startswith("/p/1")) for p in fetched), fetched
+    effective = tomllib.loads((out / "job.toml").read_text())
+    assert effective["limits"]["max_pages"] == 400          # the flag overrides the file
+    assert effective["user_agent"] == UA[1]
+    assert effective["scope"]["exclude"] == [r"/p/1\d*\.html$"] and effective["seeds"] == [web.url(0, "/")]
+    warcs = sorted((out / "warc").glob("*.warc.gz"))
+    assert warcs
+    with gzip.open(warcs[0], "rb") as f:
+        head = f.read(200_000).decode("utf-8", "replace")
+    found = re.search(r"crawl-job: (\".*\")\r\n", head)
+    assert found and json.loads(found[1]) == (out / "job.toml").read_text()
