@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from crawler_tasks.exceptions import ConfigError, CrawlerError
 from crawler_tasks.settings import Settings, reset_settings
+from crawler_tasks.urls.sites import parse_sites
 
 if TYPE_CHECKING:
     from crawler_tasks.ops.child import ForkServer
@@ -74,6 +75,10 @@ def _settings_from(args: argparse.Namespace, **extra: object) -> Settings:
     if job is not None:   # flags override the job file, which overrides CRAWLER_* variables
         overrides = {**job.overrides, **{k: v for k, v in overrides.items() if v is not None}}
     settings = Settings.from_env(**overrides)
+    try:
+        parse_sites(settings.SITES)   # the per-site rules (a job's [[sites]], or CRAWLER_SITES)
+    except ValueError as exc:
+        raise ConfigError(f"SITES: {exc}") from None
     settings = dataclasses.replace(settings, OUT_DIR=str(Path(settings.OUT_DIR).resolve()),
                                    CA_BUNDLE=_absolute_paths(settings.CA_BUNDLE))
     reset_settings(settings)
@@ -390,6 +395,7 @@ def cmd_hosts(args: argparse.Namespace) -> int:
         if info.politeness:
             print("politeness " + "  ".join(f"{key} {value}" for key, value in sorted(info.politeness.items())))
         _print_url_rules(settings, info.host)
+        _print_site_rules(settings, info.host)
         for entry in info.queue[: args.show]:
             print(f"  depth {entry.depth} tries {entry.tries} {entry.url}")
     return 0
@@ -409,6 +415,27 @@ def _contact_line(te: float | None, leased_until: float | None, queued: bool, no
         line += (f"  leased for {leased_until - now:.1f} s more" if leased_until > now
                  else f"  lease expired {now - leased_until:.1f} s ago")
     return line
+
+
+def _print_site_rules(settings: Settings, host: str) -> None:
+    """The job's per-site rules that name the host, most specific first, and which one sets
+    its delay and headers (urls/sites.py)."""
+    from crawler_tasks.connection import global_client
+    from crawler_tasks.keys import GlobalKeys
+    from crawler_tasks.urls.sites import parse_sites
+
+    recorded = global_client(settings).hget(GlobalKeys(settings.KEY_PREFIX).settings, "SITES")   # the crawl's own
+    try:
+        sites = parse_sites(recorded if isinstance(recorded, str) else settings.SITES)
+    except ValueError:
+        sites = parse_sites("")
+    own = sites.for_host(host) if sites else None
+    for site in sites.matching(host) if sites else []:
+        why = "sets its delay and headers; " if site is own else ""
+        scope = "its URLs under the prefix" if site.is_prefix else "its URLs unless a more specific rule matches"
+        print(f"site rule {site.describe()}  ({why}applies to {scope})")
+    if sites and own is None and not sites.matching(host):
+        print("site rules: none names this host (the job's defaults apply)")
 
 
 def _print_url_rules(settings: Settings, host: str) -> None:

@@ -117,6 +117,11 @@ class Settings:
     # A URL must match one of these regexes (empty = all) and none of the exclude ones.
     INCLUDE_PATTERNS: tuple[str, ...] = ()
     EXCLUDE_PATTERNS: tuple[str, ...] = ()
+    # Per-site rules (urls/sites.py, which checks them: manage.py at the start), a JSON
+    # list; a job file's [[sites]] sets it: each matches a domain (and subdomains) or a URL
+    # prefix, and sets in_scope, include, exclude, max_depth (its URLs), min_delay and
+    # headers (its host).
+    SITES: str = ""
     # Most non-empty path segments in a URL.
     MAX_PATH_SEGMENTS: int = 16
     # A path segment repeated this many times marks a trap (/a/b/a/b/a/b).

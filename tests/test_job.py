@@ -82,7 +82,7 @@ def test_the_effective_job_never_holds_a_password(tmp_path):
     ("[settings]\nDUST_PRIOR = true\n", "crawl.toml:2: unknown setting 'DUST_PRIOR' (did you mean 'DUST_PRIORS'?)"),
     ("[limits]\nmax_pages = 5\nmax_pages = 6\n", "crawl.toml:3: not TOML: Cannot overwrite a value"),
     ("[politeness]\nmin_delay = -1\n", "crawl.toml: MIN_DELAY_S must be >= 0"),
-    ("[[sites]]\ndomain = 'a.org'\n", "crawl.toml:1: per-site rules ([[sites]]) are not supported yet"),
+    ("[[sites]]\ndomain = 'a.org'\n", "crawl.toml:2: sites[0]: unknown key 'domain'"),
 ])
 def test_a_bad_job_file_is_one_line_naming_file_line_and_key(tmp_path, text, message):
     with pytest.raises(ConfigError) as err:
@@ -122,3 +122,66 @@ def test_crawl_job_runs_as_written_and_records_the_effective_job(tmp_path):
         head = f.read(200_000).decode("utf-8", "replace")
     found = re.search(r"crawl-job: (\".*\")\r\n", head)
     assert found and json.loads(found[1]) == (out / "job.toml").read_text()
+
+
+def test_per_site_rules_act_on_a_local_multi_host_web(tmp_path):
+    """Three hosts, three rules: a slow site and a fast one show their own gaps at the
+    server, the fast one's requests carry its header, and the third, in scope only
+    under a prefix, fetches nothing outside it."""
+    with TestWeb(n_hosts=3, pages_per_host=10, seed=8, cross_host_ratio=0.0) as web:
+        slow, fast, docs = web.hosts
+        job = write(tmp_path, f"""\
+seeds = {json.dumps([web.url(0, "/"), web.url(1, "/"), web.url(2, "/"), web.url(2, "/p/0.html")])}
+out = "out"
+[politeness]
+min_delay = 0.5
+[settings]
+ALLOW_PRIVATE = true
+SOFT404_PROBE = false
+PROBE_SITEMAP_XML = false
+[[sites]]
+match = "http://{slow}/"
+min_delay = 0.8
+[[sites]]
+match = "http://{fast}/"
+min_delay = 0.05
+headers = {{Accept-Language = "fr"}}
+[[sites]]
+match = "{docs.split(':')[0]}"
+in_scope = false
+[[sites]]
+match = "http://{docs}/p/"
+""")
+        proc = manage("crawl", "--job", str(job), *UA, "--max-seconds", "40")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        requests = list(web.requests)
+    by_host: dict[str, list] = {}
+    for r in requests:
+        by_host.setdefault(r.host, []).append(r)
+
+    def gaps(host: str) -> list[float]:
+        reqs = sorted(by_host[host], key=lambda r: r.start)
+        return [b.start - a.end for a, b in zip(reqs, reqs[1:])]
+
+    assert len(by_host[slow]) >= 5 and min(gaps(slow)) >= 0.8 - 0.02, gaps(slow)
+    assert len(by_host[fast]) >= 5 and min(gaps(fast)) >= 0.05 - 0.02 and sorted(gaps(fast))[len(gaps(fast)) // 2] < 0.5
+    assert all(r.headers.get("accept-language") == "fr" for r in by_host[fast] if r.path != "/robots.txt")
+    assert not any("accept-language" in r.headers for r in by_host[slow])
+    docs_paths = {r.path for r in by_host.get(docs, [])}
+    assert all(p.startswith("/p/") or p == "/robots.txt" for p in docs_paths), docs_paths
+    assert len(docs_paths) >= 4, docs_paths   # its pages under the prefix, from the seed there
+    recs = [json.loads(line) for line in (tmp_path / "out" / "pages.jsonl").read_text().splitlines()]
+    assert not any(r["url"].startswith(f"http://{docs}/") and not r["url"].startswith(f"http://{docs}/p/")
+                   and r.get("status") for r in recs)
+    effective = tomllib.loads((tmp_path / "out" / "job.toml").read_text())
+    assert [s["match"] for s in effective["sites"]][:2] == [f"http://{slow}/", f"http://{fast}/"]
+
+
+def test_a_bad_site_rule_is_one_line_with_its_line(tmp_path):
+    text = "seeds = []\n\n[[sites]]\nmatch = 'a.org'\n\n[[sites]]\nmatch = 'b.org'\nmin_delay = 'fast'\n"
+    with pytest.raises(ConfigError) as err:
+        read_job(write(tmp_path, text))
+    assert str(err.value).endswith("crawl.toml:8: sites[1]: min_delay must be a number of seconds, got 'fast'")
+    with pytest.raises(ConfigError) as err:
+        read_job(write(tmp_path, "[[sites]]\nmatch = 'a.org'\ndelay = 2\n"))
+    assert str(err.value).endswith("crawl.toml:3: sites[0]: unknown key 'delay' (did you mean 'min_delay'?)")

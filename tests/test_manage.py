@@ -257,3 +257,9 @@ def test_include_and_exclude_flags_scope_a_crawl(tmp_path):
         fetched = {r.path for r in web.requests if r.path != "/robots.txt"}
     assert "/" in fetched and any(p.startswith("/p/") for p in fetched), fetched
     assert all(p == "/" or (p.startswith("/p/") and not p.startswith("/p/1")) for p in fetched), fetched
+
+
+def test_a_bad_sites_variable_is_a_clear_error(tmp_path):
+    proc = manage("crawl", "http://127.0.0.1/", "--out", str(tmp_path / "o"), "--allow-private",
+                  env={"CRAWLER_SITES": '[{"match": "a.org", "min_delay": "fast"}]'}, timeout=60)
+    assert proc.returncode == 2 and "SITES: sites[0]: min_delay must be a number of seconds" in proc.stderr

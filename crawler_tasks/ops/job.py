@@ -3,8 +3,9 @@
 
 The file maps onto the settings (``crawler_tasks/settings.py``, whose names stay the one
 vocabulary): named sections for what an operator sets most (seeds, scope, limits,
-politeness, rendering, recrawl, output), and ``[settings]`` for any other setting by its
-name. Layers, weakest first: defaults, ``CRAWLER_*`` variables, the job file, command-line
+politeness, rendering, recrawl, output), ``[settings]`` for any other setting by its
+name, and ``[[sites]]`` for per-site rules (``urls/sites.py``, carried by the ``SITES``
+setting). Layers, weakest first: defaults, ``CRAWLER_*`` variables, the job file, command-line
 flags. Relative paths in the file (``seeds_file``, ``out``) are read from the file's
 folder, so a job runs the same from any working directory.
 
@@ -16,7 +17,7 @@ and ``key =`` lines (enough for the plain tables a job uses).
 The effective job (file, flags and defaults merged) is written back as TOML to
 ``OUT/job.toml`` and into each WARC file's ``warcinfo`` record (``output.warc``): what
 ran, whatever produced it. Its ``[settings]`` lists every setting that is not its
-default, passwords removed.
+default, passwords removed; its ``[[sites]]``, the per-site rules (``urls/sites.py``).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import difflib
 import json
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,8 @@ from crawler_tasks.connection import redact
 from crawler_tasks.exceptions import ConfigError
 from crawler_tasks.output.jsonl import JOB_FILE
 from crawler_tasks.settings import Settings
+from crawler_tasks.urls.sites import KEYS as SITE_KEYS
+from crawler_tasks.urls.sites import site_from
 
 __all__ = ["JOB_FILE", "Job", "effective_job", "read_job"]
 
@@ -52,6 +56,7 @@ SECTIONS: dict[str, dict[str, str]] = {
 TOP = {"seeds": "", "seeds_file": "", "out": "OUT_DIR", "user_agent": "USER_AGENT"}
 SECRET = re.compile(r"PASSWORD|SECRET|TOKEN", re.IGNORECASE)
 _HEADER = re.compile(r"^\s*\[\s*([A-Za-z0-9_.\-]+)\s*\]")
+_ARRAY = re.compile(r"^\s*\[\[\s*([A-Za-z0-9_.\-]+)\s*\]\]")
 _KEY = re.compile(r"^\s*([A-Za-z0-9_\-]+)\s*=")
 
 
@@ -67,8 +72,14 @@ def _lines(text: str) -> dict[tuple[str, str], int]:
     """(table, key) -> line number, for the messages ("" is the top table)."""
     out: dict[tuple[str, str], int] = {}
     table = ""
+    arrays: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), 1):
-        if header := _HEADER.match(line):
+        if array := _ARRAY.match(line):   # [[sites]]: sites[0], sites[1] ...
+            arrays[array[1]] = arrays.get(array[1], -1) + 1
+            table = f"{array[1]}[{arrays[array[1]]}]"
+            out.setdefault((table, ""), number)
+            out.setdefault((array[1], ""), number)
+        elif header := _HEADER.match(line):
             table = header[1]
             out.setdefault((table, ""), number)
         elif key := _KEY.match(line):
@@ -162,7 +173,7 @@ def read_job(path: str | Path) -> Job:
             where = f"{at('', key)}: {key}"
             overrides[TOP[key]] = _check(value, TOP[key], where)
         elif key == "sites":
-            raise ConfigError(f"{at('', key)}: per-site rules ([[sites]]) are not supported yet")
+            overrides["SITES"] = _sites(value, at)
         else:
             raise ConfigError(f"{at('', key)}: unknown key {key!r}" + _closest(key, [*TOP, *SECTIONS, "settings"]))
     if "OUT_DIR" in overrides:
@@ -181,6 +192,25 @@ def read_job(path: str | Path) -> Job:
     return Job(path, overrides, seeds)
 
 
+def _sites(value: Any, at: Callable[..., str]) -> str:
+    """The ``[[sites]]`` tables as the SITES setting (JSON), each checked (urls/sites.py)."""
+    if not isinstance(value, list) or not all(isinstance(v, dict) for v in value):
+        raise ConfigError(f"{at('sites')}: sites must be tables ([[sites]])")
+    for i, item in enumerate(value):
+        try:
+            site_from(item)
+        except ValueError as exc:
+            key = next((k for k in item if str(exc).startswith((k, f"unknown key {k!r}"))), "")
+            message = str(exc)
+            if message.startswith("unknown key"):
+                message += _closest(key, list(SITE_KEYS))
+            raise ConfigError(f"{at(f'sites[{i}]', key)}: sites[{i}]: {message}") from None
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError) as exc:   # a TOML date or time in a rule
+        raise ConfigError(f"{at('sites')}: sites: {exc}") from None
+
+
 def _toml(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -188,6 +218,8 @@ def _toml(value: Any) -> str:
         return repr(value)
     if isinstance(value, tuple | list):
         return "[" + ", ".join(map(_toml, value)) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml(v)}" for k, v in value.items()) + "}"
     return json.dumps(str(value), ensure_ascii=False)   # a JSON string is a TOML basic string
 
 
@@ -197,7 +229,7 @@ def effective_job(settings: Settings, seeds: list[str]) -> str:
     defaults = Settings()
     out = ["# the effective job of this crawl: file, flags and defaults merged", f"seeds = {_toml(seeds)}",
            f"user_agent = {_toml(settings.USER_AGENT)}", f"out = {_toml(settings.OUT_DIR)}", ""]
-    shown = {"OUT_DIR", "USER_AGENT"}
+    shown = {"OUT_DIR", "USER_AGENT", "SITES"}
     for section, keys in SECTIONS.items():
         out.append(f"[{section}]")
         for key, setting in keys.items():
@@ -211,4 +243,6 @@ def effective_job(settings: Settings, seeds: list[str]) -> str:
         if SECRET.search(f.name):
             continue
         out.append(f"{f.name} = {_toml(redact(value) if isinstance(value, str) and '://' in value else value)}")
+    for site in json.loads(settings.SITES) if settings.SITES.strip() else []:
+        out += ["", "[[sites]]", *(f"{k} = {_toml(v)}" for k, v in site.items())]
     return "\n".join(out) + "\n"

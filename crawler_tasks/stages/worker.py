@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from crawler_tasks.counters import Counters
@@ -28,6 +29,7 @@ from crawler_tasks.robots.rules import product_token
 from crawler_tasks.runtime.control import Control
 from crawler_tasks.settings import Settings
 from crawler_tasks.stages.gate import UrlGate
+from crawler_tasks.urls.sites import parse_sites
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +74,22 @@ class Worker:
 
     def normalize(self, href: str, base: str | None = None) -> str | None:
         return self.gate.normalize(href, base)
+
+    def policy_for(self, host: str) -> PolitenessPolicy:
+        """The host's politeness: its site rule's min_delay in place of MIN_DELAY_S (a job's
+        per-site rules, urls/sites.py); robots.txt and the server still lengthen it."""
+        return _site_policy(self.policy, self.settings.SITES, host) if self.settings.SITES else self.policy
+
+    def site_headers(self, host: str) -> dict[str, str]:
+        """The request headers the host's site rule adds (Accept-Language ...)."""
+        site = parse_sites(self.settings.SITES).for_host(host) if self.settings.SITES else None
+        return dict(site.headers) if site is not None else {}
+
+
+@lru_cache(maxsize=4096)
+def _site_policy(policy: PolitenessPolicy, sites: str, host: str) -> PolitenessPolicy:
+    site = parse_sites(sites).for_host(host)
+    return policy if site is None or site.min_delay is None else dataclasses.replace(policy, min_delay_s=site.min_delay)
 
 
 def politeness_policy(settings: Settings) -> PolitenessPolicy:

@@ -10,6 +10,7 @@ from collections import Counter
 from urllib.parse import urlsplit
 
 from crawler_tasks.settings import Settings
+from crawler_tasks.urls.sites import parse_sites
 
 
 def _domain_match(host: str, domains: tuple[str, ...]) -> bool:
@@ -24,6 +25,7 @@ class UrlFilter:
         self._blocked = tuple(d.lower().strip(".") for d in s.BLOCKED_DOMAINS)
         self._include = [re.compile(p) for p in s.INCLUDE_PATTERNS]
         self._exclude = [re.compile(p) for p in s.EXCLUDE_PATTERNS]
+        self._sites = parse_sites(s.SITES)   # per-site scope (urls/sites.py)
         self._skip_ext = frozenset(e.lower().lstrip(".") for e in s.SKIP_EXTENSIONS)
 
     def reason(self, url: str, depth: int = 0, *, check_depth: bool = True,
@@ -60,4 +62,5 @@ class UrlFilter:
             return "not_included"
         if any(p.search(url) for p in self._exclude):
             return "excluded"
-        return None
+        site = self._sites.for_url(url) if self._sites else None
+        return site.reason(url, depth, check_depth) if site is not None else None

@@ -42,7 +42,7 @@ def maybe_render(ctx: TurnContext, lease: Lease, state: HostState, res: FetchRes
     turn.conversion = (html, warc_date(time.time()))
     turn.body, turn.page.rendered = html, why
     # the host's next contact follows its last request, the browser's included
-    turn.te = max(turn.te, last[0] + request_gap(w.policy, state))
+    turn.te = max(turn.te, last[0] + request_gap(w.policy_for(lease.host), state))
 
 
 def _browser_fetch(ctx: TurnContext, lease: Lease, state: HostState, last: list[float], url: str) -> FetchResult | None:
@@ -54,7 +54,7 @@ def _browser_fetch(ctx: TurnContext, lease: Lease, state: HostState, last: list[
         if entry is None or not entry.rules.is_allowed(url, w.robots_agent):
             ctx.bump("render/refused/robots", 1)
             return None
-    gap = request_gap(w.policy, state)
+    gap = request_gap(w.policy_for(lease.host), state)
     wait = last[0] + gap - time.time()
     if wait > 0 and ctx.stop.wait(wait):
         return None

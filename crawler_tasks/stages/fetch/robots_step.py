@@ -36,15 +36,15 @@ def robots_step(ctx: TurnContext, lease: Lease, state: HostState, entry: Entry, 
     if answer.exchange is not None:  # this turn went to robots.txt
         res = answer.exchange
         if res.error_kind == ErrorKind.ABORTED:
-            return aborted(w.policy, state)
+            return aborted(w.policy_for(lease.host), state)
         ctx.bump(f"robots/{answer.entry.kind}", 1)
         if res.status:
             ctx.bump(f"robots/status/{res.status}", 1)
         if answer.entry.kind == RULES:
-            state.crawl_delay_s, skip = crawl_delay_verdict(w.policy, answer.entry.rules.crawl_delay(w.robots_agent))
+            state.crawl_delay_s, skip = crawl_delay_verdict(w.policy_for(lease.host), answer.entry.rules.crawl_delay(w.robots_agent))
             if skip:
-                return Turn(time.time() + w.policy.park_s, Action.KEEP, last=True)
-        turn = after_exchange(w.policy, state, res, Action.KEEP)
+                return Turn(time.time() + w.policy_for(lease.host).park_s, Action.KEEP, last=True)
+        turn = after_exchange(w.policy_for(lease.host), state, res, Action.KEEP)
         if res.status is not None:   # robots.txt is archived like any exchange
             turn.exchange, turn.digest = res, warc_digest(res.body)
         if answer.entry.kind == UNREACHABLE and answer.entry.error_kind == ErrorKind.TLS:
@@ -78,7 +78,7 @@ def _pace_hop(ctx: TurnContext, host: str, state: HostState, previous: FetchResu
     after it, and a fresh lease (a chain of slow hops must not outlive it)."""
     if previous.status is not None:
         ctx.w.warc.write_exchange(previous)
-    te, _, _ = next_contact(ctx.w.policy, state, FetchOutcome(
+    te, _, _ = next_contact(ctx.w.policy_for(host), state, FetchOutcome(
         end=previous.ended, duration_s=previous.duration_s, status=previous.status, retry_after=None,
         failed=False))
     ctx.stop.wait(max(0.0, min(te - time.time(), ctx.w.settings.HOLD_HORIZON_S)))

@@ -472,7 +472,7 @@ class FetchSession:
             log_once("fetch/finish", "could not finish a turn of %s", host)
             self._bump("error/finish")
             try:
-                w.frontier.give_back([(held.lease, time.time() + request_gap(w.policy, held.state))])
+                w.frontier.give_back([(held.lease, time.time() + request_gap(w.policy_for(host), held.state))])
             except Exception:  # noqa: BLE001 - the lease is dropped already; it expires
                 log_once("fetch/give_back", "could not give back %s; its lease expires", host)
         finally:   # the loop takes the host out of ``flying``: it is held until then

@@ -57,7 +57,7 @@ def take_turn(ctx: TurnContext, lease: Lease, state: HostState, not_before: floa
     if free_at > 0:  # another host on this address was contacted too recently
         return Turn(free_at + random.uniform(0, _CLAIM_JITTER_S), Action.KEEP)
     if free_at < 0:  # another process's turn holds it: its end is unknown
-        return Turn(time.time() + max(request_gap(w.policy, state), _CLAIM_JITTER_S) * random.uniform(1, 2),
+        return Turn(time.time() + max(request_gap(w.policy_for(lease.host), state), _CLAIM_JITTER_S) * random.uniform(1, 2),
                     Action.KEEP)
     turn = Turn(time.time(), Action.KEEP, last=True)
     try:
@@ -104,18 +104,20 @@ def _request_step(ctx: TurnContext, lease: Lease, state: HostState, entry: Entry
     """The request itself (conditional when we hold validators), then its page."""
     w, s = ctx.w, ctx.w.settings
     url = entry.url
-    gap = request_gap(w.policy, state)
+    policy = w.policy_for(lease.host)
+    gap = request_gap(policy, state)
+    headers = w.site_headers(lease.host)   # a job's per-site headers (Accept-Language ...)
     if entry.kind == EntryKind.SITEMAP:
-        res = w.fetcher.fetch(url, max_body_bytes=MAX_SITEMAP_BYTES, max_decoded_bytes=MAX_SITEMAP_BYTES,
-                              cancel=ctx.halt, gap_s=gap, not_before=not_before)
+        res = w.fetcher.fetch(url, extra_headers=headers or None, max_body_bytes=MAX_SITEMAP_BYTES,
+                              max_decoded_bytes=MAX_SITEMAP_BYTES, cancel=ctx.halt, gap_s=gap, not_before=not_before)
     else:
         validators = w.recrawler.conditional_headers(lease.shard, [url])[0] if s.CONTINUOUS else None
-        res = w.fetcher.fetch(url, extra_headers=validators or None, cancel=ctx.halt, gap_s=gap,
-                              not_before=not_before)
+        res = w.fetcher.fetch(url, extra_headers={**headers, **(validators or {})} or None, cancel=ctx.halt,
+                              gap_s=gap, not_before=not_before)
     if res.error_kind == ErrorKind.ABORTED:
-        return aborted(w.policy, state)
+        return aborted(policy, state)
     action = retry_action(res, entry.tries, s.MAX_RETRIES)
-    turn = after_exchange(w.policy, state, res, action)
+    turn = after_exchange(policy, state, res, action)
     if res.status is not None:   # archived once the turn is finished
         turn.exchange, turn.digest = res, warc_digest(res.body)
     if action == Action.RETRY:
