@@ -27,7 +27,9 @@ The datasets (folder: origin, how its gold text is read):
   Readability itself, not of a human annotator).
 
 Zyte's (ScrapingHub's) article-extraction-benchmark is deliberately not used: it is kept
-as an independent check.  Every page is decoded once (parse.encoding.decode_html) and
+as an independent check.  Bevendorff et al.'s two other article sets, CETD and
+Google-Trends-2017, are not in that repository (their own, chatnoir-eu/web-content-
+extraction-benchmark, holds them as Git LFS objects) and are not scored here.  Every page is decoded once (parse.encoding.decode_html) and
 each extractor gets that string; ours is given it as a ``Document``, which bypasses the
 parse-budget pre-pass (``parse/budget.py``) so that the scores are the extractor's own.
 Pages are split by a CRC-32 of their dataset and file name: even = "tune" (used to
@@ -200,19 +202,30 @@ def load_pages(data: Path, dataset: str, split: str, limit: int) -> list[tuple[s
 
 
 def ours_at(rev: str) -> Extractor:
-    """Our extract_text as it was at a git revision (text.py only; the rest is today's)."""
-    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:crawler_tasks/parse/text.py"],
+    """Our extract_text as it was at a git revision (text.py and the boilerplate.py it
+    imports; the rest is today's)."""
+    trim = _module_at(rev, "boilerplate", {})
+    text = _module_at(rev, "text", {"crawler_tasks.parse.boilerplate": trim})
+    old = sys.modules[text].extract_text
+    return lambda html: old(Document(html, "utf-8", None), "http://bench.test/").text
+
+
+def _module_at(rev: str, name: str, imports: dict[str, str]) -> str:
+    """Loads crawler_tasks/parse/NAME.py at REV as a module of its own, its imports of
+    the modules named in ``imports`` pointed at the given module names; returns its name."""
+    source = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:crawler_tasks/parse/{name}.py"],
                             check=True, capture_output=True, text=True).stdout
+    for imported, loaded in imports.items():
+        source = source.replace(f"from {imported} import", f"from {loaded} import")
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(source)
-    spec = importlib.util.spec_from_file_location(f"text_at_{rev}", f.name)
+    spec = importlib.util.spec_from_file_location(f"{name}_at_{rev}", f.name)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
+    sys.modules[spec.name] = module  # dataclasses (and the imports above) look their module up there
     spec.loader.exec_module(module)
     os.unlink(f.name)
-    old = module.extract_text
-    return lambda html: old(Document(html, "utf-8", None), "http://bench.test/").text
+    return spec.name
 
 
 def extractors(names: list[str], before: str | None) -> dict[str, Extractor]:

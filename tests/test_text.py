@@ -18,7 +18,7 @@ from crawler_tasks.dedup.fingerprint import (
 )
 from crawler_tasks.dedup.simhash import page_simhash
 from crawler_tasks.exceptions import ConfigError
-from crawler_tasks.parse.boilerplate import trim_boilerplate
+from crawler_tasks.parse.boilerplate import COMMENTS_MARK, trim_boilerplate
 from crawler_tasks.parse.html import prepare_document
 from crawler_tasks.parse.page import analyse
 from crawler_tasks.parse.text import MAX_INPUT_BYTES, PageText, extract_text
@@ -334,3 +334,83 @@ def test_comment_marker_prefilter_misses_no_match() -> None:
     for line in ("12 Comments", "(3 RESPONSES", "4 replies to “x”", "Comments are now closed.", "Leave a Reply",
                  "POST YOUR COMMENT", "3 reſponses"):
         assert boilerplate._END_MARKER_RE.fullmatch(line) and boilerplate._may_end_article(line)
+
+
+_STORY = ("The harbour board agreed on Monday to rebuild the old pier, and the engineers said that the work "
+          "would take two summers because the tides leave only a few hours a day for it. ")
+
+
+def _furnished(furniture: str, article: str = f"<p>{_STORY * 2}</p><p>{_STORY * 2}</p>") -> str:
+    return (f"<html><body><div id='page'><h1>Pier to be rebuilt</h1>{article}{furniture}</div>"
+            "<div><a href='/a'>Home</a> <a href='/b'>News</a></div></body></html>")
+
+
+@pytest.mark.parametrize("furniture", [
+    "<div class='share-box'><p>Share this story with your friends and family on every network that you use.</p></div>",
+    "<div id='newsletter-signup'><p>Get the best of our reporting in your inbox: sign up for the newsletter, which is "
+    "sent every Friday morning to all of our readers.</p></div>",
+    "<div class='post-related'><p>The council will vote on the new ferry timetable before the summer, and the "
+    "harbour master has said that he is in favour of it.</p></div>",
+    "<div class='promo'><p>Subscribe now and read every one of our stories for a whole year at half of the price.</p>"
+    "</div>",
+    "<div class='entry-footer'><p>This story was first published in the morning edition and was updated at noon "
+    "with the vote of the board.</p></div>",
+    "<div class='article-tools'><p>Follow us on every one of the networks where we post the news of the day.</p></div>",
+])
+def test_furniture_named_by_class_or_id_goes(furniture: str) -> None:
+    """Prose-like blocks that neither resiliparse's class rules nor the link-density
+    test remove, but whose class or id names them as furniture."""
+    words = furniture.split("<p>")[1][:30]
+    assert words in extract_text(_furnished(furniture), "u", main_content=False).text
+    text = extract_text(_furnished(furniture), "u").text
+    assert text.count("The harbour board agreed") == 4
+    assert words not in text
+
+
+@pytest.mark.parametrize("look_alike", [
+    "<div class='commentary'><p>{}</p></div>",                              # an opinion column
+    "<div class='shared-content'><p>{}</p></div>",                          # "shared" is no share box
+    "<div class='post category-social tag-newsletter'><p>{}</p></div>",     # taxonomy names: the post's topics
+    "<section id='social-security'><span id='x'></span><h2>4.2. Social security</h2><p>{}</p></section>",  # doc section
+    "<section id='sharing-with-a-remote-team'><p>{}</p></section>",        # a heading's slug
+    "<div class='share'><p>{}</p><p>{}</p><p>{}</p><p>{}</p></div>",        # the article itself, badly named
+])
+def test_furniture_look_alikes_stay(look_alike: str) -> None:
+    block = look_alike.format(*[_STORY] * look_alike.count("{}"))
+    text = extract_text(_furnished(block, f"<p>{_STORY}</p>"), "u").text
+    assert text.count("The harbour board agreed") == 1 + look_alike.count("{}")
+
+
+@pytest.mark.parametrize("tag", ["div", "aside", "ol"])
+def test_comment_section_by_class_ends_the_article(tag: str) -> None:
+    """A comment section named by its class or id goes, and the article ends where it
+    was (resiliparse drops an aside, and an item of a list, by its tag alone: the mark
+    is a paragraph of its own): an "About this blog" box after it goes too, though it
+    reads as prose; a short "comments" link near the headline does not end the article."""
+    comments = "".join(f"<li class='comment'><p>Reader {i}: I could not agree more with what the board decided, "
+                       f"it is about time that someone did something about that pier, which is older than "
+                       f"all of us.</p></li>" for i in range(4))
+    about = ("<div class='about'><h3>About this blog</h3><p>This blog is written by the harbour reporters of the "
+             "paper, who have covered the port and the people who work in it for more than twenty years.</p></div>")
+    article = (f"<div class='comments-link'><a href='#c'>4 comments</a></div><p>{_STORY * 2}</p>"
+               f"<div class='comments-count'>Four readers have commented on this story so far today.</div>"
+               f"<p>{_STORY * 2}</p>")
+    section = (f"<ol class='commentlist'>{comments}</ol>" if tag == "ol" else
+               f"<{tag} id='comments'><h3>4 responses to “Pier to be rebuilt”</h3><ol>{comments}</ol></{tag}>")
+    p = extract_text(_furnished(section + about, article), "u")
+    assert p.text.count("The harbour board agreed") == 4
+    assert "could not agree" not in p.text and "twenty years" not in p.text
+    assert COMMENTS_MARK not in p.text and "\u2063" not in p.text
+
+
+def test_stamped_signatures_of_several_names_start_the_comments() -> None:
+    story = _STORY.strip()
+    signed = "".join(f"Posted by {name} on May {i + 2}, 2008 11:{10 + i} AM\n{story}\n"
+                     for i, name in enumerate(["Ann", "Bob", "Cy"]))
+    assert trim_boilerplate(f"{story}\n{story}\n{signed}", set()) == f"{story}\n{story}"
+    # a blog's front page: each post signed so by its one author, nothing is cut
+    front = "".join(f"{story}\n# posted by Dana @ 9:{10 + i} PM\n" for i in range(3))
+    assert trim_boilerplate(f"{story}\n{front}{story}", set()).count("The harbour board") == 5
+    # the mark that parse.text leaves for a comment section ends the article and is never output
+    assert trim_boilerplate(f"{story}\n{story}\n{COMMENTS_MARK}\n{story}", set()) == f"{story}\n{story}"
+    assert trim_boilerplate(f"{COMMENTS_MARK}\nName\nName", set()) == "Name\nName"

@@ -13,7 +13,9 @@ around them (a headline or byline next to the article stays).  The text is cut
 to the span from the first to the last good block, widened to the nearest
 block of link text on each side (a closing code sample or table stays), and
 ended where a comment section starts (a "12 Responses to ..." line, a run of
-"Posted by: ..." signatures).  Bad blocks inside that span stay: on the tune
+"Posted by: ..." signatures, signatures with a time of day by three names or
+more, or the mark parse.text leaves where it removed a comment section that its
+class named: the heading that ended the article went with it).  Bad blocks inside that span stay: on the tune
 pages of bench/text_quality.py, dropping them cost more article text (link
 directories, lists of names, code) than it removed.
 
@@ -30,7 +32,12 @@ from collections.abc import Collection
 from enum import IntEnum
 from itertools import compress, count, filterfalse
 
-__all__ = ["trim_boilerplate"]
+__all__ = ["COMMENTS_MARK", "trim_boilerplate"]
+
+# The line that parse.text leaves where it removed a comment section (by its class
+# or id): the article ends before it, and it never reaches the output.  U+2063
+# (invisible separator) keeps it from being any page's own text.
+COMMENTS_MARK = "\u2063comments\u2063"
 
 # Lengths in characters, chosen on the tune half of bench/text_quality.py's
 # labelled pages (jusText's defaults are 70 and 200).
@@ -64,6 +71,12 @@ _END_MARKER_RE = re.compile(
 )
 # A comment's signature line, with the colon that a byline does not have.
 _SIGNATURE_RE = re.compile(r"(?:posted|written|submitted) by: .*|.{1,50} (?:says|said|wrote):", re.I)
+# A signature with a time of day ("Posted by Ann on May 2, 2008 11:14 AM", "# posted by
+# Ann : 2:47 PM"). A blog's front page signs each of its posts so too, by one or
+# two authors: these start comments only when at least _MIN_SIGNATURES names sign.
+_STAMPED_RE = re.compile(
+    r"\W{0,3}(?:posted|written|submitted) by (.{1,60}?)(?:\s+(?:on|at|@)\s|\s*[,:|@(]|\s*\d).*?\d{1,2}:\d\d.*", re.I
+)
 _MIN_SIGNATURES = 3
 _DIGITS_RE = re.compile(r"\d+")
 
@@ -99,7 +112,7 @@ def trim_boilerplate(text: str, link_texts: Collection[str]) -> str:
     lines = text.split("\n")
     blocks = list(compress(count(), map(str.strip, lines)))
     if len(blocks) < _MIN_BLOCKS:
-        return text
+        return _unmarked(text)
     # Whether the text is English changes only how long blocks are classed, and the few
     # blocks that bound the cut seldom care. The cut is made as if it were not; when each
     # long block that cut read is classed alike in English, the English cut reads the same
@@ -116,9 +129,15 @@ def trim_boilerplate(text: str, link_texts: Collection[str]) -> str:
             if words > 0 and stop / words >= _ENGLISH_STOP_SHARE:
                 cut = english_cut
     if cut is None:
-        return text  # nothing reads as prose: a list, a table, code; left as it is
+        return _unmarked(text)  # nothing reads as prose: a list, a table, code; left as it is
     first, last = cut
-    return "\n".join(lines[blocks[first]: blocks[last] + 1])
+    return _unmarked("\n".join(lines[blocks[first]: blocks[last] + 1]))
+
+
+def _unmarked(text: str) -> str:
+    if COMMENTS_MARK not in text:
+        return text
+    return "\n".join(line for line in text.split("\n") if line.strip() != COMMENTS_MARK)
 
 
 def _cut(kinds: _Blocks) -> tuple[int, int] | None:
@@ -254,15 +273,21 @@ class _Blocks:
 
 def _comments_start(lines: list[str], blocks: list[int], first: int) -> int:
     """The block after ``first`` where a comment section starts: the first
-    marker the page has once, or the first of ``_MIN_SIGNATURES`` comment
-    signatures or more; ``len(blocks)`` when there is none."""
+    marker the page has once, the first ``COMMENTS_MARK``, the first of
+    ``_MIN_SIGNATURES`` comment signatures or more, or the first of stamped
+    signatures by ``_MIN_SIGNATURES`` names or more; ``len(blocks)`` when there
+    is none."""
     short = [(n, lines[i].strip()) for n, i in enumerate(blocks[first + 1:], first + 1)
              if len(lines[i]) <= _MARKER_MAX_CHARS]
     markers = [(n, line) for n, line in short if _may_end_article(line) and _END_MARKER_RE.fullmatch(line)]
     seen = Counter(_marker_key(line) for _, line in markers)
     unique = [n for n, line in markers if seen[_marker_key(line)] == 1]
     signed = [n for n, line in short if ":" in line and _SIGNATURE_RE.fullmatch(line)]
-    return min(unique[:1] + signed[:1] if len(signed) >= _MIN_SIGNATURES else unique[:1], default=len(blocks))
+    ends = unique[:1] + [n for n, line in short if line == COMMENTS_MARK][:1]
+    stamped = [(n, m[1].lower()) for n, line in short if ":" in line and (m := _STAMPED_RE.fullmatch(line))]
+    if len({name for _, name in stamped}) >= _MIN_SIGNATURES:
+        ends.append(stamped[0][0])
+    return min(ends + signed[:1] if len(signed) >= _MIN_SIGNATURES else ends, default=len(blocks))
 
 
 def _may_end_article(line: str) -> bool:

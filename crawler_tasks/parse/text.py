@@ -9,9 +9,14 @@ trafilatura and resiliparse by ``bench/text_quality.py``:
 1. resiliparse parses the page once; metadata come from that tree (title,
    description, dates from meta tags, microdata and JSON-LD, declared
    language, headings);
-2. link-dense lists and tables (menus, tables of contents, "Prev / Next"
-   bars, index pages) are removed from it; resiliparse's main-content
-   heuristics do not catch those;
+2. blocks whose class or id names them as furniture that reads like prose
+   (comment sections, share, social and newsletter boxes, "related" teasers,
+   promotions, tool bars, footers) are removed from it, unless they hold much
+   of the page's text or are a document's own sections named after their
+   headings; a comment section leaves a mark where the article ends.  Then
+   link-dense lists and tables (menus, tables of contents, "Prev / Next"
+   bars, index pages) go; resiliparse's main-content heuristics miss many
+   of both;
 3. resiliparse extracts the main content of what is left from that same
    tree (no serialization and second parse), keeping block breaks (one
    line per block, a blank line between paragraphs); the whole text when
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -41,7 +47,7 @@ from resiliparse.extract.html2text import extract_plain_text
 from resiliparse.parse.html import DocumentNode, ElementNode, HTMLTree
 from resiliparse.parse.lang import detect_fast
 
-from crawler_tasks.parse.boilerplate import trim_boilerplate
+from crawler_tasks.parse.boilerplate import COMMENTS_MARK, trim_boilerplate
 from crawler_tasks.parse.budget import MAX_ATTRS, MAX_DEPTH, MAX_ELEMENTS, apply_budget, needs_budget
 from crawler_tasks.parse.encoding import decode_html
 from crawler_tasks.parse.html import Document
@@ -82,9 +88,41 @@ _MAX_LINK_TEXTS = 2000  # ~3 us each; lines of links past the 2000th are judged 
 # text, is a miss (its class rules dropped the article's container).
 _MAIN_MIN_CHARS = 400
 _MAIN_MIN_SHARE_INV = 10
+# Class and id names of page furniture that is neither link-dense nor known to
+# resiliparse's rules: comment sections, share and social boxes, newsletter and
+# subscription prompts, "related" teasers, promotions, sponsors, tool bars,
+# pop-ups, footers (resiliparse knows some of these names, not all their forms).
+# Learnt from what trafilatura and Readability discard, kept where it helped on the
+# tune half of bench/text_quality.py; each stem's look-alikes that name content
+# ("commentary", "shared", "subscript", "toolsets") are excluded.
+_FURNITURE_STEMS = ("comment", "related", "shar", "social", "newsletter", "subscri", "sponsor", "tool", "popup",
+                    "promo", "footer")
+_FURNITURE_RE = re.compile(
+    r"(?:[a-z0-9]+[-_])?(comment(?!ary)|related|shar(?=e(?!d)|ing)|social|newsletter|subscri(?=be|ption)"
+    r"|sponsor|tool(?=s(?![a-z])|bar)|popup|promo|footer)"
+)
+_FURNITURE_SELECTOR = ", ".join(f"[class*={stem} i], [id*={stem} i]" for stem in _FURNITURE_STEMS)
+_TAXONOMY = ("category-", "tag-", "author-")
+_SLUG_SEPARATORS = 3
+# Not blocks of furniture: the page, headings, and inline elements (a "12 comments"
+# link stays, for the trim to read).
+_NOT_BLOCKS = frozenset({"html", "body", "main", "h1", "h2", "h3", "h4", "h5", "h6", "a", "span", "small", "em",
+                         "strong", "b", "i", "font", "abbr", "time", "img", "input", "label", "button"})
+_SLUG_RE = re.compile(r"[^a-z0-9]+")
+_ANCHORS_BEFORE_HEADING = 4
+_FURNITURE_MAX_SHARE = 0.6
+_FURNITURE_ALONE_SHARE = 0.3
+_FURNITURE_ALIKE = 3
+_COMMENTS_MIN_CHARS = 100  # a comment section, not a "12 comments" link near the headline
+# Bounds: the first 1,000 elements found (~3 us each; 99 % of the bench's pages have
+# fewer than 700), and text measured up to 3 times the page's (nested candidates that
+# are kept are each measured: 400 nested blocks cost 60 ms without it).
+_MAX_FURNITURE_NODES = 1000
+_FURNITURE_TEXT_BUDGET = 3
 _LINK_BLOCK_SELECTOR = ":is(ul, ol, dl, table):not(:is(ul, ol, dl, table) *)"  # outermost ones
 _HIDDEN_TAGS = frozenset({"script", "style", "noscript", "template", "iframe", "noembed", "noframes", "svg", "math"})
 _HEADING_TAGS = frozenset({"h1", "h2", "h3"})
+_ALL_HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
 _META_TAGS = frozenset({"title", "meta", "script"})  # and [itemprop]
 _TREE_SELECTOR = ", ".join(sorted(_HIDDEN_TAGS | _HEADING_TAGS | _META_TAGS)) + ", [itemprop]"
 
@@ -218,6 +256,7 @@ def _extract(
         if want_full:
             page.full_text = whole
     if main_content:
+        _drop_furniture(tree)
         _drop_link_dense(tree)
         page.text = trim_boilerplate(_main_text(tree, max_chars), _link_texts(tree))
     else:
@@ -297,6 +336,91 @@ def _drop_link_dense(tree: HTMLTree) -> None:
                 break
     for block in dense:  # after the walk, so that it never reads a removed node
         block.decompose()
+
+
+def _drop_furniture(tree: HTMLTree) -> None:
+    """Remove blocks whose class or id names them as furniture (``_FURNITURE_RE``).
+
+    One C-speed query finds the elements whose attributes contain a stem; each
+    is then judged on its names, one by one, within the bounds above.  A block is kept when it holds
+    more than ``_FURNITURE_MAX_SHARE`` of the page's text (it is the page), or
+    more than ``_FURNITURE_ALONE_SHARE`` unless two more blocks are named alike
+    (a list of comments is long; one big "share" block is the article in a
+    container a theme named badly).  A comment section of some length leaves
+    :data:`~crawler_tasks.parse.boilerplate.COMMENTS_MARK` in its place: the
+    comment headings ("12 Responses", "Leave a reply") that told the trim where
+    the article ends went with it.
+    """
+    body = tree.body
+    if body is None:
+        return
+    found = body.query_selector_all(_FURNITURE_SELECTOR)
+    named = [(node, kind) for node in map(found.item, range(min(len(found), _MAX_FURNITURE_NODES)))
+             if node is not None and node.tag not in _NOT_BLOCKS and (kind := _furniture(node))]
+    if not named:
+        return
+    total = max(1, _visible_chars(body.text or ""))
+    alike = Counter(kind for _, kind in named)
+    drop: list[tuple[ElementNode, str, int]] = []
+    budget = _FURNITURE_TEXT_BUDGET * total
+    for node, kind in named:
+        if drop and drop[-1][0].contains(node):
+            continue
+        chars = _visible_chars(node.text or "")
+        budget -= chars
+        if budget < 0:
+            break
+        if chars > _FURNITURE_MAX_SHARE * total or (
+                alike[kind] < _FURNITURE_ALIKE and chars > _FURNITURE_ALONE_SHARE * total):
+            continue
+        drop.append((node, kind, chars))
+    for node, kind, chars in drop:  # after the walk, so that it never reads a removed node
+        if kind == "comment" and chars >= _COMMENTS_MIN_CHARS:
+            _mark_comments(tree, node)
+        node.decompose()
+
+
+def _mark_comments(tree: HTMLTree, node: ElementNode) -> None:
+    """Puts a ``<p>`` with the mark before the comment section: a paragraph of its
+    own, as resiliparse drops some containers by their tag (aside, footer, nav) and
+    a list item alone, whatever they hold."""
+    at = node.parent if node.tag == "li" else node
+    mark = tree.create_element("p")
+    if at is None or at.parent is None or mark is None:
+        return
+    mark.text = COMMENTS_MARK
+    at.parent.insert_before(mark, at)
+
+
+def _furniture(node: ElementNode) -> str | None:
+    """The furniture stem that one of the element's class names or its id starts
+    with (after at most one word: "post-comments"), else None.  Names with a dot
+    (code anchors), with three separators or more (slugs of headings: "sharing-
+    with-a-team") and taxonomy names ("category-social") name content."""
+    for name in f"{node.getattr('class') or ''} {node.getattr('id') or ''}".lower().split():
+        if "." in name or name.count("-") + name.count("_") >= _SLUG_SEPARATORS or name.startswith(_TAXONOMY):
+            continue
+        match = _FURNITURE_RE.match(name)
+        if match:
+            return None if _heading_anchor(node) else match.group(1)
+    return None
+
+
+def _heading_anchor(node: ElementNode) -> bool:
+    """Whether the element is a section of a document, named (in its id) after
+    the heading it starts with, as documentation generators name them ("2.1.3.
+    Comments": "comments", "Cookie objects": "cookie-objects"); empty anchors
+    before the heading are skipped."""
+    child = node.first_element_child
+    for _ in range(_ANCHORS_BEFORE_HEADING):
+        if child is None or child.tag in _ALL_HEADINGS or (child.text or "").strip():
+            break
+        child = child.next_element_sibling
+    if child is None or child.tag not in _ALL_HEADINGS:
+        return False
+    heading = _SLUG_RE.sub("-", (child.text or "").lower()).strip("-")
+    name = _SLUG_RE.sub("-", (node.getattr("id") or "").lower()).strip("-")
+    return bool(heading and name) and (heading.endswith(name) or name.endswith(heading))
 
 
 def _main_text(tree: HTMLTree, max_chars: int) -> str:
