@@ -40,6 +40,7 @@ from crawler_tasks.urls.sites import parse_sites
 
 if TYPE_CHECKING:
     from crawler_tasks.ops.child import ForkServer
+    from crawler_tasks.ops.job import Job
     from crawler_tasks.runtime.control import Control
 
 
@@ -65,6 +66,7 @@ def _settings_from(args: argparse.Namespace, **extra: object) -> Settings:
         "METRICS_PORT": getattr(args, "metrics_port", None),
         "CONTINUOUS": True if getattr(args, "continuous", False) else None,
         "CA_BUNDLE": os.pathsep.join(args.ca_bundle) if getattr(args, "ca_bundle", None) else None,
+        "PROXY_URL": getattr(args, "proxy", None),
         **extra,
     }
     # resolved once, here: the worker and redis-server children run in other folders
@@ -81,6 +83,9 @@ def _settings_from(args: argparse.Namespace, **extra: object) -> Settings:
         raise ConfigError(f"SITES: {exc}") from None
     settings = dataclasses.replace(settings, OUT_DIR=str(Path(settings.OUT_DIR).resolve()),
                                    CA_BUNDLE=_absolute_paths(settings.CA_BUNDLE))
+    if hasattr(args, "proxy"):   # a crawl: a bad proxy variable stops it here, not in each fetch worker
+        from crawler_tasks.fetch.proxy import ProxyRules
+        ProxyRules.from_settings(settings)
     reset_settings(settings)
     return settings
 
@@ -452,15 +457,63 @@ def _print_url_rules(settings: Settings, host: str) -> None:
 
 
 def cmd_job(args: argparse.Namespace) -> int:
-    """The job file checked as ``crawl --job`` reads it; the effective job printed."""
+    """``check``: the job file checked as ``crawl --job`` reads it; the effective job
+    printed. ``apply``: what a running crawl can take of it, taken (runtime/livejob.py)."""
     from crawler_tasks.ops.job import effective_job, read_job
 
     job = read_job(args.file)
+    if args.action == "apply":
+        return _job_apply(args, job)
     settings = Settings.from_env(**job.overrides)
     print(f"{args.file}: OK, {len(job.seeds)} seed(s); the effective job (with this environment's CRAWLER_* "
           "variables):", file=sys.stderr)
     print(effective_job(settings, job.seeds), end="")
     return 0
+
+
+def _job_apply(args: argparse.Namespace, job: Job) -> int:
+    import tomllib
+
+    from crawler_tasks.connection import global_client
+    from crawler_tasks.keys import GlobalKeys
+    from crawler_tasks.ops.job import effective_job, history_name, plan_apply
+    from crawler_tasks.output.jsonl import JOB_FILE
+    from crawler_tasks.runtime import livejob
+    from crawler_tasks.settings import ENV_PREFIX
+
+    with _attached(args) as (settings, live):
+        if not live:
+            raise ConfigError("the crawl is not running: nothing to apply to (`crawl --job` starts one)")
+        recorded: dict[str, str] = global_client(settings).hgetall(  # type: ignore[assignment]  # decoded replies
+            GlobalKeys(settings.KEY_PREFIX).settings)
+        if not recorded:
+            raise ConfigError("the crawl's settings are not recorded yet (its control worker has not run): try again")
+        running = Settings.from_env({ENV_PREFIX + k: v for k, v in recorded.items() if k != "REDIS_URL"},
+                                    REDIS_URL=settings.REDIS_URL)
+        version, values = livejob.read(settings)
+        running = livejob.overlay(running, values)
+        out = Path(settings.OUT_DIR)
+        try:
+            seeds = list(tomllib.loads((out / JOB_FILE).read_text()).get("seeds", []))
+        except (OSError, ValueError):
+            seeds = []
+        plan = plan_apply(job, running, seeds)
+        if plan.applied:
+            version = livejob.publish(settings, plan.applied)
+            history = out / "job-history"
+            try:   # the applied versions are kept beside the crawl's outputs
+                history.mkdir(parents=True, exist_ok=True)
+                (history / history_name(version)).write_text(job.path.read_text())
+                (out / JOB_FILE).write_text(effective_job(livejob.overlay(running, plan.applied), seeds))
+            except OSError as exc:
+                print(f"warning: applied, but not kept in {history}: {exc}", file=sys.stderr)
+    for name, value in plan.applied.items():
+        print(f"applied (job version {version}): {name} = {value!r}"[:300])
+    for line in plan.refused:
+        print(f"refused: {line}", file=sys.stderr)
+    if not plan.applied and not plan.refused:
+        print("nothing to apply: the running crawl already has this job")
+    return 3 if plan.refused else 0
 
 
 def cmd_robots(args: argparse.Namespace) -> int:
@@ -613,6 +666,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--ca-bundle", action="append", metavar="PATH",
                    help="also trust the CA certificates of this PEM file or folder of hashed certificates, besides "
                         "certifi's and SSL_CERT_FILE/SSL_CERT_DIR's (repeatable)")
+    c.add_argument("--proxy", metavar="URL",
+                   help="fetch every URL through this HTTP proxy, http://[user:pass@]host:port (CONNECT for "
+                        "https://); default: HTTPS_PROXY/HTTP_PROXY/NO_PROXY of the environment")
     c.add_argument("--ignore-robots", action="store_true", help="do not obey robots.txt (only for sites you own)")
     c.add_argument("--shards", type=int, help="frontier shards")
     c.add_argument("--workers", type=int,
@@ -652,9 +708,11 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--redis-url")
         sp.set_defaults(func=func)
 
-    jb = sub.add_parser("job", help="check a job file without crawling")
-    jb.add_argument("action", choices=["check"])
+    jb = sub.add_parser("job", help="check a job file, or apply it to a running crawl")
+    jb.add_argument("action", choices=["check", "apply"])
     jb.add_argument("file")
+    jb.add_argument("--out", help="apply: the running crawl's output folder (finds its Redis)")
+    jb.add_argument("--redis-url")
     jb.set_defaults(func=cmd_job)
 
     sn = sub.add_parser("snapshot", help="write a portable checkpoint of a crawl's Redis state")

@@ -78,6 +78,7 @@ progress line),
 ``feed`` (stream of indexable pages for indexers), ``latency`` (fetch latency buckets),
 ``ipte`` (hash address -> next contact, or minus the deadline of a claim in progress, when
 per-address politeness is on),
+``job`` (hash: ``version`` and ``values``, the live settings ``manage.py job apply`` set),
 ``dustpriors`` (hash: ``h:<rule>`` / ``x:<rule>``, hosts where a learned URL rule came in
 force / was refuted: the priors of every host),
 ``timeseries`` (list of JSON samples, newest first, capped: one per maintenance run),
@@ -349,6 +350,11 @@ class GlobalKeys:
     def process_suspects(self) -> str:
         """Fetch processes whose heartbeat maintenance found lapsed -> when it first did."""
         return f"{self.prefix}:{{g}}:procsuspects"
+
+    @property
+    def job(self) -> str:
+        """The live job (runtime/livejob.py): ``version``, ``values`` (JSON)."""
+        return f"{self.prefix}:{{g}}:job"
 
     @property
     def dust_priors(self) -> str:

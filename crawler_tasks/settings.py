@@ -17,8 +17,9 @@ import os
 import re
 import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
+from urllib.parse import urlsplit
 
 from crawler_tasks.exceptions import ConfigError
 
@@ -248,6 +249,16 @@ class Settings:
     # the environment, are trusted as well, also besides certifi. A path that gives no
     # certificate stops the start (never skipped). Verification is never turned off.
     CA_BUNDLE: str = ""
+    # An HTTP proxy for every http:// and https:// URL (CONNECT for https://), written
+    # http://[user:pass@]host:port (the credentials go as Proxy-Authorization: Basic and
+    # never into logs, records or the settings hash). Empty: the environment's, if any.
+    PROXY_URL: str = field(default="", repr=False)
+    # Honour http_proxy, https_proxy, all_proxy and no_proxy (either case) of the
+    # environment, as curl and requests do (read once when a fetch process starts).
+    PROXY_FROM_ENV: bool = True
+    # Hosts fetched without the proxy, curl's NO_PROXY rules (fetch/proxy.py): "*", names
+    # (their subdomains too), IP addresses or CIDR blocks, each with an optional :port.
+    NO_PROXY: tuple[str, ...] = ()
 
     # --- Rendering (headless Chromium, crawler_tasks/render) ------------------------------
     # "auto": render pages that look like app shells (render/detect.py) and RENDER_HOSTS;
@@ -545,6 +556,14 @@ class Settings:
                     re.compile(pattern)
                 except re.error as exc:
                     raise ConfigError(f"{name}: {pattern[:200]!r} is not a regular expression: {exc}") from None
+        if self.PROXY_URL:
+            problem = _proxy_problem(self.PROXY_URL)
+            if problem:
+                shown = self.PROXY_URL.strip()
+                if "@" in shown:   # never the credentials
+                    scheme = shown.partition("://")[0] + "://" if "://" in shown else ""
+                    shown = f"{scheme}***@{shown.rpartition('@')[2]}"
+                raise ConfigError(f"PROXY_URL: {shown!r} {problem}")
         for name, path in self.ca_paths():
             problem = _ca_problem(path)
             if problem:
@@ -628,6 +647,24 @@ def _ca_problem(path: str) -> str | None:
         return f"cannot be read ({exc.strerror})"
     if not context.cert_store_stats()["x509"]:
         return "holds no certificate (only CRLs)"
+    return None
+
+
+def _proxy_problem(url: str) -> str | None:
+    """Why PROXY_URL is not ``http://[user:pass@]host:port``; None when it is. The scheme
+    is required here (unlike in the environment's variables), so that the settings hash
+    can tell its credentials and leave them out. fetch/proxy.py reads the URL."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        return "is not a URL with a numeric port (a password with '/', '?' or '#' must be %-encoded)"
+    if parts.scheme.lower() != "http":
+        return "must start with http:// (only HTTP proxies are supported; https:// URLs use CONNECT)"
+    if not parts.hostname or port is None:
+        return "needs a host and a port"
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        return "must have no path (a password with '/', '?' or '#' must be %-encoded)"
     return None
 
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
+import subprocess
+import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -15,7 +19,7 @@ from crawler_tasks.ops.job import effective_job, read_job
 from crawler_tasks.settings import Settings
 from testweb import TestWeb
 
-from .test_manage import UA, manage
+from .test_manage import ROOT, UA, manage
 
 JOB = """\
 # a documentation crawl
@@ -185,3 +189,103 @@ def test_a_bad_site_rule_is_one_line_with_its_line(tmp_path):
     with pytest.raises(ConfigError) as err:
         read_job(write(tmp_path, "[[sites]]\nmatch = 'a.org'\ndelay = 2\n"))
     assert str(err.value).endswith("crawl.toml:3: sites[0]: unknown key 'delay' (did you mean 'min_delay'?)")
+
+
+def test_job_apply_takes_a_site_out_of_a_running_crawl_within_seconds(tmp_path):
+    """A crawl of three hosts runs from a job; a changed job takes one host out of scope
+    and slows another: within 5 s nothing more is asked of the first, its queued URLs get
+    a record saying why, a change that cannot be live is refused with its reason, and the
+    applied version is kept."""
+    with TestWeb(n_hosts=3, pages_per_host=40, seed=9, cross_host_ratio=0.0) as web:
+        a, b, c = web.hosts
+        head = f"""\
+seeds = {json.dumps([web.url(h, "/") for h in range(3)])}
+out = "out"
+user_agent = "testbot/1.0 (+http://127.0.0.1/bot)"
+[politeness]
+min_delay = 0.4
+[settings]
+ALLOW_PRIVATE = true
+SOFT404_PROBE = false
+PROBE_SITEMAP_XML = false
+"""
+        job = write(tmp_path, head)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CRAWLER_")}
+        crawl = subprocess.Popen([sys.executable, str(ROOT / "manage.py"), "crawl", "--job", str(job),
+                                  "--max-seconds", "60"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        try:
+            out = tmp_path / "out"
+            deadline = time.time() + 30
+            while time.time() < deadline and sum(r.host == a for r in web.requests) < 6:
+                time.sleep(0.1)
+            # a prefix names host a with its port (a domain rule would name every port of its address)
+            changed = write(tmp_path, head.replace("min_delay = 0.4", "min_delay = 0.4\n[output]\ntext_mode = 'body'")
+                            + f'[[sites]]\nmatch = "http://{a}/"\nin_scope = false\n', "changed.toml")
+            applied = manage("job", "apply", str(changed), "--out", str(out), timeout=60)
+            applied_at = time.time()
+            assert applied.returncode == 3, applied.stderr
+            assert "applied (job version 1): SITES" in applied.stdout, applied.stdout
+            assert "refused: TEXT_MODE: fixed while the crawl runs" in applied.stderr, applied.stderr
+            time.sleep(8)
+        finally:
+            crawl.terminate()
+            crawl.communicate(timeout=60)
+        late = [r for r in web.requests if r.host == a and r.start > applied_at + 5]
+        assert not late, [r.path for r in late]
+        assert sum(r.host == b for r in web.requests if r.start > applied_at + 1) >= 3   # the others go on
+    recs = [json.loads(line) for line in (out / "pages.jsonl").read_text().splitlines()]
+    dropped = [r for r in recs if r["url"].startswith(f"http://{a}/") and r.get("error_kind") == "filtered"]
+    assert dropped and all("out of the crawl's scope since job version 1 (site_out_of_scope)" in r["error"]
+                           for r in dropped), dropped[:2]
+    assert len({r["url"] for r in recs}) == len(recs)   # one record per URL
+    history = sorted((out / "job-history").glob("v0001-*.toml"))
+    assert len(history) == 1 and "in_scope = false" in history[0].read_text()
+    assert tomllib.loads((out / "job.toml").read_text())["sites"][0]["in_scope"] is False
+
+
+def test_job_apply_reaches_every_node_of_a_two_node_crawl(tmp_path, settings):
+    """The production shape, two nodes (plain Celery workers, a Redis of their own): a job
+    applied with ``--redis-url`` takes a host out of scope on both within 5 s."""
+    import dataclasses
+
+    from crawler_tasks.ops.embedded import EmbeddedRedis
+    from crawler_tasks.settings import Settings
+
+    from .test_production_cluster import UA as CLUSTER_UA
+    from .test_production_cluster import Crawl
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    with EmbeddedRedis(tmp_path / "redis", save="") as server, \
+            TestWeb(n_hosts=4, pages_per_host=40, seed=12, cross_host_ratio=0.0, first_ip=60) as web:
+        base = dataclasses.replace(Settings(), REDIS_URL=server.url, SHARDS=2, MIN_DELAY_S=0.4, ALLOW_PRIVATE=True,
+                                   METRICS_PORT=-1, USER_AGENT=CLUSTER_UA, MAX_FETCH_SESSIONS=4,
+                                   SOFT404_PROBE=False, PROBE_SITEMAP_XML=False)
+        crawl = Crawl(base, "j2", logs)
+        try:
+            crawl.node("na", control=True)
+            crawl.node("nb")
+            crawl.seed("na", [web.url(h, "/") for h in range(4)])
+            a = web.hosts[0]
+            deadline = time.time() + 60
+            while time.time() < deadline and sum(r.host == a for r in web.requests) < 5:
+                time.sleep(0.2)
+            job = write(tmp_path, f'[[sites]]\nmatch = "http://{a}/"\nin_scope = false\n')
+            env = {**crawl.env("na"), "CRAWLER_OUT_DIR": str(tmp_path / "apply-out")}
+            applied = subprocess.run([sys.executable, str(ROOT / "manage.py"), "job", "apply", str(job),
+                                      "--redis-url", server.url], capture_output=True, text=True, env=env, timeout=60)
+            applied_at = time.time()
+            assert applied.returncode == 0, applied.stdout + applied.stderr
+            time.sleep(8)
+            late = [r for r in web.requests if r.host == a and r.start > applied_at + 5]
+            others = [r for r in web.requests if r.host != a and r.start > applied_at + 1]
+        finally:
+            crawl.stop()
+    assert not late, [r.path for r in late]
+    assert len(others) >= 5
+    recs = crawl.records()
+    dropped = [r for r in recs if r["url"].startswith(f"http://{a}/") and r.get("error_kind") == "filtered"]
+    nodes = {r.get("node") for r in recs}
+    assert dropped and nodes >= {"na", "nb"}, (len(dropped), nodes)
+    assert len({r["url"] for r in recs}) == len(recs)

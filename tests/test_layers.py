@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 PURE = ["crawler_tasks.urls", "crawler_tasks.robots", "crawler_tasks.parse.page", "crawler_tasks.parse.pdf",
+        "crawler_tasks.fetch.proxy", "crawler_tasks.urls.sites",
         "crawler_tasks.parse.sandbox",
         "crawler_tasks.parse.sitemaps", "crawler_tasks.dedup.fingerprint", "crawler_tasks.dedup.simhash",
         "crawler_tasks.dedup.dust", "crawler_tasks.dedup.evidence", "crawler_tasks.dedup.minhash",

@@ -37,6 +37,30 @@ is never offered to another server.
 Whom TLS trusts (certifi's roots plus the operator's CAs) and how a failed handshake
 reads in a record ("certificate expired", "certificate for another name") is
 ``fetch/tls.py``'s: a certificate error is a TLS record, not retried.
+
+Through an HTTP proxy (``proxy_for``, fetch/proxy.py: PROXY_URL, the environment's
+variables, NO_PROXY; None when no proxy is set, and then no proxy work a request): an
+http:// URL goes to the proxy in absolute form, an https:// one through a CONNECT tunnel
+with TLS end to end to the target (its certificate checked as ever). The proxy leg keeps
+the limits: connect, the CONNECT answer (header caps) and the exchange share the one
+deadline. A proxied connection is kept under its target's origin like any other and
+reused only for the same proxy, never for another host, so one connection per host holds.
+Credentials go as Proxy-Authorization to the proxy only (not in ``request_headers``).
+A non-2xx answer to CONNECT, a 407 to a GET, a proxy unreachable or silent are CONNECT,
+TIMEOUT or DEADLINE records naming the proxy by its label; its other answers to a GET
+(502, 504, tinyproxy's 401 for bad credentials) cannot be told from the site's and are
+recorded as the site's.
+
+The address gate through a proxy: the proxy resolves the name it is sent, so the crawler
+cannot see the address finally reached. The crawler still resolves every target itself
+and refuses private, loopback, link-local and metadata targets, names and literals alike,
+exactly as without a proxy (ALLOW_PRIVATE, ALLOW_METADATA_ADDRESSES), before a byte goes
+to the proxy: a proxy is no way in to internal addresses. A name the crawler cannot
+resolve is a DNS record, even if the proxy could. The proxy is sent the name, not the
+vetted address (proxies filter by name; TLS needs it), so a name that resolves otherwise
+at the proxy (split horizon, DNS rebinding) reaches what the proxy resolves: that last
+check is the proxy's own policy. The proxy's address is the operator's and is not gated;
+``FetchResult.ip`` is the target's vetted address.
 """
 from __future__ import annotations
 
@@ -64,6 +88,7 @@ from crawler_tasks.fetch.netsafety import (
     literal_address,
     parse_resolve_overrides,
 )
+from crawler_tasks.fetch.proxy import Proxy, ProxyChoice, ProxyRules
 from crawler_tasks.fetch.tls import client_context, tls_reason
 from crawler_tasks.records import ErrorKind
 from crawler_tasks.settings import Settings
@@ -192,13 +217,14 @@ _TARGET_SAFE = "/?#[]@!$&'()*+,;=:%~-._"
 class _Conn:
     """One socket and its read buffer, with the deadline of the exchange it serves."""
 
-    __slots__ = ("sock", "ip", "buf", "deadline", "read_timeout_s", "budget_s", "phase", "got_bytes", "aborted",
-                 "tls_kept")
+    __slots__ = ("sock", "ip", "via", "buf", "deadline", "read_timeout_s", "budget_s", "phase", "got_bytes",
+                 "aborted", "tls_kept")
 
-    def __init__(self, sock: socket.socket, ip: str) -> None:
+    def __init__(self, sock: socket.socket, ip: str, via: Proxy | None = None) -> None:
         self.sock = sock
         self.tls_kept = False   # its TLS session is kept for the next connection to the origin
-        self.ip = ip
+        self.ip = ip            # the target's vetted address (also when the socket is to ``via``)
+        self.via = via
         self.buf = bytearray()
         self.deadline = 0.0
         self.read_timeout_s = 0.0
@@ -331,13 +357,22 @@ class _Request:
     decoded_cap: int         # bytes after content decoding
     cancel: Cancel | None    # the crawl stops: end the exchange
     gap_s: float             # the host's delay, before a request again on a new connection
+    proxy: Proxy | None      # the HTTP proxy it goes through, if any
 
 
 class Fetcher:
     """One per worker process; thread-safe (a connection serves one exchange at a time)."""
 
-    def __init__(self, settings: Settings, resolver: Resolver | None = None) -> None:
+    def __init__(self, settings: Settings, resolver: Resolver | None = None,
+                 proxy_for: ProxyChoice | None = None) -> None:
         self.settings = settings
+        # the one choice of a target's proxy (fetch/proxy.py): PROXY_URL, NO_PROXY and the
+        # environment's variables, read once here, unless a caller (a job's per-site rules)
+        # gives its own; None: no proxy anywhere, and no proxy work a request
+        if proxy_for is None:
+            rules = ProxyRules.from_settings(settings)
+            proxy_for = rules.proxy_for if rules is not None else None
+        self.proxy_for = proxy_for
         s = settings
         # the process's own asynchronous resolver (fetch/dns.py); names pinned by RESOLVE,
         # then /etc/hosts (as nsswitch's "files dns"), are never asked
@@ -419,6 +454,7 @@ class Fetcher:
         s = self.settings
         result = FetchResult(url=url, started=time.time())
         deadline = time.monotonic() + s.TOTAL_TIMEOUT_S
+        proxy: Proxy | None = None
         try:
             if len(url) > s.MAX_URL_LENGTH:
                 raise _Fail(ErrorKind.URL_TOO_LONG, f"URL of {len(url)} characters (limit {s.MAX_URL_LENGTH})")
@@ -429,18 +465,25 @@ class Fetcher:
             for name, value in (extra_headers or {}).items():
                 if _TOKEN.fullmatch(name) and not _BAD_VALUE.search(value) and value.isascii():
                     headers[name] = value  # a validator echoed from a server may be junk: not sent
-            result.request_headers = list(headers.items())
-            request = ("".join([f"GET {target} HTTP/1.1\r\n",
-                                *(f"{k}: {v}\r\n" for k, v in result.request_headers), "\r\n"])).encode("latin-1", "replace")
+            result.request_headers = list(headers.items())   # as the target sees them: no proxy credentials
+            lines = [f"GET {target} HTTP/1.1\r\n", *(f"{k}: {v}\r\n" for k, v in result.request_headers)]
+            proxy = None if self.proxy_for is None else self.proxy_for(scheme, host, port)
+            if proxy is not None and scheme == "http":   # absolute form; https goes through a CONNECT tunnel
+                lines[0] = f"GET http://{host_header}{target} HTTP/1.1\r\n"
+                if proxy.authorization:
+                    lines.append(f"Proxy-Authorization: {proxy.authorization}\r\n")
+            request = "".join([*lines, "\r\n"]).encode("latin-1", "replace")
             early = not_before - time.time()
             if early > 0:
                 _pause(early, cancel)
                 result.started, deadline = time.time(), time.monotonic() + s.TOTAL_TIMEOUT_S
             self._exchange(_Request(Origin(scheme, host, port), ip, request, deadline, result,
                                     max_body_bytes or s.MAX_BODY_BYTES, max_decoded_bytes or s.MAX_DECODED_BYTES,
-                                    cancel, s.MIN_DELAY_S if gap_s is None else gap_s))
+                                    cancel, s.MIN_DELAY_S if gap_s is None else gap_s, proxy))
         except _Fail as exc:
             result.error_kind, result.error = exc.kind, exc.message
+            if proxy is not None and proxy.label not in exc.message:
+                result.error = f"{exc.message} (through proxy {proxy.label})"
         except AddressRefused as exc:
             result.error_kind, result.error = ErrorKind.REFUSED, exc.reason
         except ResolveError as exc:
@@ -453,7 +496,7 @@ class Fetcher:
     def _exchange(self, r: _Request) -> None:
         if r.cancel is not None and r.cancel.is_set():   # not even a connection
             raise _aborted()
-        conn = self._take(r.origin, r.ip)
+        conn = self._take(r.origin, r.ip, r.proxy)
         if conn is not None:
             try:
                 self._guarded(conn, r)
@@ -468,7 +511,7 @@ class Fetcher:
                 if time.monotonic() + r.gap_s >= r.deadline:
                     raise
                 _pause(r.gap_s, r.cancel)
-        conn = self._connect(r.origin, r.ip, r.deadline)
+        conn = self._connect(r.origin, r.ip, r.deadline, r.proxy)
         try:
             self._guarded(conn, r)
         except _Fail:
@@ -508,10 +551,13 @@ class Fetcher:
         for conn in conns:
             conn.close()
 
-    def _take(self, origin: Origin, ip: str) -> _Conn | None:
+    def _take(self, origin: Origin, ip: str, proxy: Proxy | None) -> _Conn | None:
+        """The origin's idle connection, if it still goes where this exchange goes: a
+        proxied one belongs to its (target origin, proxy) pair, never to another host."""
         with self._lock:
             conn = self._idle.pop(origin, None)
-        if conn is not None and (conn.ip != ip or not conn.alive()):  # the name moved, or the peer hung up
+        if conn is not None and (conn.ip != ip or conn.via != proxy or not conn.alive()):
+            # the name moved, the proxy changed, or the peer hung up
             conn.close()
             return None
         return conn
@@ -541,24 +587,35 @@ class Fetcher:
         for c in ([old] if old else []) + evicted:
             c.close()
 
-    def _connect(self, origin: Origin, ip: str, deadline: float) -> _Conn:
+    def _connect(self, origin: Origin, ip: str, deadline: float, proxy: Proxy | None = None) -> _Conn:
         s = self.settings
         scheme, host, port = origin
         left = deadline - time.monotonic()
         if left <= 0:
             raise _Fail(ErrorKind.DEADLINE, f"exchange deadline of {s.TOTAL_TIMEOUT_S:g} s passed during DNS")
+        if proxy is None:
+            address, where = (ip, port), f"{ip}:{port}"
+        else:
+            address, where = (self._proxy_address(proxy, deadline), proxy.port), f"proxy {proxy.label}"
+            left = max(0.001, deadline - time.monotonic())   # a lookup that used it up: a deadline record
         timeout = min(s.CONNECT_TIMEOUT_S, left)
         try:
-            sock = socket.create_connection((ip, port), timeout=timeout)
+            sock = socket.create_connection(address, timeout=timeout)
         except TimeoutError:
             if timeout < s.CONNECT_TIMEOUT_S:
                 raise _Fail(ErrorKind.DEADLINE, f"exchange deadline of {s.TOTAL_TIMEOUT_S:g} s passed "
-                                                f"while connecting to {ip}:{port}") from None
-            raise _Fail(ErrorKind.TIMEOUT, f"connect to {ip}:{port} took over {timeout:g} s") from None
+                                                f"while connecting to {where}") from None
+            raise _Fail(ErrorKind.TIMEOUT, f"connect to {where} took over {timeout:g} s") from None
         except OSError as exc:
-            raise _Fail(ErrorKind.CONNECT, f"cannot connect to {ip}:{port}: {exc.strerror or exc}") from None
+            raise _Fail(ErrorKind.CONNECT, f"cannot connect to {where}: {exc.strerror or exc}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = _Conn(sock, ip)
+        conn = _Conn(sock, ip, proxy)
+        if proxy is not None and scheme == "https":
+            try:
+                self._tunnel(conn, origin, proxy, deadline)
+            except _Fail:
+                conn.close()
+                raise
         if scheme == "https":
             conn.start(deadline, s.READ_TIMEOUT_S, s.TOTAL_TIMEOUT_S)
             conn.phase = "in the TLS handshake"
@@ -584,6 +641,54 @@ class Fetcher:
                 raise _Fail(ErrorKind.PROTOCOL, f"{_os_reason(exc)} in the TLS handshake") from None
         return conn
 
+    def _proxy_address(self, proxy: Proxy, deadline: float) -> str:
+        """The proxy's address: the operator named it, so it is not vetted as a target is
+        (a proxy is often on a private network); a name is looked up as a target's is."""
+        address = self.pinned(proxy.host)
+        if address is not None:
+            return address
+        name = proxy.host.lower().rstrip(".")
+        wait = min(self.settings.CONNECT_TIMEOUT_S, deadline - time.monotonic())
+        answer = self.resolver.cached(name) or self.resolver.resolve(name, max(0.0, wait))
+        if answer.kind != AnswerKind.OK:
+            raise _Fail(ErrorKind.CONNECT, f"cannot resolve proxy {proxy.label}: {answer.reason}")
+        return answer.addresses[0]
+
+    def _tunnel(self, conn: _Conn, origin: Origin, proxy: Proxy, deadline: float) -> None:
+        """CONNECT through the proxy to the origin, under the exchange's deadline and the
+        header caps; anything but a 2xx answer is a CONNECT error naming the proxy."""
+        s = self.settings
+        _scheme, host, port = origin
+        authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        head = [f"CONNECT {authority} HTTP/1.1", f"Host: {authority}", f"User-Agent: {s.USER_AGENT}"]
+        if proxy.authorization:
+            head.append(f"Proxy-Authorization: {proxy.authorization}")
+        conn.start(deadline, s.READ_TIMEOUT_S, s.TOTAL_TIMEOUT_S)
+        conn.phase = f"asking proxy {proxy.label} for a tunnel to {authority}"
+        conn.arm()
+        try:
+            conn.sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1", "replace"))
+        except TimeoutError:
+            raise conn.timed_out() from None
+        except OSError as exc:
+            raise _Fail(ErrorKind.CONNECT, f"proxy {proxy.label}: {_os_reason(exc)} while asking for a tunnel "
+                                           f"to {authority}") from None
+        try:
+            answer = self._head_block(conn, s.MAX_HEADER_BYTES, s.MAX_HEADERS)
+        except _Fail as exc:
+            if exc.kind in (ErrorKind.TIMEOUT, ErrorKind.DEADLINE):
+                raise   # the phase names the proxy
+            raise _Fail(exc.kind, f"proxy {proxy.label} (tunnel to {authority}): {exc.message}") from None
+        line = answer.split(b"\n", 1)[0]
+        match = _STATUS_LINE.fullmatch(line)
+        if match is None:
+            raise _Fail(ErrorKind.PROTOCOL, f"proxy {proxy.label} answered CONNECT with {bytes(line[:80])!r}")
+        status, reason = int(match.group(2)), (match.group(3) or b"").decode("latin-1").strip()
+        if not 200 <= status < 300:
+            raise _Fail(ErrorKind.CONNECT, _refusal(proxy, f"CONNECT to {authority}", status, reason))
+        if conn.buf:   # the server speaks only after our TLS hello
+            raise _Fail(ErrorKind.PROTOCOL, f"proxy {proxy.label} sent bytes after opening the tunnel")
+
     def _round_trip(self, conn: _Conn, r: _Request) -> None:
         s = self.settings
         result, decoded_cap = r.result, r.decoded_cap
@@ -598,6 +703,10 @@ class Fetcher:
             raise _Fail(ErrorKind.PROTOCOL, f"{_os_reason(exc)} while sending the request",
                         unanswered=True) from None
         version, keep_alive = self._read_head(conn, result)
+        if r.proxy is not None and result.status == 407 and r.origin.scheme == "http":   # the proxy's own answer
+            status, reason = result.status, result.reason
+            result.status, result.reason, result.headers = None, "", []
+            raise _Fail(ErrorKind.CONNECT, _refusal(r.proxy, "the request", status, reason))
         reusable = self._read_body(conn, result, r.cap, version, keep_alive)
         result.ended = time.time()   # the answer's end, which the host's delay runs from (not the decoding's)
         if not conn.tls_kept and isinstance(conn.sock, ssl.SSLSocket):
@@ -757,6 +866,14 @@ class Fetcher:
         result.truncated = "length"
         result.error_kind = ErrorKind.BODY_TOO_LARGE
         result.error = f"body over {cap} bytes (cut there)"
+
+
+def _refusal(proxy: Proxy, what: str, status: int, reason: str) -> str:
+    """A proxy's refusal as a record says it: the proxy named, its credentials never."""
+    text = f"proxy {proxy.label} refused {what}: {status} {reason}".rstrip()
+    if status in (401, 407):   # tinyproxy 1.11 refuses bad credentials with a 401
+        text += " (credentials refused)" if proxy.authorization else " (it asks for credentials: PROXY_URL user:pass@)"
+    return text
 
 
 def _split(url: str) -> tuple[str, str, int, str, str]:

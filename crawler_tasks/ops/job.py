@@ -24,6 +24,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import time
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, fields
@@ -33,11 +34,12 @@ from typing import Any
 from crawler_tasks.connection import redact
 from crawler_tasks.exceptions import ConfigError
 from crawler_tasks.output.jsonl import JOB_FILE
+from crawler_tasks.runtime.livejob import LIVE
 from crawler_tasks.settings import Settings
 from crawler_tasks.urls.sites import KEYS as SITE_KEYS
 from crawler_tasks.urls.sites import site_from
 
-__all__ = ["JOB_FILE", "Job", "effective_job", "read_job"]
+__all__ = ["JOB_FILE", "ApplyPlan", "Job", "effective_job", "history_name", "plan_apply", "read_job"]
 
 
 # section -> key -> setting; each key's type is its setting's
@@ -246,3 +248,36 @@ def effective_job(settings: Settings, seeds: list[str]) -> str:
     for site in json.loads(settings.SITES) if settings.SITES.strip() else []:
         out += ["", "[[sites]]", *(f"{k} = {_toml(v)}" for k, v in site.items())]
     return "\n".join(out) + "\n"
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyPlan:
+    """What ``job apply`` changes on a running crawl, and what it refuses (with why)."""
+    applied: dict[str, Any]
+    refused: list[str]
+
+
+def plan_apply(job: Job, running: Settings, seeds: list[str]) -> ApplyPlan:
+    """The job's settings that differ from the running crawl's (its start, with the live
+    job overlaid): those a running crawl can take (``runtime.livejob.LIVE``), and the
+    others refused, each with its reason. ``seeds``: the crawl's seeds."""
+    applied: dict[str, Any] = {}
+    refused: list[str] = []
+    for name, value in job.overrides.items():
+        now = getattr(running, name)
+        if value == now or name == "OUT_DIR":
+            continue
+        if name in LIVE:
+            applied[name] = value
+        else:
+            refused.append(f"{name}: fixed while the crawl runs (it started with {_toml(now)[:80]}); stop it and "
+                           "`crawl --resume` to change it")
+    added = [url for url in job.seeds if url not in seeds]
+    if added:
+        refused.append(f"seeds: {len(added)} new (first {added[0][:100]!r}): add them with `manage.py seed`")
+    return ApplyPlan(applied, refused)
+
+
+def history_name(version: int) -> str:
+    """The file name a version of the job keeps in OUT/job-history/."""
+    return f"v{version:04d}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}.toml"

@@ -56,6 +56,7 @@ from crawler_tasks.ops.waiting import WaitingHost, WaitReason, describe, waiting
 from crawler_tasks.output.jsonl import JOB_FILE
 from crawler_tasks.queues import CONTROL_QUEUE, ENQUEUE_QUEUES, fetch_queue, parse_queue
 from crawler_tasks.runtime.control import Control, CrawlState
+from crawler_tasks.runtime.livejob import live
 from crawler_tasks.runtime.maintenance import Progress, read_progress, settle
 from crawler_tasks.settings import Settings
 from crawler_tasks.stages.gate import UrlGate
@@ -418,6 +419,7 @@ class CrawlRunner:
                 self._recover_redis()
                 continue
             try:
+                s = live(self.settings)   # its limits as `manage.py job apply` left them
                 control = Control(s)
                 before_inflight = control.inflight()
                 progress = read_progress(s)

@@ -30,6 +30,7 @@ from crawler_tasks.frontier.spill import Spiller
 from crawler_tasks.keys import GlobalKeys
 from crawler_tasks.queues import STAGE_TASKS
 from crawler_tasks.runtime.control import Control, CrawlState
+from crawler_tasks.runtime.livejob import live
 from crawler_tasks.runtime.nodes import hand_over_lost, hand_over_lost_processes, hand_over_unstarted_sessions
 from crawler_tasks.settings import Settings
 
@@ -232,6 +233,7 @@ def redeliver_predecessor(settings: Settings, worker: str, started: float) -> in
 
 
 def run_maintenance(settings: Settings, frontier: Frontier | None = None, now: float | None = None) -> Progress:
+    settings = live(settings)   # the limits of the live job (manage.py job apply)
     frontier = frontier or Frontier(settings)
     now = time.time() if now is None else now
     control = Control(settings)

@@ -23,6 +23,7 @@ RECENT_LASTMOD_S = 30 * 86_400.0
 def enqueue_stage(w: Worker, records: list[PageRecord], group_id: str) -> int:
     """Filter and enqueue new links, sitemap entries and redirect targets, write
     pages.jsonl, close the group. Returns URLs enqueued."""
+    w.refresh()   # the gate takes the live job's scope (manage.py job apply)
     s = w.settings
     counters: Counters = {}
     discovered: list[Discovered] = []

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from crawler_tasks.frontier import Frontier, Lease
 from crawler_tasks.output.spool import new_batch_id
 from crawler_tasks.runtime.control import Control, CrawlState
+from crawler_tasks.runtime.livejob import live
 from crawler_tasks.settings import Settings
 
 
@@ -32,6 +33,7 @@ MIN_SESSION_HOSTS = 4
 
 def plan_wake(settings: Settings, frontier: Frontier, now: float | None = None) -> list[SessionStart]:
     """Lease ready hosts for new fetch sessions, within the session and page budgets."""
+    settings = live(settings)   # the live job's page budget (manage.py job apply)
     now = time.time() if now is None else now
     control = Control(settings)
     view = control.view()

@@ -27,6 +27,7 @@ from crawler_tasks.render.policy import RenderPolicy
 from crawler_tasks.robots.cache import RobotsCache
 from crawler_tasks.robots.rules import product_token
 from crawler_tasks.runtime.control import Control
+from crawler_tasks.runtime.livejob import LiveSettings
 from crawler_tasks.settings import Settings
 from crawler_tasks.stages.gate import UrlGate
 from crawler_tasks.urls.sites import parse_sites
@@ -54,6 +55,8 @@ class Worker:
     exchanges: ExchangePool   # the threads that run host turns, shared by the fetch sessions
     robots_agent: str         # our name in robots.txt: ROBOTS_AGENT, or USER_AGENT's product token
     addresses: AddressGate = field(default_factory=AddressGate)   # names sharing an address take turns
+    live: LiveSettings | None = None   # the applied job's live values (runtime/livejob.py)
+    job_version: int = 0
 
     @classmethod
     def create(cls, settings: Settings) -> "Worker":
@@ -67,13 +70,24 @@ class Worker:
                    ContentIndex(settings), FeedWriter(settings), Recrawler(settings, frontier),
                    ParseSandbox(settings.PARSE_TIMEOUT_S, settings.PARSE_MEMORY_MB) if settings.PARSE_TIMEOUT_S else None,
                    RenderPolicy(settings), rules, ExchangePool.for_settings(settings),
-                   settings.ROBOTS_AGENT or product_token(settings.USER_AGENT))
+                   settings.ROBOTS_AGENT or product_token(settings.USER_AGENT), live=LiveSettings(settings))
 
     def count(self, counters: Counters) -> None:
         self.control.count(counters)
 
     def normalize(self, href: str, base: str | None = None) -> str | None:
         return self.gate.normalize(href, base)
+
+    def refresh(self) -> int:
+        """Follow ``manage.py job apply`` (at most every few seconds): the settings, the URL
+        gate and the politeness policy take the applied job's live values. Returns the
+        job's version (0: the job the crawl started with)."""
+        if self.live is not None:
+            settings, version = self.live.get()
+            if version != self.job_version:
+                self.settings, self.gate = settings, UrlGate(settings, self.rules)
+                self.policy, self.job_version = politeness_policy(settings), version
+        return self.job_version
 
     def policy_for(self, host: str) -> PolitenessPolicy:
         """The host's politeness: its site rule's min_delay in place of MIN_DELAY_S (a job's

@@ -68,11 +68,28 @@ def take_turn(ctx: TurnContext, lease: Lease, state: HostState, not_before: floa
 
 
 def _checked_turn(ctx: TurnContext, lease: Lease, state: HostState, entry: Entry, not_before: float) -> Turn:
-    for step in (_learned_rules_step, robots_step):
+    for step in (_job_scope_step, _learned_rules_step, robots_step):
         turn = step(ctx, lease, state, entry, not_before)
         if turn is not None:
             return turn
     return _request_step(ctx, lease, state, entry, not_before)
+
+
+def _job_scope_step(ctx: TurnContext, lease: Lease, state: HostState, entry: Entry,
+                    not_before: float) -> Turn | None:
+    """A queued URL that a job applied since it was queued (``manage.py job apply``) takes
+    out of scope: its record says so, and it is not fetched. Seeds and redirect hops are
+    the operator's and the server's: the gate let them in as such. None: go on."""
+    w = ctx.w
+    if not w.refresh() or entry.depth == 0 or entry.hops:
+        return None
+    reason = w.gate.filter.reason(entry.url, entry.depth, check_extension=entry.kind != EntryKind.SITEMAP)
+    if reason is None:
+        return None
+    ctx.bump(f"filter/{reason}/queued", 1)
+    page = page_of(entry, w.settings.node_name, None, error_kind=ErrorKind.FILTERED,
+                   error=f"not fetched: out of the crawl's scope since job version {w.job_version} ({reason})")
+    return Turn(time.time(), Action.DONE, page)
 
 
 def _learned_rules_step(ctx: TurnContext, lease: Lease, state: HostState, entry: Entry,
