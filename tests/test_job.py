@@ -87,6 +87,10 @@ def test_the_effective_job_never_holds_a_password(tmp_path):
     ("[limits]\nmax_pages = 5\nmax_pages = 6\n", "crawl.toml:3: not TOML: Cannot overwrite a value"),
     ("[politeness]\nmin_delay = -1\n", "crawl.toml: MIN_DELAY_S must be >= 0"),
     ("[[sites]]\ndomain = 'a.org'\n", "crawl.toml:2: sites[0]: unknown key 'domain'"),
+    ("seeds = ['http://a.org/']\n[scope]\ninclude = ['/docs/']\n",
+     "crawl.toml:3: scope.include matches none of the seeds: the crawl would fetch nothing"),
+    ("[scope]\nallow_domains = ['a.org']\n[[sites]]\nmatch = 'b.org'\nmin_delay = 2\n",
+     "crawl.toml:4: sites[0]: 'b.org' is outside scope.allow_domains: the rule matches nothing"),
 ])
 def test_a_bad_job_file_is_one_line_naming_file_line_and_key(tmp_path, text, message):
     with pytest.raises(ConfigError) as err:

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from crawler_tasks.connection import redact
 from crawler_tasks.exceptions import ConfigError
@@ -37,7 +38,7 @@ from crawler_tasks.output.jsonl import JOB_FILE
 from crawler_tasks.runtime.livejob import LIVE
 from crawler_tasks.settings import Settings
 from crawler_tasks.urls.sites import KEYS as SITE_KEYS
-from crawler_tasks.urls.sites import site_from
+from crawler_tasks.urls.sites import parse_sites, site_from
 
 __all__ = ["JOB_FILE", "ApplyPlan", "Job", "effective_job", "history_name", "plan_apply", "read_job"]
 
@@ -187,11 +188,32 @@ def read_job(path: str | Path) -> Job:
             except re.error as exc:
                 raise ConfigError(f"{at(*place)}: scope.{place[1]}[{i}]: {pattern[:200]!r} is not a regular "
                                   f"expression: {exc}") from None
+    _matching_nothing(overrides, seeds, at)
     try:
         Settings.from_env({}, **overrides)   # what the settings themselves refuse (a negative delay ...)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
     return Job(path, overrides, seeds)
+
+
+def _matching_nothing(overrides: dict[str, Any], seeds: list[str], at: Callable[..., str]) -> None:
+    """A rule that can match nothing is a mistake, said as one: include patterns none of
+    the seeds passes (the crawl would fetch nothing), a site outside allow_domains or
+    inside block_domains (no URL of it is ever crawled)."""
+    include = [re.compile(p) for p in overrides.get("INCLUDE_PATTERNS", ())]
+    if include and seeds and not any(p.search(url) for url in seeds for p in include):
+        raise ConfigError(f"{at('scope', 'include')}: scope.include matches none of the seeds: "
+                          "the crawl would fetch nothing")
+    allowed = overrides.get("ALLOWED_DOMAINS", ())
+    blocked = overrides.get("BLOCKED_DOMAINS", ())
+    for i, site in enumerate(parse_sites(overrides.get("SITES", "")).sites):
+        name = (urlsplit(site.match).hostname or "") if site.is_prefix else site.match
+        if allowed and not any(name == d or name.endswith("." + d) for d in allowed):
+            raise ConfigError(f"{at(f'sites[{i}]', 'match')}: sites[{i}]: {site.match!r} is outside "
+                              "scope.allow_domains: the rule matches nothing")
+        if any(name == d or name.endswith("." + d) for d in blocked):
+            raise ConfigError(f"{at(f'sites[{i}]', 'match')}: sites[{i}]: {site.match!r} is inside "
+                              "scope.block_domains: the rule matches nothing")
 
 
 def _sites(value: Any, at: Callable[..., str]) -> str:
