@@ -293,3 +293,40 @@ def test_job_apply_reaches_every_node_of_a_two_node_crawl(tmp_path, settings):
     nodes = {r.get("node") for r in recs}
     assert dropped and nodes >= {"na", "nb"}, (len(dropped), nodes)
     assert len({r["url"] for r in recs}) == len(recs)
+
+
+def test_a_sites_budget_and_ignore_robots(tmp_path):
+    """A site with a page budget of 4 gets 4 pages; a site the operator owns and marks
+    ignore_robots is crawled without robots.txt (its /private/ page too), and the job that
+    says so is in the WARC; the third host keeps the crawl's rules."""
+    with TestWeb(n_hosts=3, pages_per_host=20, seed=14, cross_host_ratio=0.0, first_ip=70) as web:
+        small, owned, other = web.hosts
+        job = write(tmp_path, f"""\
+seeds = {json.dumps([web.url(h, "/") for h in range(3)])}
+out = "out"
+[politeness]
+min_delay = 0.0
+[settings]
+ALLOW_PRIVATE = true
+SOFT404_PROBE = false
+PROBE_SITEMAP_XML = false
+[[sites]]
+match = "http://{small}/"
+max_pages = 4
+[[sites]]
+match = "http://{owned}/"
+ignore_robots = true
+""")
+        proc = manage("crawl", "--job", str(job), *UA, "--max-seconds", "40")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        paths: dict[str, list[str]] = {}
+        for r in web.requests:
+            paths.setdefault(r.host, []).append(r.path)
+    assert len([p for p in paths[small] if p != "/robots.txt"]) == 4, paths[small]
+    assert "/robots.txt" not in paths[owned] and "/private/x.html" in paths[owned], sorted(paths[owned])
+    assert "/robots.txt" in paths[other] and "/private/x.html" not in paths[other]
+    assert len(paths[other]) > 10
+    warc = sorted((tmp_path / "out" / "warc").glob("*.warc.gz"))[0]
+    with gzip.open(warc, "rb") as f:
+        head = f.read(200_000).decode("utf-8", "replace")
+    assert "ignore_robots = true" in json.loads(re.search(r"crawl-job: (\".*\")\r\n", head)[1])

@@ -65,3 +65,39 @@ def test_a_bad_rule_names_itself(rule, message):
     with pytest.raises(ValueError) as err:
         parse_sites(json.dumps([rule]))
     assert str(err.value).startswith(message), str(err.value)
+
+
+def test_a_hosts_budget_rendering_revisits_and_robots():
+    s = parse_sites(json.dumps([{"match": "a.org", "max_pages": 50, "render": "never", "recrawl_min": 60,
+                                 "recrawl_max": 3600, "ignore_robots": True}, {"match": "b.org", "render": "always"}]))
+    a, b = s.for_host("www.a.org"), s.for_host("b.org")
+    assert (a.max_pages, a.render, a.recrawl_min, a.recrawl_max, a.ignore_robots) == (50, "never", 60.0, 3600.0, True)
+    assert (b.max_pages, b.render, b.ignore_robots) == (None, "always", False)
+    assert "ignore_robots True" in a.describe() and "render 'never'" in a.describe()
+    for rule, message in (({"match": "a.org", "render": "sometimes"}, "render must be one of auto, always, never"),
+                          ({"match": "a.org", "recrawl_min": 10, "recrawl_max": 5}, "recrawl_min must be <="),
+                          ({"match": "a.org", "max_pages": -1}, "max_pages must be an integer >= 0"),
+                          ({"match": "a.org", "ignore_robots": "yes"}, "ignore_robots must be true or false")):
+        with pytest.raises(ValueError, match=message):
+            parse_sites(json.dumps([rule]))
+
+
+def test_a_sites_revisit_bounds_and_render_mode_reach_their_components(settings):
+    import dataclasses
+
+    from crawler_tasks.frontier import Frontier
+    from crawler_tasks.frontier.recrawl import Recrawler
+    from crawler_tasks.render.policy import RenderPolicy
+
+    s = dataclasses.replace(settings, SITES=json.dumps([{"match": "a.org", "recrawl_min": 60, "recrawl_max": 600,
+                                                          "render": "never"}, {"match": "b.org", "render": "always"}]))
+    recrawler = Recrawler(s, Frontier(s))
+    bounds = recrawler._bounds("a.org")
+    assert (round(1 / bounds.max_freq), round(1 / bounds.min_freq)) == (60, 600)
+    assert recrawler._bounds("c.org") == recrawler.bounds
+    policy = RenderPolicy(dataclasses.replace(s, RENDER="auto"))
+    policy.enabled = True   # what a Chromium on the machine would make it (no browser starts here)
+    page = b"<html><body><p>" + b"plain words " * 400 + b"</p></body></html>"
+    assert policy.reason("b.org", "text/html", page, mode="always") == "always"
+    assert policy.reason("a.org", "text/html", b"<html><body><div id=app></div></body></html>", mode="never") is None
+    assert policy.reason("c.org", "text/html", page) is None

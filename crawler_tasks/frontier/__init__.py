@@ -28,6 +28,7 @@ from crawler_tasks.frontier.bloom import INTSET_ENTRIES, BloomSpec, FingerprintS
 from crawler_tasks.keys import PAGES_FIELD, GlobalKeys, ShardKeys, shard_of
 from crawler_tasks.records import Action, EntryKind
 from crawler_tasks.settings import Settings
+from crawler_tasks.urls.sites import parse_sites
 
 log = logging.getLogger(__name__)
 _HERE = Path(__file__).parent
@@ -46,7 +47,7 @@ _SCRIPTS = {name: _script(name) for name in ("add", "lease", "complete", "renew"
 # Most front-queue URLs moved into back queues by one wake, per shard.
 MAX_REFILL_MOVES = 2000
 
-# URLs per add.lua call: 10 arguments each, so a shard's batch stays far below Redis's
+# URLs per add.lua call: 11 arguments each, so a shard's batch stays far below Redis's
 # limit of 1,048,576 arguments per command (above ~131k URLs one call fails outright),
 # and one call holds the server for tens of milliseconds, not seconds.
 ADD_CHUNK_URLS = 10_000
@@ -229,6 +230,7 @@ class Frontier:
         result = [Verdict.SEEN] * len(items)
         top = self.levels - 1
         s = self.settings
+        sites = parse_sites(s.SITES)   # a job's per-site page budgets
         for shard, all_indexes in by_shard.items():
             k = self.keys(shard)
             fixed = (k.fronts(self.levels) + [k.bloom(s) for s in range(self.bloom.segments)]
@@ -252,8 +254,10 @@ class Frontier:
                             keys.append(k.fingerprints(bucket))
                             at[bucket] = len(keys)
                         bucket_at = at[bucket]
+                    site = sites.for_host(item.host) if sites else None
                     args += ["2" if item.again else "1" if item.force else "0", min(max(item.priority, 0), top), entry, segment + 1,
-                             h1, h2, item.host, qkey, bucket_at, member]
+                             h1, h2, item.host, qkey, bucket_at, member,
+                             site.max_pages if site is not None and site.max_pages is not None else -1]
                 verdicts = self._run(shard, "add", keys, args)
                 for i, verdict in zip(indexes, verdicts, strict=True):  # type: ignore[call-overload]
                     result[i] = Verdict(int(verdict))

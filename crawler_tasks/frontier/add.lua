@@ -11,9 +11,10 @@
 -- ARGV[1] F, ARGV[2] S, ARGV[3] k (hashes per URL), ARGV[4] m (bits per segment),
 -- ARGV[5] host budget, ARGV[6] seed-host budget, ARGV[7] max query variants per path
 -- (budgets: 0 = none), ARGV[8] exact (1: the fingerprint sets decide, the Bloom filter is
--- kept in front for the readers of its bits), then per URL 10 values: force (1 = seed,
+-- kept in front for the readers of its bits), then per URL 11 values: force (1 = seed,
 -- 2 = again), level, entry, segment (1-based), h1, h2, host, query key ('' when the URL has
--- no query), fingerprint bucket (its KEYS index; 0 when not exact), fingerprint member.
+-- no query), fingerprint bucket (its KEYS index; 0 when not exact), fingerprint member, the
+-- host's own budget (a job's site rule; -1: the host and seed-host budgets above).
 -- Bit j (0..k-1) of a URL is (h1 + j*h2) mod m (exact: h1, h2 < 2^31). Forced URLs skip
 -- the budgets; an 'again' URL (fetched before, its page lost) is enqueued with no test and
 -- no count.
@@ -65,8 +66,11 @@ while i <= #ARGV do
     elseif seen_before then
       verdict = 0
     else
-      local budget = host_budget
-      if redis.call('SISMEMBER', seed_hosts, host) == 1 then budget = seed_budget end
+      local budget = tonumber(ARGV[i + 10])
+      if budget < 0 then
+        budget = host_budget
+        if redis.call('SISMEMBER', seed_hosts, host) == 1 then budget = seed_budget end
+      end
       if budget > 0 and tonumber(redis.call('HGET', counts, host) or 0) >= budget then
         verdict = 2
       elseif max_variants > 0 and qkey ~= '' and redis.call('HINCRBY', variants, qkey, 1) > max_variants then
@@ -80,6 +84,6 @@ while i <= #ARGV do
     redis.call('INCR', queued)
   end
   out[#out + 1] = verdict
-  i = i + 10
+  i = i + 11
 end
 return out

@@ -49,6 +49,7 @@ from crawler_tasks.frontier import Frontier, group_by
 from crawler_tasks.records import EntryKind, PageRecord
 from crawler_tasks.settings import Settings
 from crawler_tasks.urls.normalize import host_key
+from crawler_tasks.urls.sites import parse_sites
 
 WEIGHT_SEED = 2.0
 WEIGHT_PAGE = 1.0
@@ -98,6 +99,14 @@ class Recrawler:
         self.objective = Objective(settings.RECRAWL_OBJECTIVE)
         self.bounds = Bounds(1.0 / settings.RECRAWL_MAX_S, 1.0 / settings.RECRAWL_MIN_S)
 
+    def _bounds(self, host: str) -> Bounds:
+        """The revisit bounds of a host: its job rule's (urls/sites.py), else the crawl's."""
+        site = parse_sites(self.settings.SITES).for_host(host) if self.settings.SITES else None
+        if site is None or (site.recrawl_min is None and site.recrawl_max is None):
+            return self.bounds
+        return Bounds(1.0 / (site.recrawl_max or self.settings.RECRAWL_MAX_S),
+                      1.0 / (site.recrawl_min or self.settings.RECRAWL_MIN_S))
+
     def conditional_headers(self, shard: int, urls: list[str]) -> list[dict[str, str]]:
         """If-None-Match / If-Modified-Since for URLs we hold validators for."""
         if not urls:
@@ -136,7 +145,7 @@ class Recrawler:
             for i, (rec, raw) in enumerate(zip(group, old, strict=True)):
                 prev = History.decode(raw)
                 host_c, host_e = float(pooled[2 * i] or 0), float(pooled[2 * i + 1] or 0)
-                plan = Plan(self.policy, self.bounds, self.settings.RECRAWL_INITIAL_S, mu=float(mu or 0),
+                plan = Plan(self.policy, self._bounds(hosts[i]), self.settings.RECRAWL_INITIAL_S, mu=float(mu or 0),
                             objective=self.objective, uniform_s=float(uniform_s or 0),
                             prior_rate=pooled_rate(host_c, host_e, 1.0 / self.settings.RECRAWL_INITIAL_S))
                 if rec.page.status == 304:

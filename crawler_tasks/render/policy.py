@@ -42,15 +42,16 @@ class RenderPolicy:
         self._pool: RenderPool | None = None
 
     def reason(self, host: str, content_type: str, html: bytes | str,
-               text_chars: int | None = None, n_links: int | None = None) -> str | None:
-        """"host" (a RENDER_HOSTS host), "always" (RENDER=always) or the app-shell reason
-        of detect.needs_render; None: take the page as fetched."""
-        if not self.enabled or content_type.split(";")[0].strip().lower() not in HTML_TYPES:
+               text_chars: int | None = None, n_links: int | None = None, mode: str | None = None) -> str | None:
+        """"host" (a RENDER_HOSTS host), "always" (RENDER=always, or ``mode``, the job's
+        rule for the host, says so) or the app-shell reason of detect.needs_render; None:
+        take the page as fetched (``mode`` "never": always)."""
+        if not self.enabled or content_type.split(";")[0].strip().lower() not in HTML_TYPES or mode == "never":
             return None
         host = host.lower().strip(".")
         if any(host == h or host.endswith("." + h) for h in self._hosts):
             why: str | None = "host"
-        elif self.settings.RENDER == "always":
+        elif (mode or self.settings.RENDER) == "always":
             why = "always"
         else:
             why = needs_render(html, text_chars, n_links)

@@ -30,7 +30,7 @@ from crawler_tasks.runtime.control import Control
 from crawler_tasks.runtime.livejob import LiveSettings
 from crawler_tasks.settings import Settings
 from crawler_tasks.stages.gate import UrlGate
-from crawler_tasks.urls.sites import parse_sites
+from crawler_tasks.urls.sites import Site, parse_sites
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,7 @@ class Worker:
             if version != self.job_version:
                 self.settings, self.gate = settings, UrlGate(settings, self.rules)
                 self.policy, self.job_version = politeness_policy(settings), version
+                self.frontier.settings = self.recrawler.settings = settings   # site budgets, revisit bounds
         return self.job_version
 
     def policy_for(self, host: str) -> PolitenessPolicy:
@@ -94,10 +95,20 @@ class Worker:
         per-site rules, urls/sites.py); robots.txt and the server still lengthen it."""
         return _site_policy(self.policy, self.settings.SITES, host) if self.settings.SITES else self.policy
 
+    def site(self, host: str) -> Site | None:
+        """The job's rule for the host (urls/sites.py), None without one."""
+        return parse_sites(self.settings.SITES).for_host(host) if self.settings.SITES else None
+
     def site_headers(self, host: str) -> dict[str, str]:
         """The request headers the host's site rule adds (Accept-Language ...)."""
-        site = parse_sites(self.settings.SITES).for_host(host) if self.settings.SITES else None
+        site = self.site(host)
         return dict(site.headers) if site is not None else {}
+
+    def obeys_robots(self, host: str) -> bool:
+        """OBEY_ROBOTS, unless the job names the host's site ``ignore_robots`` (one the
+        operator owns; the job, with that rule, is in every WARC file's warcinfo)."""
+        site = self.site(host)
+        return self.settings.OBEY_ROBOTS and not (site is not None and site.ignore_robots)
 
 
 @lru_cache(maxsize=4096)

@@ -4,8 +4,9 @@ A rule matches a domain and its subdomains (``match = "example.org"``) or a URL 
 (``match = "https://example.org/docs/"``). For a URL the most specific rule wins: a
 prefix beats a domain, a longer prefix or domain a shorter one. What a rule sets for
 URLs (scope, include/exclude patterns, depth) is read from the URL's rule; what it sets
-for a host (its minimum delay, its request headers) from the host's: its most specific
-domain rule, or a prefix rule on that very host (the longest). A site's delay is its
+for a host (its minimum delay, request headers, page budget, rendering, revisit bounds,
+``ignore_robots``) from the host's: its most specific domain rule, or a prefix rule on
+that very host (the longest). A site's delay is its
 own, faster or slower than ``MIN_DELAY_S``; robots.txt's Crawl-delay, Retry-After and
 backoff still lengthen it (``fetch.politeness``), and one connection per host holds
 whatever the rules say.
@@ -22,7 +23,9 @@ from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
-KEYS = ("match", "in_scope", "include", "exclude", "max_depth", "min_delay", "headers")
+KEYS = ("match", "in_scope", "include", "exclude", "max_depth", "min_delay", "headers", "max_pages", "render",
+        "recrawl_min", "recrawl_max", "ignore_robots")
+RENDER_MODES = ("auto", "always", "never")
 _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
@@ -35,6 +38,11 @@ class Site:
     max_depth: int | None = None
     min_delay: float | None = None
     headers: tuple[tuple[str, str], ...] = ()
+    max_pages: int | None = None         # the host's page budget, in place of MAX_PAGES_PER_HOST
+    render: str | None = None            # auto | always | never, in place of RENDER
+    recrawl_min: float | None = None     # revisit interval bounds, s (continuous crawls)
+    recrawl_max: float | None = None
+    ignore_robots: bool = False          # a site the operator owns (recorded in the job)
     _include: tuple[re.Pattern[str], ...] = field(default=(), compare=False, repr=False)
     _exclude: tuple[re.Pattern[str], ...] = field(default=(), compare=False, repr=False)
 
@@ -55,9 +63,10 @@ class Site:
         return None
 
     def describe(self) -> str:
-        parts = [f"match {self.match}"] + [f"{k} {getattr(self, k)!r}" for k in KEYS[1:]
-                                           if getattr(self, k) not in (None, (), True)]
-        return ", ".join(parts) if self.in_scope else ", ".join([*parts, "in_scope False"])
+        """The rule in one line: its match and what it sets."""
+        default = Site(self.match)
+        return ", ".join([f"match {self.match}"] + [f"{k} {getattr(self, k)!r}" for k in KEYS[1:]
+                                                    if getattr(self, k) != getattr(default, k)])
 
 
 def site_from(item: dict[str, Any]) -> Site:
@@ -111,6 +120,26 @@ def site_from(item: dict[str, Any]) -> Site:
             if name.lower() in ("host", "content-length", "connection", "transfer-encoding"):
                 raise ValueError(f"headers: {name!r} is the crawler's own")
         kw["headers"] = tuple(value.items())
+    if "max_pages" in item:
+        if not isinstance(item["max_pages"], int) or isinstance(item["max_pages"], bool) or item["max_pages"] < 0:
+            raise ValueError("max_pages must be an integer >= 0 (0: no budget)")
+        kw["max_pages"] = item["max_pages"]
+    if "render" in item:
+        if item["render"] not in RENDER_MODES:
+            raise ValueError(f"render must be one of {', '.join(RENDER_MODES)}, got {item['render']!r}"[:120])
+        kw["render"] = item["render"]
+    for key in ("recrawl_min", "recrawl_max"):
+        if key in item:
+            value = item[key]
+            if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+                raise ValueError(f"{key} must be a number of seconds > 0, got {value!r}"[:120])
+            kw[key] = float(value)
+    if kw.get("recrawl_min") and kw.get("recrawl_max") and kw["recrawl_min"] > kw["recrawl_max"]:
+        raise ValueError("recrawl_min must be <= recrawl_max")
+    if "ignore_robots" in item:
+        if not isinstance(item["ignore_robots"], bool):
+            raise ValueError("ignore_robots must be true or false")
+        kw["ignore_robots"] = item["ignore_robots"]
     return Site(**kw)
 
 

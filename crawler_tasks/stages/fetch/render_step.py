@@ -22,7 +22,8 @@ def maybe_render(ctx: TurnContext, lease: Lease, state: HostState, res: FetchRes
     """Render the turn's page when the render policy says so; the turn's body becomes
     the rendered DOM (and a WARC conversion record), its te follows the last request."""
     w = ctx.w
-    why = w.render.reason(lease.host, res.content_type, res.content)
+    site = w.site(lease.host)
+    why = w.render.reason(lease.host, res.content_type, res.content, mode=site.render if site else None)
     pool = w.render.pool() if why else None
     if pool is None or turn.page is None:
         return
@@ -46,10 +47,10 @@ def maybe_render(ctx: TurnContext, lease: Lease, state: HostState, res: FetchRes
 
 
 def _browser_fetch(ctx: TurnContext, lease: Lease, state: HostState, last: list[float], url: str) -> FetchResult | None:
-    w, s = ctx.w, ctx.w.settings
+    w = ctx.w
     if urlsplit(url).netloc.lower() != lease.host or ctx.stop.is_set():
         return None
-    if s.OBEY_ROBOTS:
+    if w.obeys_robots(lease.host):
         entry = w.robots.get(w.frontier, lease.host)
         if entry is None or not entry.rules.is_allowed(url, w.robots_agent):
             ctx.bump("render/refused/robots", 1)

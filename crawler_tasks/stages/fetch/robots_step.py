@@ -28,7 +28,7 @@ def robots_step(ctx: TurnContext, lease: Lease, state: HostState, entry: Entry, 
     turn's request), when the URL is disallowed, or while robots.txt is unreachable
     (disallow all for now: the URL waits for the next attempt). None: allowed, go on."""
     w, s = ctx.w, ctx.w.settings
-    if not s.OBEY_ROBOTS:
+    if not w.obeys_robots(lease.host):
         return None
     answer = w.robots.check(w.frontier, w.fetcher, entry.url, w.robots_agent, cancel=ctx.halt,
                             not_before=not_before,
