@@ -150,6 +150,7 @@ PROBE_SITEMAP_XML = false
 [[sites]]
 match = "http://{slow}/"
 min_delay = 0.8
+max_depth = 1
 [[sites]]
 match = "http://{fast}/"
 min_delay = 0.05
@@ -159,10 +160,12 @@ match = "{docs.split(':')[0]}"
 in_scope = false
 [[sites]]
 match = "http://{docs}/p/"
+exclude = ['/p/1\\d*\\.html$']
 """)
         proc = manage("crawl", "--job", str(job), *UA, "--max-seconds", "40")
         assert proc.returncode == 0, proc.stderr[-2000:]
         requests = list(web.requests)
+    recs = [json.loads(line) for line in (tmp_path / "out" / "pages.jsonl").read_text().splitlines()]
     by_host: dict[str, list] = {}
     for r in requests:
         by_host.setdefault(r.host, []).append(r)
@@ -177,8 +180,10 @@ match = "http://{docs}/p/"
     assert not any("accept-language" in r.headers for r in by_host[slow])
     docs_paths = {r.path for r in by_host.get(docs, [])}
     assert all(p.startswith("/p/") or p == "/robots.txt" for p in docs_paths), docs_paths
+    assert not any(re.fullmatch(r"/p/1\d*\.html", p) for p in docs_paths), docs_paths   # its exclude
+    depths = {r["url"]: r["depth"] for r in recs if r["url"].startswith(f"http://{slow}/") and r.get("status")}
+    assert depths and max(depths.values()) <= 1, depths   # its max_depth
     assert len(docs_paths) >= 4, docs_paths   # its pages under the prefix, from the seed there
-    recs = [json.loads(line) for line in (tmp_path / "out" / "pages.jsonl").read_text().splitlines()]
     assert not any(r["url"].startswith(f"http://{docs}/") and not r["url"].startswith(f"http://{docs}/p/")
                    and r.get("status") for r in recs)
     effective = tomllib.loads((tmp_path / "out" / "job.toml").read_text())
