@@ -22,8 +22,8 @@ calling thread's (``time.thread_time``): the test web's serving thread is not co
   (``extract(html, fast=True, include_comments=False)``, as bench/scrapy_spider.py
   calls it) for reference, run in bench/.venv-scrapy on the same bodies when that
   venv has it (bench/vs_scrapy.py makes it).
-- **simhash**: ``simhash64_with_count`` of the first SIMHASH_MAX_CHARS of the main
-  text, whitespace collapsed beforehand (as ``analyse()`` hands it over).
+- **simhash**: ``page_simhash`` (word pairs) of the first SIMHASH_MAX_CHARS of the main
+  text, whitespace collapsed beforehand (as ``analyse()`` hands it over; no anchors).
 - **WARC**: ``WarcStore.write_exchange`` of the fetch's result (request and response
   records, their digests, ISA-L gzip at WARC_GZIP_LEVEL, the file's writes) into a
   temporary folder; warcio (``WARCWriter(gzip=True)``: zlib at level 9, fixed in its
@@ -83,7 +83,7 @@ from selectolax.lexbor import LexborHTMLParser
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from crawler_tasks.dedup.fingerprint import collapse_words_utf8  # noqa: E402
-from crawler_tasks.dedup.simhash import simhash64_with_count  # noqa: E402
+from crawler_tasks.dedup.simhash import page_simhash  # noqa: E402
 from crawler_tasks.fetch.http import Fetcher, FetchResult  # noqa: E402
 from crawler_tasks.frontier import Discovered, Frontier  # noqa: E402
 from crawler_tasks.ops.embedded import EmbeddedRedis  # noqa: E402
@@ -218,7 +218,7 @@ class Pieces:
 
     def simhash(self) -> float:
         limit = self.settings.SIMHASH_MAX_CHARS
-        return self._pass(lambda p: simhash64_with_count(p.flat[:limit]))
+        return self._pass(lambda p: page_simhash(p.flat, (), "", limit))
 
     def warc_ours(self) -> float:
         write = self.warc.write_exchange

@@ -75,9 +75,10 @@ def analyse_pass(pages: list[tuple[str, bytes]]) -> float:
     return time.process_time() - start
 
 
-STEPS = ((page, "parse_html"), (text, "_parse"), (text, "_main_text"), (text, "trim_boilerplate"),
+STEPS = ((page, "parse_html"), (text, "_parse"), (text, "_main_text"), (text, "_drop_furniture"),
+         (text, "trim_boilerplate"),
          (text, "_drop_link_dense"), (text, "_link_texts"), (page, "collapse_words_utf8"),
-         (page, "fingerprint_collapsed"), (page, "simhash64_with_count"))
+         (page, "fingerprint_collapsed"), (page, "page_simhash"))
 
 
 def analyse_steps(pages: list[tuple[str, bytes]]) -> Counter[str]:
