@@ -119,8 +119,35 @@ def test_rejects_bad_input(rclient, settings):
     with pytest.raises(ValueError):
         index.check_and_add([("u", -1)])
     with pytest.raises(ValueError):
-        NearDupIndex(rclient, settings.KEY_PREFIX, max_distance=4)
+        NearDupIndex(rclient, settings.KEY_PREFIX, max_distance=7)
     assert index.check_and_add([]) == []
+
+
+def _blocks_agree(a: int, b: int) -> bool:
+    return any((a >> (16 * i)) & 0xFFFF == (b >> (16 * i)) & 0xFFFF for i in range(4))
+
+
+def test_a_wider_distance_finds_the_pairs_that_agree_on_a_block(rclient, settings):
+    """max_distance 5 on the same four blocks: every pair within 3 bits, a pair 4-5 bits
+    apart when it agrees on one block (most do), none beyond 5."""
+    rng = random.Random(7)
+    bases = [rng.getrandbits(64) for _ in range(300)]
+    seen = {4: [0, 0], 5: [0, 0]}
+    for d in range(1, 8):   # an index a distance: the copies of one never meet another's
+        index = NearDupIndex(rclient, f"{settings.KEY_PREFIX}w{d}", max_distance=5)
+        index.check_and_add([(f"http://b/{i}", h) for i, h in enumerate(bases)])
+        for i, h in enumerate(bases):
+            other = flip(rng, h, d)
+            result = index.check_and_add_distances([(f"http://v/{i}/{d}", other)])[0]
+            if d <= 3:
+                assert result is not None and result[1] == d
+            elif d <= 5:
+                assert (result is not None) == _blocks_agree(h, other), (d, result)
+                seen[d][0] += result is not None
+                seen[d][1] += 1
+            else:
+                assert result is None or result[1] <= 5
+    assert seen[4][0] / seen[4][1] > 0.8 and seen[5][0] / seen[5][1] > 0.6, seen
 
 
 def test_parts_in_one_round_trip_and_a_forgotten_script_is_loaded_again(rclient, settings, monkeypatch):

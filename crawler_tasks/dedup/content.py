@@ -46,7 +46,8 @@ class ContentIndex:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.gkeys = GlobalKeys(settings.KEY_PREFIX)
-        self.near = NearDupIndex(global_client(settings), settings.KEY_PREFIX, parts=settings.SHARDS)
+        self.near = NearDupIndex(global_client(settings), settings.KEY_PREFIX, parts=settings.SHARDS,
+                                 max_distance=settings.NEAR_DUP_BITS)
 
     def _shard_keys(self, shard: int) -> ShardKeys:
         return ShardKeys(self.settings.KEY_PREFIX, shard)
@@ -120,7 +121,7 @@ class ContentIndex:
                     bump(counters, "dedup/soft_404")
 
     def mark_near_duplicates(self, records: list[PageRecord], counters: Counters) -> None:
-        """simhash within 3 bits of a page seen before: ``near_duplicate_of`` that page.
+        """simhash within NEAR_DUP_BITS of a page seen before: ``near_duplicate_of`` that page.
         Links of near-duplicates are still followed (a false match must not hide a site)."""
         candidates = [r for r in records if r.parsed.simhash and r.page.status == 200 and not r.parsed.duplicate_of
                       and r.page.kind == EntryKind.PAGE and not r.parsed.soft_404]

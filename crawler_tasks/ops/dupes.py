@@ -1,6 +1,6 @@
 """Near-duplicate report of a finished crawl (``manage.py dupes --out DIR``).
 
-Why offline: the crawl itself only flags pages within 3 simhash bits of an earlier
+Why offline: the crawl itself only flags pages within NEAR_DUP_BITS simhash bits of an earlier
 page (``dedup/nearindex.py``); grouping *all* near-duplicates into clusters needs
 every page at once. The records in ``OUT/pages.jsonl`` carry no text, so the text
 is rebuilt from the WARC responses exactly as the parse stage saw it (content

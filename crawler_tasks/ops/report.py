@@ -392,7 +392,7 @@ def render(summary: Summary, inputs: CrawlInputs, *, title: str, trap_min_pages:
     n_exact = sum(1 for ms in summary.clusters.values() for _, k in ms if k == "exact")
     n_near = sum(1 for ms in summary.clusters.values() for _, k in ms if k == "near")
     body.append(f"<p>{len(summary.clusters)} clusters: {n_exact} exact and {n_near} near duplicates "
-                "(simhash within 3 bits) of a first page.</p>")
+                "(simhash within NEAR_DUP_BITS, 5 by default) of a first page.</p>")
     clusters = sorted(summary.clusters.items(), key=lambda kv: -len(kv[1]))[:TOP_CLUSTERS]
     body.append(bar_chart([(first, len(ms) + 1) for first, ms in clusters], "largest clusters (pages)"))
     for first, members in clusters:
