@@ -254,49 +254,60 @@ PROBE_SITEMAP_XML = false
 
 
 def test_job_apply_reaches_every_node_of_a_two_node_crawl(tmp_path, settings):
-    """The production shape, two nodes (plain Celery workers, a Redis of their own): a job
-    applied with ``--redis-url`` takes a host out of scope on both within 5 s."""
+    """The production shape, two nodes (plain Celery workers, a Redis of their own), each
+    fetching one shard: a job applied with ``--redis-url`` takes a host of each shard out
+    of scope, and within 5 s neither node asks anything of them; each records its own
+    host's queued URLs."""
     import dataclasses
 
+    from crawler_tasks.keys import shard_of
     from crawler_tasks.ops.embedded import EmbeddedRedis
     from crawler_tasks.settings import Settings
 
+    from .test_production_cluster import COMMON, Crawl
     from .test_production_cluster import UA as CLUSTER_UA
-    from .test_production_cluster import Crawl
 
     logs = tmp_path / "logs"
     logs.mkdir()
     with EmbeddedRedis(tmp_path / "redis", save="") as server, \
-            TestWeb(n_hosts=4, pages_per_host=40, seed=12, cross_host_ratio=0.0, first_ip=60) as web:
+            TestWeb(n_hosts=6, pages_per_host=40, seed=12, cross_host_ratio=0.0, first_ip=60) as web:
+        by_shard = {shard: [h for h in web.hosts if shard_of(h, 2) == shard] for shard in (0, 1)}
+        assert all(len(hosts) >= 2 for hosts in by_shard.values()), by_shard
+        gone = [by_shard[0][0], by_shard[1][0]]
         base = dataclasses.replace(Settings(), REDIS_URL=server.url, SHARDS=2, MIN_DELAY_S=0.4, ALLOW_PRIVATE=True,
                                    METRICS_PORT=-1, USER_AGENT=CLUSTER_UA, MAX_FETCH_SESSIONS=4,
                                    SOFT404_PROBE=False, PROBE_SITEMAP_XML=False)
         crawl = Crawl(base, "j2", logs)
         try:
-            crawl.node("na", control=True)
-            crawl.node("nb")
-            crawl.seed("na", [web.url(h, "/") for h in range(4)])
-            a = web.hosts[0]
-            deadline = time.time() + 60
-            while time.time() < deadline and sum(r.host == a for r in web.requests) < 5:
+            for node, shard in (("na", 0), ("nb", 1)):   # each node fetches one shard's hosts
+                crawl.start(f"fetch-{node}", node, ["worker", "-Q", f"crawl.fetch.{shard}", "-P", "threads", "-c", "4",
+                                                    "-n", f"fetch-{node}@%h", *COMMON])
+                crawl.start(f"parse-{node}", node, ["worker", "-Q", f"crawl.parse.{node},crawl.enqueue", "-P", "solo",
+                                                    "-n", f"parse-{node}@%h", *COMMON])
+            crawl.start("control", "na", ["worker", "-Q", "crawl.control", "-P", "solo", "-n", "control@%h", *COMMON])
+            crawl.start("beat", "na", ["beat", "-s", str(logs / "j2-beat"), "-l", "INFO"])
+            crawl.seed("na", [f"http://{h}/" for h in web.hosts])
+            deadline = time.time() + 90
+            while time.time() < deadline and min(sum(r.host == h for r in web.requests) for h in gone) < 4:
                 time.sleep(0.2)
-            job = write(tmp_path, f'[[sites]]\nmatch = "http://{a}/"\nin_scope = false\n')
+            rules = "".join(f'[[sites]]\nmatch = "http://{h}/"\nin_scope = false\n' for h in gone)
+            job = write(tmp_path, rules)
             env = {**crawl.env("na"), "CRAWLER_OUT_DIR": str(tmp_path / "apply-out")}
             applied = subprocess.run([sys.executable, str(ROOT / "manage.py"), "job", "apply", str(job),
                                       "--redis-url", server.url], capture_output=True, text=True, env=env, timeout=60)
             applied_at = time.time()
             assert applied.returncode == 0, applied.stdout + applied.stderr
             time.sleep(8)
-            late = [r for r in web.requests if r.host == a and r.start > applied_at + 5]
-            others = [r for r in web.requests if r.host != a and r.start > applied_at + 1]
+            late = [(r.host, r.path) for r in web.requests if r.host in gone and r.start > applied_at + 5]
+            others = [r for r in web.requests if r.host not in gone and r.start > applied_at + 1]
         finally:
             crawl.stop()
-    assert not late, [r.path for r in late]
+    assert not late, late
     assert len(others) >= 5
     recs = crawl.records()
-    dropped = [r for r in recs if r["url"].startswith(f"http://{a}/") and r.get("error_kind") == "filtered"]
-    nodes = {r.get("node") for r in recs}
-    assert dropped and nodes >= {"na", "nb"}, (len(dropped), nodes)
+    for host, node in zip(gone, ("na", "nb"), strict=True):
+        dropped = [r for r in recs if r["url"].startswith(f"http://{host}/") and r.get("error_kind") == "filtered"]
+        assert dropped and {r["node"] for r in dropped} == {node}, (host, node, len(dropped))
     assert len({r["url"] for r in recs}) == len(recs)
 
 
