@@ -346,3 +346,40 @@ ignore_robots = true
     with gzip.open(warc, "rb") as f:
         head = f.read(200_000).decode("utf-8", "replace")
     assert "ignore_robots = true" in json.loads(re.search(r"crawl-job: (\".*\")\r\n", head)[1])
+
+
+def test_a_sites_revisit_bounds_and_rendering_in_a_continuous_crawl(tmp_path):
+    """Two hosts revisited for 12 s: one whose rule holds its pages 100 s at least is
+    fetched once, the other again and again; with Chromium here, the first host's pages
+    are rendered (render = "always") and the second's are not."""
+    from crawler_tasks.render import chromium_path
+
+    with TestWeb(n_hosts=2, pages_per_host=2, seed=15, cross_host_ratio=0.0, first_ip=80) as web:
+        slow, free = web.hosts
+        job = write(tmp_path, f"""\
+seeds = {json.dumps([web.url(0, "/"), web.url(1, "/")])}
+out = "out"
+[politeness]
+min_delay = 0.1
+[recrawl]
+continuous = true
+min_interval = 1.0
+[settings]
+ALLOW_PRIVATE = true
+RECRAWL_INITIAL_S = 1.0
+RECRAWL_CHECK_S = 0.5
+SOFT404_PROBE = false
+PROBE_SITEMAP_XML = false
+[[sites]]
+match = "http://{slow}/"
+recrawl_min = 100.0
+render = "always"
+""")
+        proc = manage("crawl", "--job", str(job), *UA, "--max-seconds", "12")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    recs = [json.loads(line) for line in (tmp_path / "out" / "pages.jsonl").read_text().splitlines()]
+    homes = {host: [r for r in recs if r["url"] == f"http://{host}/"] for host in (slow, free)}
+    assert len(homes[slow]) == 1 and len(homes[free]) >= 2, {h: len(v) for h, v in homes.items()}
+    if chromium_path() is not None:
+        assert all(r.get("rendered") == "always" for r in homes[slow]), homes[slow]
+        assert not any(r.get("rendered") for r in homes[free])
