@@ -95,8 +95,11 @@ def _closest(name: str, known: list[str]) -> str:
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 
+_DEFAULTS = Settings()
+
+
 def _kind(setting: str) -> type:
-    value = getattr(Settings(), setting)
+    value = getattr(_DEFAULTS, setting)
     return tuple if isinstance(value, tuple) else type(value)
 
 
@@ -250,7 +253,6 @@ def _toml(value: Any) -> str:
 def effective_job(settings: Settings, seeds: list[str]) -> str:
     """The job that runs, as TOML: its seeds, every section's keys with the values in
     force, and each other setting that is not its default (passwords removed)."""
-    defaults = Settings()
     out = ["# the effective job of this crawl: file, flags and defaults merged", f"seeds = {_toml(seeds)}",
            f"user_agent = {_toml(settings.USER_AGENT)}", f"out = {_toml(settings.OUT_DIR)}", ""]
     shown = {"OUT_DIR", "USER_AGENT", "SITES"}
@@ -260,7 +262,7 @@ def effective_job(settings: Settings, seeds: list[str]) -> str:
             out.append(f"{key} = {_toml(getattr(settings, setting))}")
             shown.add(setting)
         out.append("")
-    rest = [f for f in fields(Settings) if f.name not in shown and getattr(settings, f.name) != getattr(defaults, f.name)]
+    rest = [f for f in fields(Settings) if f.name not in shown and getattr(settings, f.name) != getattr(_DEFAULTS, f.name)]
     out.append("[settings]")
     for f in rest:
         value = getattr(settings, f.name)

@@ -32,15 +32,19 @@ def _key(settings: Settings) -> str:
 
 
 def publish(settings: Settings, values: dict[str, Any]) -> int:
-    """Apply live values on top of those applied before; returns the new version."""
-    client = global_client(settings)
+    """Apply live values on top of those applied before; returns the new version. The
+    read and the write are one optimistic transaction: two applies at once both land."""
     key = _key(settings)
-    old = client.hget(key, "values")
-    merged = {**(json.loads(old) if isinstance(old, str) else {}), **values}
-    pipe = client.pipeline(transaction=True)
-    pipe.hset(key, "values", json.dumps(merged))
-    pipe.hincrby(key, "version", 1)
-    return int(pipe.execute()[1])
+
+    def merge(pipe: Any) -> None:
+        old = pipe.hget(key, "values")
+        merged = {**(json.loads(old) if isinstance(old, str) else {}), **values}
+        pipe.multi()
+        pipe.hset(key, "values", json.dumps(merged))
+        pipe.hincrby(key, "version", 1)
+
+    replies: list[Any] = global_client(settings).transaction(merge, key)  # type: ignore[assignment]
+    return int(replies[1])
 
 
 def read(settings: Settings) -> tuple[int, dict[str, Any]]:

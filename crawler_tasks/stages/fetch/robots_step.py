@@ -30,21 +30,22 @@ def robots_step(ctx: TurnContext, lease: Lease, state: HostState, entry: Entry, 
     w, s = ctx.w, ctx.w.settings
     if not w.obeys_robots(lease.host):
         return None
+    policy = w.policy_for(lease.host)
     answer = w.robots.check(w.frontier, w.fetcher, entry.url, w.robots_agent, cancel=ctx.halt,
                             not_before=not_before,
                             before_hop=lambda prev: _pace_hop(ctx, lease.host, state, prev))
     if answer.exchange is not None:  # this turn went to robots.txt
         res = answer.exchange
         if res.error_kind == ErrorKind.ABORTED:
-            return aborted(w.policy_for(lease.host), state)
+            return aborted(policy, state)
         ctx.bump(f"robots/{answer.entry.kind}", 1)
         if res.status:
             ctx.bump(f"robots/status/{res.status}", 1)
         if answer.entry.kind == RULES:
-            state.crawl_delay_s, skip = crawl_delay_verdict(w.policy_for(lease.host), answer.entry.rules.crawl_delay(w.robots_agent))
+            state.crawl_delay_s, skip = crawl_delay_verdict(policy, answer.entry.rules.crawl_delay(w.robots_agent))
             if skip:
-                return Turn(time.time() + w.policy_for(lease.host).park_s, Action.KEEP, last=True)
-        turn = after_exchange(w.policy_for(lease.host), state, res, Action.KEEP)
+                return Turn(time.time() + policy.park_s, Action.KEEP, last=True)
+        turn = after_exchange(policy, state, res, Action.KEEP)
         if res.status is not None:   # robots.txt is archived like any exchange
             turn.exchange, turn.digest = res, warc_digest(res.body)
         if answer.entry.kind == UNREACHABLE and answer.entry.error_kind == ErrorKind.TLS:
