@@ -1,22 +1,29 @@
 #!/usr/bin/env python3
-"""Freshness of a collection under each revisit rule, simulated over long horizons.
+"""Freshness of a collection under each revisit rule, simulated on several changing webs.
 
 The crawler's own rules (``crawler_tasks.freshness``) drive a simulated fetcher with a fixed
 revisit bandwidth: it visits at most BUDGET pages a second, the most overdue first, as the
-crawl's recrawl budget does. Pages change as Poisson processes whose rates are drawn from a
-heavy-tailed distribution over four orders of magnitude (some never change). Freshness (the
-share of pages whose copy equals the live page) and age are integrated exactly over time,
-and reported as the mean over [0, H] for several horizons H, for:
+crawl's recrawl budget does, after a first pass that meets every page once. Pages change as
+Poisson processes; each page's change times are drawn from its own seeded stream, so every
+rule meets the same change events. A server's Last-Modified is the page's last change (or
+the web's start, ``--lm-origin``, for a page that never changed).
 
-- ``uniform``, ``multiplicative`` (the former rule), ``nutch`` (AdaptiveFetchSchedule, its
-  documented defaults), ``adaptive`` with rates estimated from scratch, ``adaptive`` given
-  the true rates, and the optimum's expected freshness computed from the true rates.
+Webs (``--shapes``, rates scaled like the crawl's settings, 3600:1 by default):
 
-The gap closed is ``(adaptive - nutch) / (optimum - nutch)``.  Runs in seconds:
+- ``loguniform``: periods log-uniform from 2 s to 2 h, a fifth of the pages static;
+- ``bimodal``: a fifth static, the rest split between periods near 20 s and near 40 min;
+- ``hot``: mostly static (80 %), a tenth slow (1-2 h), a tenth hot (5-60 s).
 
-    python bench/freshness_sim.py [--pages 2000] [--budget 20] [--horizons 300,3600,14400,36000] [--smoke]
+Freshness (the share of pages whose copy equals the live page) is integrated exactly and
+reported at each horizon H as its mean over the last 70 % of [0, H] (the crawl's first
+30 % is its learning time), for ``uniform``, ``nutch`` (AdaptiveFetchSchedule, its
+documented defaults), ``adaptive`` (rates estimated from scratch) and ``optimal`` (the same
+scheduler given the true rates). The gap closed is ``(adaptive - nutch) / (optimal - nutch)``.
+``--classes`` adds the fetches/s each policy spends on each class of page in the window.
 
-``--smoke``: 200 pages, 5 revisits a second, horizons of 60 and 600 s (a second or two).
+    python bench/freshness_sim.py [--shapes loguniform,bimodal,hot] [--horizons 1200,3600] [--classes] [--smoke]
+
+``--smoke``: 200 pages of the log-uniform web, horizons of 120 and 600 s (a second or two).
 """
 from __future__ import annotations
 
@@ -26,7 +33,8 @@ import math
 import random
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -37,149 +45,266 @@ from crawler_tasks.freshness.allocate import (  # noqa: E402
     Objective,
     PageClass,
     expected_freshness,
+    optimal_freq,
     solve_mu,
 )
 from crawler_tasks.freshness.policy import History, Plan, Policy, Visit, cell_rate, revisit  # noqa: E402
+from crawler_tasks.freshness.rate import Grid, Prior  # noqa: E402
+
+WINDOW = 0.7            # freshness at H is the mean over [(1 - WINDOW) H, H]
+CLASSES = (("static", math.inf, math.inf), ("< 1/10 min", 600.0, math.inf), ("1/10 min-1/min", 60.0, 600.0),
+           ("1/min-1/10 s", 10.0, 60.0), ("> 1/10 s", 0.0, 10.0))   # (label, shortest period, longest)
 
 
-def draw_rates(n: int, rng: random.Random, fastest_s: float, slowest_s: float, static: float) -> list[float]:
-    """Log-uniform periods between fastest_s and slowest_s; a share ``static`` never changes."""
-    lo, hi = math.log(fastest_s), math.log(slowest_s)
-    return [0.0 if rng.random() < static else 1.0 / math.exp(rng.uniform(lo, hi)) for _ in range(n)]
+def _loguniform(rng: random.Random, lo: float, hi: float) -> float:
+    return math.exp(rng.uniform(math.log(lo), math.log(hi)))
+
+
+def _bimodal(rng: random.Random, scale: float) -> float:
+    centre = 20.0 if rng.random() < 0.5 else 2400.0
+    return centre * scale * math.exp(rng.gauss(0.0, 0.5))
+
+
+def _hot(rng: random.Random, scale: float) -> float:
+    return _loguniform(rng, 3600 * scale, 7200 * scale) if rng.random() < 0.5 else _loguniform(rng, 5 * scale, 60 * scale)
+
+
+def draw_rates(shape: str, n: int, seed: int, scale: float = 1.0) -> list[float]:
+    """Change rates (per second) of ``n`` pages of one web shape; 0 is a static page."""
+    rng = random.Random(f"{shape}-{seed}")
+    static = 0.8 if shape == "hot" else 0.2
+    draw: Callable[[], float] = {
+        "loguniform": lambda: _loguniform(rng, 2 * scale, 7200 * scale),
+        "bimodal": lambda: _bimodal(rng, scale),
+        "hot": lambda: _hot(rng, scale),
+    }[shape]
+    return [0.0 if rng.random() < static else 1.0 / draw() for _ in range(n)]
+
+
+def rate_class(rate: float) -> int:
+    if rate <= 0:
+        return 0
+    period = 1.0 / rate
+    return next(i for i, (_, lo, hi) in enumerate(CLASSES) if i and lo <= period < hi)
 
 
 @dataclass(slots=True)
 class Page:
     rate: float
-    next_change: float      # the first change after the last visit (inf: none)
-    last_change: float      # the last change at or before the last visit
-    copy_at: float = 0.0    # when our copy was taken
-    hist: History | None = None
+    rng: random.Random
+    next_change: float = math.inf   # the first change after our copy (inf: none)
+    last_change: float = 0.0        # the last change at or before the last visit (0: the web's start)
+    copy_at: float = -1.0           # when our copy was taken (-1: none yet)
+    hist: History = field(default_factory=History)
+
+    def __post_init__(self) -> None:
+        if self.rate > 0:
+            self.next_change = self.rng.expovariate(self.rate)
+
+    def advance(self, t: float) -> bool:
+        """Move the change stream to ``t``; whether the page changed since our copy."""
+        changed = self.next_change <= t
+        while self.next_change <= t:
+            self.last_change = self.next_change
+            self.next_change += self.rng.expovariate(self.rate)
+        return changed
 
 
 class Meter:
-    """Integrates freshness and age of the copies over time, with checkpoints."""
+    """Integrates freshness over each window [(1 - WINDOW) H, H] and counts visits there."""
 
-    def __init__(self, pages: list[Page], horizons: list[float]) -> None:
-        self.pages, self.horizons = pages, sorted(horizons)
+    def __init__(self, n: int, horizons: list[float]) -> None:
+        self.n, self.horizons = n, horizons
+        self.windows = [((1 - WINDOW) * h, h) for h in horizons]
         self.fresh = [0.0] * len(horizons)
-        self.age = [0.0] * len(horizons)
+        self.fresh_by = [[0.0] * len(CLASSES) for _ in horizons]
+        self.sizes = [0] * len(CLASSES)
+        self.visits = [[0] * len(CLASSES) for _ in horizons]
+        self.late = [[0, 0] for _ in horizons]   # revisits after the first 10 % of H: all, static
 
     def close(self, p: Page, until: float) -> None:
         """Account for the copy taken at p.copy_at, held until ``until``."""
-        for i, h in enumerate(self.horizons):
-            end = min(until, h)
-            if end <= p.copy_at:
-                continue
-            stale_from = min(max(p.next_change, p.copy_at), end)
-            self.fresh[i] += stale_from - p.copy_at
-            self.age[i] += (end - stale_from) ** 2 / 2
+        if p.copy_at < 0:
+            return
+        stale_from = max(p.next_change, p.copy_at)
+        for i, (a, b) in enumerate(self.windows):
+            lo, hi = max(a, p.copy_at), min(b, until, stale_from)
+            if hi > lo:
+                self.fresh[i] += hi - lo
+                self.fresh_by[i][rate_class(p.rate)] += hi - lo
+
+    def visit(self, p: Page, t: float) -> None:
+        for i, (a, b) in enumerate(self.windows):
+            if a <= t < b:
+                self.visits[i][rate_class(p.rate)] += 1
+            if 0.1 * b <= t < b:
+                self.late[i][0] += 1
+                self.late[i][1] += p.rate <= 0
+
+    def static_share(self) -> list[float]:
+        return [s / a if a else 0.0 for a, s in self.late]
+
+    def result(self) -> "Result":
+        fresh = [f / (self.n * (b - a)) for f, (a, b) in zip(self.fresh, self.windows, strict=True)]
+        per_s = [[v / (b - a) for v in row] for row, (a, b) in zip(self.visits, self.windows, strict=True)]
+        by = [[f / (max(n, 1) * (b - a)) for f, n in zip(row, self.sizes, strict=True)]
+              for row, (a, b) in zip(self.fresh_by, self.windows, strict=True)]
+        return Result(fresh, per_s, self.static_share(), 0, by)
 
 
-def simulate(policy: Policy, rates: list[float], budget: float, horizons: list[float], bounds: Bounds,
-             seed: int, given: bool = False) -> tuple[list[float], list[float], int]:
-    rng = random.Random(seed)
+@dataclass
+class Result:
+    freshness: list[float]        # per horizon: mean over its window
+    per_s: list[list[float]]      # per horizon: fetches/s per class in its window
+    static_share: list[float]     # per horizon: share of the revisits after 10 % of it spent on static pages
+    visits: int
+    fresh_by: list[list[float]]   # per horizon: mean freshness of each class
+
+
+@dataclass(frozen=True)
+class Setup:
+    budget: float
+    bounds: Bounds
+    initial_s: float
+    discover_per_s: float
+    replan_s: float
+    lm_origin: float
+    seed: int
+    last_modified: bool = True
+
+
+def simulate(policy: Policy | None, rates: list[float], horizons: list[float], s: Setup) -> Result:
+    """``policy`` None: the scheduler given the true rates (the optimum's allocation, visited
+    the same way)."""
     n = len(rates)
-    h_max = max(horizons)
-    initial = n / budget
-    pages = [Page(r, rng.expovariate(r) if r > 0 else math.inf, 0.0) for r in rates]
-    meter = Meter(pages, horizons)
-    plan = Plan(policy, bounds, initial, uniform_s=initial, prior_rate=1.0 / initial)
-    due: list[tuple[float, int]] = []
-    for i, p in enumerate(pages):
-        hist, at = revisit(plan, History(), Visit(0.0, False))
-        if given:
-            hist.shape, hist.exposure_s = 1e6, 1e6 / max(p.rate, 1e-9)
-        p.hist = hist
-        due.append((at, i))
+    pages = [Page(r, random.Random(f"{s.seed}-{i}")) for i, r in enumerate(rates)]
+    meter = Meter(n, horizons)
+    for r in rates:
+        meter.sizes[rate_class(r)] += 1
+    grid = Grid.for_bounds(1.0 / s.bounds.max_freq, 1.0 / s.bounds.min_freq)
+    census: dict[str, float] = {}
+    plan = Plan(policy or Policy.ADAPTIVE, s.bounds, s.initial_s, Prior(grid), uniform_s=n / s.budget)
+    true_mu = solve_mu([PageClass(r, 1.0, 1) for r in rates], s.budget * OVERBOOK, Objective.FRESHNESS, s.bounds)
+    # the first pass: one visit per page, spread as discovery would find them
+    due = [(i / s.discover_per_s, 0, i) for i in range(n)]
     heapq.heapify(due)
-    visits = 0
-    next_plan = 0.0
-    t = 0.0
-    step = 1.0 / budget
-    while t < h_max:
-        if policy == Policy.ADAPTIVE and t >= next_plan:
-            plan = _replan(plan, pages, budget, bounds)
-            next_plan = t + 60.0
-        if not due or due[0][0] > t:
-            t = max(t + step, due[0][0] if due else h_max)
+    visits, next_plan, t, step = 0, 0.0, 0.0, 1.0 / s.budget
+    h_max = max(horizons)
+    while t < h_max and due:
+        if t >= next_plan:
+            plan = _replan(plan, pages, census, s)
+            next_plan = t + s.replan_s
+        at, first, i = due[0]
+        if at > t:
+            t = at if first == 0 else max(t + step, at)
             continue
-        _, i = heapq.heappop(due)
+        heapq.heappop(due)
         p = pages[i]
         meter.close(p, t)
-        changed = p.next_change <= t
-        while p.next_change <= t:
-            p.last_change = p.next_change
-            p.next_change += rng.expovariate(p.rate)
-        assert p.hist is not None
-        hist, at = revisit(plan, p.hist, Visit(t, changed, p.last_change if p.last_change > 0 else None))
-        if given:
-            hist.shape, hist.exposure_s = 1e6, 1e6 / max(p.rate, 1e-9)
-        p.hist, p.copy_at = hist, t
-        heapq.heappush(due, (at, i))
+        changed = p.advance(t)
+        if policy is None:
+            freq = s.bounds.clamp(optimal_freq(p.rate, 1.0, true_mu, Objective.FRESHNESS)) if p.rate > 0 \
+                else s.bounds.min_freq
+            nxt = t + 1.0 / freq
+        else:
+            modified = (p.last_change if p.last_change > 0 else s.lm_origin) if s.last_modified else None
+            step_ = revisit(plan, p.hist, Visit(t, changed, modified))
+            p.hist, nxt = step_.history, step_.due_at
+            for name, d in step_.census.items():
+                census[name] = census.get(name, 0.0) + d
+        p.copy_at = t
+        meter.visit(p, t)
+        heapq.heappush(due, (nxt, 1, i))
         visits += 1
-        t += step
+        if first:   # a revisit spends the budget; the first pass is discovery's
+            t += step
     for p in pages:
         meter.close(p, h_max)
-    fresh = [f / (n * h) for f, h in zip(meter.fresh, meter.horizons, strict=True)]
-    age = [a / (n * h) for a, h in zip(meter.age, meter.horizons, strict=True)]
-    return fresh, age, visits
+    result = meter.result()
+    result.visits = visits
+    return result
 
 
-def _replan(plan: Plan, pages: list[Page], budget: float, bounds: Bounds) -> Plan:
+def _replan(plan: Plan, pages: list[Page], census: dict[str, float], s: Setup) -> Plan:
+    prior = Prior.fit(plan.prior.grid, census, plan.prior)
+    if plan.policy != Policy.ADAPTIVE:
+        return Plan(plan.policy, s.bounds, plan.initial_s, prior, uniform_s=plan.uniform_s)
     cells: dict[str, int] = {}
     for p in pages:
-        if p.hist is not None and p.hist.cell:
+        if p.hist.cell:
             cells[p.hist.cell] = cells.get(p.hist.cell, 0) + 1
     classes = [PageClass(*cell_rate(c), count=k) for c, k in cells.items()]
-    mu = solve_mu(classes, budget * OVERBOOK, Objective.FRESHNESS, bounds)
-    return Plan(plan.policy, bounds, plan.initial_s, mu=mu, uniform_s=plan.uniform_s, prior_rate=plan.prior_rate)
+    mu = solve_mu(classes, s.budget * OVERBOOK, Objective.FRESHNESS, s.bounds)
+    return Plan(plan.policy, s.bounds, plan.initial_s, prior, mu=mu, uniform_s=plan.uniform_s)
 
 
-def optimum(rates: list[float], budget: float, bounds: Bounds) -> float:
+def expected_optimum(rates: list[float], budget: float, bounds: Bounds) -> float:
     classes = [PageClass(r, 1.0, 1) for r in rates]
-    mu = solve_mu(classes, budget, Objective.FRESHNESS, bounds)
-    return expected_freshness(classes, FreqOf(mu, Objective.FRESHNESS, bounds))
+    return expected_freshness(classes, FreqOf(solve_mu(classes, budget, Objective.FRESHNESS, bounds),
+                                              Objective.FRESHNESS, bounds))
+
+
+POLICIES: tuple[tuple[str, Policy | None], ...] = (
+    ("uniform", Policy.UNIFORM), ("nutch", Policy.NUTCH), ("adaptive", Policy.ADAPTIVE), ("optimal", None))
+
+
+def run_shape(shape: str, a: argparse.Namespace, horizons: list[float], s: Setup) -> dict[str, list[float]]:
+    rates = draw_rates(shape, a.pages, a.seed, a.scale)
+    counts = [0] * len(CLASSES)
+    for r in rates:
+        counts[rate_class(r)] += 1
+    print(f"\n== {shape}: {a.pages} pages ({', '.join(f'{lab} {c}' for (lab, _, _), c in zip(CLASSES, counts, strict=True))}), "
+          f"budget {a.budget:g}/s; steady-state optimum {expected_optimum(rates, a.budget, s.bounds):.3f}")
+    head = "".join(f"{'H=' + format(h, 'g') + 's':>10}" for h in horizons)
+    print(f"{'freshness, last 70 % of H':28s}{head}")
+    rows: dict[str, list[float]] = {}
+    spend: dict[str, list[list[float]]] = {}
+    fresh_by: dict[str, list[list[float]]] = {}
+    for label, policy in POLICIES:
+        t0 = time.perf_counter()
+        r = simulate(policy, rates, horizons, s)
+        rows[label], spend[label], fresh_by[label] = r.freshness, r.per_s, r.fresh_by
+        print(f"{label:28s}" + "".join(f"{f:10.3f}" for f in r.freshness) + "   static share "
+              + " ".join(f"{x:.1%}" for x in r.static_share) + f"   ({r.visits} visits, {time.perf_counter() - t0:.1f} s)")
+    nutch, est, best = rows["nutch"], rows["adaptive"], rows["optimal"]
+    print(f"{'gap closed (nutch->optimal)':28s}" + "".join(
+        f"{(e - n) / (g - n) if g > n else math.nan:10.2f}" for e, n, g in zip(est, nutch, best, strict=True)))
+    if a.classes:
+        for hi, h in enumerate(horizons):
+            print(f"  fetches/s in the window of H={h:g}s: " + " | ".join(f"{lab}" for lab, _, _ in CLASSES))
+            for label, _ in POLICIES:
+                print(f"    {label:10s}" + "".join(f"{v:9.2f}" for v in spend[label][hi])
+                      + "   freshness " + " ".join(f"{v:.3f}" for v in fresh_by[label][hi]))
+    return rows
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pages", type=int, default=2000)
+    ap.add_argument("--shapes", default="loguniform,bimodal,hot")
+    ap.add_argument("--pages", type=int, default=1200)
     ap.add_argument("--budget", type=float, default=20.0, help="revisits per second")
-    ap.add_argument("--fastest", type=float, default=2.0, help="shortest change period, s")
-    ap.add_argument("--slowest", type=float, default=20_000.0, help="longest change period, s")
-    ap.add_argument("--static", type=float, default=0.1, help="share of pages that never change")
-    ap.add_argument("--horizons", default="300,3600,7200,14400,36000")
+    ap.add_argument("--scale", type=float, default=1.0, help="multiplies every change period")
+    ap.add_argument("--horizons", default="1200,3600")
     ap.add_argument("--min-s", type=float, default=1.0)
-    ap.add_argument("--max-s", type=float, default=86_400.0)
+    ap.add_argument("--initial-s", type=float, default=24.0)
+    ap.add_argument("--max-s", type=float, default=720.0)
+    ap.add_argument("--discover", type=float, default=40.0, help="first-pass fetches per second")
+    ap.add_argument("--replan-s", type=float, default=5.0)
+    ap.add_argument("--lm-origin", type=float, default=0.0,
+                    help="Last-Modified of a page that never changed, s from the web's start (negative: older)")
+    ap.add_argument("--no-last-modified", action="store_true", help="the server sends no Last-Modified")
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--smoke", action="store_true", help="tiny sizes: a few seconds")
+    ap.add_argument("--classes", action="store_true", help="fetches/s per change-rate class")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: a second or two")
     a = ap.parse_args()
     if a.smoke:
-        a.pages, a.budget, a.horizons = 200, 5.0, "60,600"
+        a.shapes, a.pages, a.budget, a.horizons = "loguniform", 200, 5.0, "120,600"
     horizons = [float(h) for h in a.horizons.split(",")]
-    rates = draw_rates(a.pages, random.Random(a.seed), a.fastest, a.slowest, a.static)
-    bounds = Bounds(1.0 / a.max_s, 1.0 / a.min_s)
-    best = optimum(rates, a.budget, bounds)
-    print(f"{a.pages} pages, periods {a.fastest:g}-{a.slowest:g} s ({a.static:.0%} static), "
-          f"budget {a.budget:g} revisits/s, uniform interval {a.pages / a.budget:.0f} s")
-    print(f"optimum from the true rates (expected, steady state): freshness {best:.3f}")
-    head = "".join(f"{'H=' + format(h, 'g') + 's':>10}" for h in horizons)
-    print(f"{'mean freshness over [0, H]':34s}{head}")
-    rows: dict[str, list[float]] = {}
-    for label, policy, given in (("uniform", Policy.UNIFORM, False), ("multiplicative", Policy.MULTIPLICATIVE, False),
-                                 ("nutch", Policy.NUTCH, False), ("adaptive (rates estimated)", Policy.ADAPTIVE, False),
-                                 ("adaptive (true rates given)", Policy.ADAPTIVE, True)):
-        t0 = time.perf_counter()
-        fresh, _, visits = simulate(policy, rates, a.budget, horizons, bounds, a.seed, given)
-        rows[label] = fresh
-        print(f"{label:34s}" + "".join(f"{f:10.3f}" for f in fresh)
-              + f"   ({visits} visits, {time.perf_counter() - t0:.1f} s)")
-    nutch, est = rows["nutch"], rows["adaptive (rates estimated)"]
-    given_row = rows["adaptive (true rates given)"]
-    print(f"{'optimum / nutch':34s}" + "".join(f"{g / n:10.3f}" for g, n in zip(given_row, nutch, strict=True)))
-    print(f"{'gap closed (estimated)':34s}" + "".join(
-        f"{(e - n) / (g - n) if g > n else float('nan'):10.2f}" for e, n, g in zip(est, nutch, given_row, strict=True)))
+    s = Setup(a.budget, Bounds(1.0 / a.max_s, 1.0 / a.min_s), a.initial_s, a.discover, a.replan_s, a.lm_origin, a.seed,
+              not a.no_last_modified)
+    print(f"revisit bounds {a.min_s:g}-{a.max_s:g} s, initial {a.initial_s:g} s, first pass at {a.discover:g} pages/s")
+    for shape in a.shapes.split(","):
+        run_shape(shape, a, horizons, s)
 
 
 if __name__ == "__main__":

@@ -55,12 +55,16 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
 ``due``                   zset    "<level> <url>" -> next visit (continuous mode)
 ``rates``                 hash    allocation class "<quarter octave>:<weight>" -> URLs in it
                                   (the histogram the revisit budget is spread over)
-``hostrate``              hash    ``<host> c`` / ``<host> e``: changes seen and seconds watched on
-                                  the host's pages (the prior of its new URLs); ``<host> n`` /
-                                  ``<host> y``: sitemap lastmod claims checked / confirmed
+``census``                hash    what the shard's prior over change rates is fitted to
+                                  (freshness/rate.py): ``<cell>`` -> summed posteriors of the
+                                  pages seen to change, ``u<bucket>`` -> pages never seen to,
+                                  by how long they are known unchanged
+``hostrate``              hash    ``<host> n`` / ``<host> y``: sitemap lastmod claims checked / confirmed
+``rehosts``               set     hosts with a URL in ``hist`` (they set the revisit budget)
 ``claims``                hash    URL -> sitemap lastmod (epoch s) claiming a change since our last visit
 ``recrawl``               hash    the shard's revisit plan (``mu``, ``budget``, ``freshness``,
-                                  ``uniform_s``, ``urls``) and its limiter (``tokens``, ``refill_at``)
+                                  ``uniform_s``, ``urls``, ``prior``) and its limiter (``tokens``,
+                                  ``refill_at``)
 ========================  ======  ===================================================
 
 Global (``<prefix>:{g}:...``): ``stats`` (hash of counters with slash paths),
@@ -230,6 +234,14 @@ class ShardKeys:
     @property
     def host_rates(self) -> str:
         return f"{self.base}:hostrate"
+
+    @property
+    def census(self) -> str:
+        return f"{self.base}:census"
+
+    @property
+    def recrawl_hosts(self) -> str:
+        return f"{self.base}:rehosts"
 
     @property
     def claims(self) -> str:

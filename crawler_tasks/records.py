@@ -150,6 +150,7 @@ class Parsed:
     fingerprint: str | None = None
     simhash: str | None = None
     text_chars: int | None = None
+    modified: str | None = None         # the page's own modified date (meta, JSON-LD), ISO 8601
     n_links: int | None = None
     canonical: str | None = None
     redirect_to: str | None = None
@@ -199,7 +200,8 @@ class PageRecord:
 _OUTPUT_OPTIONAL = tuple(
     [("page", name) for name in ("node", "final_url", "content_type", "bytes", "fetch_ms", "ip", "truncated",
                                  "headers", "rendered")]
-    + [("parsed", name) for name in ("title", "lang", "fingerprint", "simhash", "text_chars", "n_links", "canonical",
+    + [("parsed", name) for name in ("title", "lang", "fingerprint", "simhash", "text_chars", "modified", "n_links",
+                                     "canonical",
                                      "redirect_to", "noindex", "nofollow", "sitemap", "duplicate_of",
                                      "near_duplicate_of", "soft_404")]
     + [(None, "revisit_s")])
@@ -405,7 +407,7 @@ _CHECKS: dict[str, Any] = {
     "truncated": _truncated, "headers": _headers, "location": _opt(_text), "rendered": _opt(_text),
     "warc_id": _opt(_text), "node": _opt(_text),
     "body": _opt(_body), "title": _opt(_text), "lang": _opt(_text), "fingerprint": _opt(_text),
-    "simhash": _opt(_text), "text_chars": _opt(_count), "n_links": _opt(_count), "canonical": _opt(_url),
+    "simhash": _opt(_text), "text_chars": _opt(_count), "modified": _opt(_text), "n_links": _opt(_count), "canonical": _opt(_url),
     "redirect_to": _opt(_url), "noindex": _bool, "nofollow": _bool, "sitemap": _opt(_text),
     "duplicate_of": _opt(_url), "near_duplicate_of": _opt(_url), "soft_404": _bool, "indexable": _bool,
     "revisit_s": _opt(_float), "links": _urls, "sitemap_urls": _sitemap_urls, "sitemaps": _raw_urls,

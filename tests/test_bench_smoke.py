@@ -48,7 +48,7 @@ SMOKES = [
     (("engine_cpu.py", "--smoke"), r"^\s+client CPU ms a page\s+([\d.]+)"),
     (("fetch_cpu.py", "--smoke"), r"client CPU per fetch: median ([\d.]+) ms"),
     (("fetch_cpu.py", "--smoke", "--tls"), r"session resumed: .*; (\d+) of \d+ resumed"),
-    (("freshness_sim.py", "--smoke"), r"^adaptive \(rates estimated\)\s+([\d.]+)"),
+    (("freshness_sim.py", "--smoke"), r"^adaptive\s+([\d.]+)"),
     (("frontier_memory.py", "--smoke", "--snapshot"), r"^queue bytes per queued URL.*: ([\d.]+)$"),
     (("frontier_memory.py", "--smoke", "--exact"), r"^exact URL-seen: .* = ([\d.]+) bytes per seen URL"),
     (("parse_bench.py", "--smoke"), r"^parse \+ links: ([\d.]+) ms/page"),

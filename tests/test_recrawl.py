@@ -20,7 +20,7 @@ from crawler_tasks.freshness.allocate import (
     solve_mu,
 )
 from crawler_tasks.freshness.policy import History, Plan, Policy, Visit, cell_rate, rate_cell, revisit
-from crawler_tasks.freshness.rate import RateEstimate
+from crawler_tasks.freshness.rate import Evidence, Grid, Prior, census_delta
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.frontier.recrawl import BURST_S, Recrawler, recrawl_lines
 from crawler_tasks.records import FetchedPage, PageRecord, Parsed
@@ -42,18 +42,25 @@ def _poisson_visits(rate: float, rng: random.Random, visits: int, mean_gap: floa
     return out
 
 
-@pytest.mark.parametrize("rate,mean_gap", [(1 / 50, 20.0), (1 / 50, 100.0), (1 / 5000, 500.0)])
+GRID = Grid.for_bounds(10.0, 1000.0)
+
+
+def _belief(visits, prior: Prior | None = None, dated: bool = False):
+    ev = Evidence()
+    for gap, changed, since in visits:
+        ev.observe(GRID, gap, changed, since if dated and changed else None)
+    return (prior or Prior(GRID)).belief(ev)
+
+
+@pytest.mark.parametrize("rate,mean_gap", [(1 / 50, 20.0), (1 / 50, 100.0), (1 / 2000, 500.0)])
 def test_estimate_converges_where_counting_changed_intervals_does_not(rate, mean_gap):
     """Visits as often as changes and rarer: counting each changed interval as one change
-    (changes / time) falls short by the changes it hides; the estimate does not."""
+    (changes / time) falls short by the changes it hides; the belief does not."""
     ests = []
     for seed in range(20):
-        est = RateEstimate.prior(1 / 1000)
-        seen = watched = 0.0
-        for gap, changed, _ in _poisson_visits(rate, random.Random(seed), 300, mean_gap):
-            est.observe(gap, changed)
-            seen, watched = seen + changed, watched + gap
-        ests.append((est.rate, seen / watched))
+        visits = _poisson_visits(rate, random.Random(seed), 300, mean_gap)
+        naive = sum(c for _, c, _ in visits) / sum(g for g, _, _ in visits)
+        ests.append((_belief(visits).rate, naive))
     ours = sorted(e for e, _ in ests)[len(ests) // 2]
     naive = sorted(n for _, n in ests)[len(ests) // 2]
     assert abs(ours / rate - 1) < 0.3, (ours, rate)
@@ -65,22 +72,66 @@ def test_last_modified_sharpens_the_estimate():
     rate = 1 / 40
     errs = {False: [], True: []}
     for seed in range(30):
-        for use_lm in (False, True):
-            est = RateEstimate.prior(1 / 1000)
-            for gap, changed, since in _poisson_visits(rate, random.Random(seed), 25, 120.0):
-                est.observe(gap, changed, since if use_lm and changed else None)
-            errs[use_lm].append(abs(math.log(est.rate / rate)))
+        visits = _poisson_visits(rate, random.Random(seed), 25, 120.0)
+        for dated in (False, True):
+            errs[dated].append(abs(math.log(_belief(visits, dated=dated).rate / rate)))
     assert sum(errs[True]) < sum(errs[False])
 
 
-def test_estimate_forgets_old_evidence():
-    est = RateEstimate.prior(1 / 100)
-    for _ in range(200):
-        est.observe(10.0, True)
-    fast = est.rate
-    for _ in range(60):
-        est.observe(100.0, False)
-    assert est.rate < fast / 5   # a page that stopped changing is seen to
+def test_a_page_that_changes_at_every_visit_is_known_only_to_be_fast():
+    """Every visit 60 s apart found a change: the belief puts the page at or above one change
+    a minute, as fast as the prior allows, not at the rate where the budget buys most."""
+    always = _belief([(60.0, True, 0.0)] * 30)
+    assert always.rate > 1 / 20 and always.changing == 1.0
+
+
+def test_static_page_becomes_likely_with_time_and_one_change_rules_it_out():
+    flat = Prior(GRID)
+    young = flat.belief(_evidence([(100.0, False)] * 2))
+    old = flat.belief(_evidence([(1000.0, False)] * 20))
+    assert old.changing < young.changing < 1.0
+    assert flat.belief(_evidence([(1000.0, False)] * 20 + [(1000.0, True)])).changing == 1.0
+
+
+def _evidence(visits) -> Evidence:
+    ev = Evidence()
+    for gap, changed in visits:
+        ev.observe(GRID, gap, changed)
+    return ev
+
+
+def test_prior_fitted_to_the_census_learns_how_many_pages_never_change():
+    """A web of 800 static pages and 200 changing about once in 100 s, each watched 2,000 s:
+    the EM's prior puts about 0.8 on the static page, and a page unchanged for 300 s is then
+    believed static more firmly than under a flat prior."""
+    rng = random.Random(3)
+    census: dict[str, float] = {}
+    flat = Prior(GRID)
+    for i in range(1000):
+        rate = 0.0 if i < 800 else 1 / 100
+        visits = [(g, c) for g, c, _ in _poisson_visits(rate, rng, 20, 100.0)] if rate else [(100.0, False)] * 20
+        for name, d in census_delta(flat, None, (_evidence(visits), 0.0)).items():
+            census[name] = census.get(name, 0.0) + d
+    prior = Prior.fit(GRID, census)
+    assert prior.weights[-1] == pytest.approx(0.8, abs=0.05)
+    again = Prior.decode(prior.encode(), GRID)
+    assert again.weights == pytest.approx(prior.weights, rel=1e-3)
+    quiet = _evidence([(100.0, False)] * 3)
+    assert prior.belief(quiet).changing < flat.belief(quiet).changing / 2
+
+
+def test_evidence_survives_its_encoding():
+    ev = _evidence([(50.0, True), (30.0, False), (80.0, True)])
+    ev.observe(GRID, 40.0, True, 10.0)
+    again = Evidence.decode(ev.encode())
+    assert again.changed and again.dated == pytest.approx(ev.dated, rel=1e-3)
+    assert again.unchanged_s == pytest.approx(ev.unchanged_s, rel=1e-5)
+    assert again.undated == pytest.approx(ev.undated, rel=1e-2) and len(again.undated) == 2
+    for raw in ("", "garbage", "1~x~1~", "-1~3~0~", "1~3~0~5:nan", "1~3~0~9999:1", "1~3~0~a:b"):
+        assert Evidence.decode(raw) == Evidence()
+    assert Prior.decode("nonsense", GRID).weights == Prior(GRID).weights
+    assert Prior.decode(Prior(GRID).encode(), Grid.for_bounds(1.0, 5000.0)).weights == Prior(
+        Grid.for_bounds(1.0, 5000.0)).weights   # a prior of other bounds: flat
 
 
 def test_freshness_and_age_formulas():
@@ -130,37 +181,45 @@ def test_budget_spent_and_optimum_beats_uniform_and_proportional():
 
 
 def test_history_round_trip_keeps_sub_second_times_and_reads_the_former_format():
-    h = History('"x"', "lm", "abcd", 1700000000.125, 1699999999.5, 0.25, 3, 1, 2.5, 123.456, "-3:1", 1.0)
+    h = History('"x"', "lm", "abcd", 1700000000.125, 1699999999.5, 0.25, 3, 1, "-3~0a~1~2.5~1", 12.5, "-3:1", 1.0,
+                0.75)
     assert History.decode(h.encode()) == h
     old = History.decode('"e"\tlm\tfp\t900\t5\t2')   # before the rate estimate was kept
-    assert (old.etag, old.interval_s, old.visits, old.changes) == ('"e"', 900.0, 5, 2)
+    assert (old.etag, old.visits, old.evidence) == ('"e"', 5, "")
+    older = History.decode("\t".join(['"e"', "lm", "fp", "1.5", "1", "9", "4", "1", "2.5", "100", "-3:1", "1"]))
+    assert (older.etag, older.visits, older.evidence) == ('"e"', 4, "")   # the Gamma estimate starts again
     assert History.decode("garbage") == History()
     assert cell_rate(rate_cell(0.02, 2.0)) == (pytest.approx(0.02, rel=0.1), 2.0)
 
 
 def _plan(policy: Policy, **kw) -> Plan:
-    return Plan(policy, BOUNDS, 100.0, **kw)
+    return Plan(policy, BOUNDS, 100.0, Prior(GRID), **kw)
+
+
+def _step(plan: Plan, h: History, visit: Visit) -> tuple[History, float]:
+    nxt = revisit(plan, h, visit)
+    return nxt.history, nxt.due_at
 
 
 def test_multiplicative_rule():
     plan = _plan(Policy.MULTIPLICATIVE)
-    h, due = revisit(plan, History(), Visit(1000.0, False))
+    h, due = _step(plan, History(), Visit(1000.0, False))
     assert (h.interval_s, due, h.visits) == (100.0, 1100.0, 1)
-    h, _ = revisit(plan, h, Visit(1100.0, True))
+    h, _ = _step(plan, h, Visit(1100.0, True))
     assert h.interval_s == 50.0 and h.changes == 1
-    h, _ = revisit(plan, h, Visit(1150.0, False))
+    h, _ = _step(plan, h, Visit(1150.0, False))
     assert h.interval_s == 75.0
     for _ in range(10):
-        h, _ = revisit(plan, h, Visit(h.visited_at + 5, True))
+        h, _ = _step(plan, h, Visit(h.visited_at + 5, True))
     assert h.interval_s == 10.0   # RECRAWL_MIN_S
 
 
 def test_nutch_rule_as_documented():
     plan = _plan(Policy.NUTCH)
-    h, _ = revisit(plan, History(), Visit(0.0, False))
-    h, due = revisit(plan, h, Visit(100.0, True))          # changed: x (1 - 0.2), synced on the change
+    h, _ = _step(plan, History(), Visit(0.0, False))
+    h, due = _step(plan, h, Visit(100.0, True))          # changed: x (1 - 0.2), synced on the change
     assert h.interval_s == pytest.approx(80.0) and due == pytest.approx(180.0)
-    h, due = revisit(plan, h, Visit(180.0, False))         # unchanged: x (1 + 0.4); 80 s since the change
+    h, due = _step(plan, h, Visit(180.0, False))         # unchanged: x (1 + 0.4); 80 s since the change
     assert h.interval_s == pytest.approx(112.0)
     assert due == pytest.approx(180.0 - 0.3 * 80.0 + 112.0)   # pulled back by sync_delta_rate
 
@@ -168,12 +227,38 @@ def test_nutch_rule_as_documented():
 def test_adaptive_rule_revisits_changing_pages_sooner_within_the_plan():
     plan = _plan(Policy.ADAPTIVE, mu=5.0)
     static, busy = History(), History()
-    static, _ = revisit(plan, static, Visit(0.0, False))
-    busy, _ = revisit(plan, busy, Visit(0.0, False))
+    static, _ = _step(plan, static, Visit(0.0, False))
+    busy, _ = _step(plan, busy, Visit(0.0, False))
     for i in range(1, 30):
-        static, _ = revisit(plan, static, Visit(static.visited_at + static.interval_s, False))
-        busy, _ = revisit(plan, busy, Visit(busy.visited_at + busy.interval_s, i % 2 == 0))
+        static, _ = _step(plan, static, Visit(static.visited_at + static.interval_s, False))
+        busy, _ = _step(plan, busy, Visit(busy.visited_at + busy.interval_s, i % 2 == 0))
     assert 3 * busy.interval_s < static.interval_s
+    assert static.changing < busy.changing == 1.0
+
+
+def test_adaptive_rule_gives_up_on_pages_faster_than_it_can_follow():
+    """A page found changed at every visit, however soon, gets fewer visits than one that
+    changes about once between two: the optimum's treatment, not more visits."""
+    plan = _plan(Policy.ADAPTIVE, mu=5.0)
+    fast, medium = History(), History()
+    fast, _ = _step(plan, fast, Visit(0.0, False))
+    medium, _ = _step(plan, medium, Visit(0.0, False))
+    for i in range(1, 40):
+        fast, _ = _step(plan, fast, Visit(fast.visited_at + fast.interval_s, True, fast.visited_at + fast.interval_s - 0.5))
+        medium, _ = _step(plan, medium, Visit(medium.visited_at + medium.interval_s, i % 3 == 0))
+    assert fast.interval_s > medium.interval_s
+
+
+def test_last_modified_age_counts_until_the_server_proves_it_is_not_the_content_date():
+    plan = _plan(Policy.ADAPTIVE, mu=5.0)
+    now = 1_000_000.0
+    aged, _ = _step(plan, History(), Visit(now, False, now - 400 * 86_400))   # unchanged for 400 days
+    fresh, _ = _step(plan, History(), Visit(now, False, now - 5))
+    assert aged.lm_age_s == pytest.approx(400 * 86_400) and aged.changing < fresh.changing
+    assert aged.interval_s > fresh.interval_s
+    # the content changed, Last-Modified did not move: its age no longer counts
+    liar, _ = _step(plan, aged, Visit(now + 100, True, now - 400 * 86_400))
+    assert liar.lm_age_s == 0.0 and liar.changing == 1.0
 
 
 def _record(url: str, fp: str, status: int = 200, depth: int = 1, at: str = "2026-12-03T00:00:00.000000Z",

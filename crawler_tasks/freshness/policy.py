@@ -15,8 +15,8 @@ others are kept to compare against, and for operators who know them:
 - ``uniform``: every URL alike, the budget spread evenly.
 
 Every rule is bounded by [RECRAWL_MIN_S, RECRAWL_MAX_S] and starts at RECRAWL_INITIAL_S,
-except ``adaptive``, which starts from the host's pooled rate. Times are epoch seconds,
-kept to the millisecond (sub-second intervals survive).
+except ``adaptive``, which starts from the shard's prior (``rate.Prior``). Times are epoch
+seconds, kept to the millisecond (sub-second intervals survive).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from crawler_tasks.freshness.allocate import Bounds, Objective, optimal_freq
-from crawler_tasks.freshness.rate import RateEstimate
+from crawler_tasks.freshness.rate import Evidence, Prior, census_delta
 
 NUTCH_INC_RATE = 0.4
 NUTCH_DEC_RATE = 0.2
@@ -39,12 +39,15 @@ class Policy(StrEnum):
     UNIFORM = "uniform"
 
 
-_FIELDS = 12
+_FIELDS = 13
+# The chance a page changes at all is kept in quarter-octave steps down to this (below: 0),
+# so pages of one rate and value share an allocation class.
+_MIN_CHANGING = 2.0 ** -6
 
 
 @dataclass(slots=True)
 class History:
-    """What is kept per known URL (about 90 bytes besides the URL)."""
+    """What is kept per known URL (about 120 bytes besides the URL)."""
 
     etag: str = ""
     last_modified: str = ""
@@ -54,15 +57,17 @@ class History:
     interval_s: float = 0.0     # the interval the rule chose at the last visit
     visits: int = 0
     changes: int = 0            # visits that found a change
-    shape: float = 0.0          # the rate estimate (rate.RateEstimate)
-    exposure_s: float = 0.0
+    evidence: str = ""          # the visits' likelihood over rates (rate.Evidence, encoded)
+    lm_age_s: float = 0.0       # Last-Modified's age at the first visit, while it is trusted
     cell: str = ""              # the allocation class the URL is counted in ("" none)
     weight: float = 1.0
+    changing: float = 1.0       # the chance the page changes at all, at the last visit
 
     def encode(self) -> str:
         return "\t".join([self.etag, self.last_modified, self.fingerprint, f"{self.visited_at:.3f}",
                           f"{self.changed_at:.3f}", f"{self.interval_s:.3f}", str(self.visits), str(self.changes),
-                          f"{self.shape:.5g}", f"{self.exposure_s:.6g}", self.cell, f"{self.weight:g}"])
+                          self.evidence, f"{self.lm_age_s:.6g}", self.cell, f"{self.weight:g}",
+                          f"{self.changing:.4g}"])
 
     @classmethod
     def decode(cls, raw: str | None) -> "History":
@@ -71,19 +76,14 @@ class History:
         parts = raw.split("\t")
         try:
             if len(parts) == _FIELDS:
-                etag, lm, fp, at, ch, interval, visits, changes, shape, exp, cell, weight = parts
+                etag, lm, fp, at, ch, interval, visits, changes, evidence, lm_age, cell, weight, changing = parts
                 return cls(etag, lm, fp, float(at), float(ch), float(interval), int(visits), int(changes),
-                           float(shape), float(exp), cell, float(weight))
-            if len(parts) == 6:   # the former format: validators and the multiplicative rule's state
-                etag, lm, fp, interval, visits, changes = parts
-                return cls(etag, lm, fp, interval_s=float(interval), visits=int(visits), changes=int(changes))
+                           evidence, float(lm_age), cell, float(weight), float(changing))
+            if len(parts) in (6, 12):   # former formats: the validators are kept, the estimate starts again
+                return cls(parts[0], parts[1], parts[2], visits=int(parts[6 if len(parts) == 12 else 4]))
         except ValueError:
             pass
         return cls()   # damaged: the history starts again
-
-    @property
-    def estimate(self) -> RateEstimate:
-        return RateEstimate(self.shape, self.exposure_s)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,10 +102,10 @@ class Plan:
     policy: Policy
     bounds: Bounds
     initial_s: float
+    prior: Prior                             # the shard's rates, what a page is believed before its visits
     mu: float = 0.0                          # adaptive: the budget's multiplier
     objective: Objective = Objective.FRESHNESS
     uniform_s: float = 0.0                   # uniform: pages / budget
-    prior_rate: float = 0.0                  # adaptive: the host's pooled rate
 
     def clamp(self, interval_s: float) -> float:
         return min(max(interval_s, 1.0 / self.bounds.max_freq), 1.0 / self.bounds.min_freq)
@@ -122,19 +122,45 @@ def cell_rate(cell: str) -> tuple[float, float]:
     return 2 ** (int(k) / 4), float(weight)
 
 
-def revisit(plan: Plan, old: History, visit: Visit, weight: float = 1.0) -> tuple[History, float]:
+def _changing_level(p: float) -> float:
+    """``p`` in quarter-octave steps (1, 0.84, 0.71, ...), 0 below _MIN_CHANGING."""
+    if p < _MIN_CHANGING / 2 ** 0.125:
+        return 0.0
+    return float(f"{2.0 ** (round(4 * math.log2(min(p, 1.0))) / 4):.4g}")
+
+
+@dataclass(frozen=True, slots=True)
+class Next:
+    """A URL's history after a visit, its next visit, and what the visit changes in the shard's
+    census (``rate.census_delta``)."""
+
+    history: History
+    due_at: float
+    census: dict[str, float]
+
+
+def revisit(plan: Plan, old: History, visit: Visit, weight: float = 1.0) -> Next:
     """The URL's history after ``visit`` and the time of its next visit."""
     first = old.visits == 0
     changed = visit.changed and not first
     modified = visit.modified_at if visit.modified_at and old.visited_at < visit.modified_at <= visit.at else None
     changed_at = (modified or visit.at) if changed else (old.changed_at or visit.at)
-    est = old.estimate if old.exposure_s > 0 else RateEstimate.prior(plan.prior_rate or 1.0 / plan.initial_s)
-    if not first and old.exposure_s > 0:   # a history of the former format has no last visit
-        est.observe(visit.at - old.visited_at, changed, None if modified is None else visit.at - modified)
+    grid = plan.prior.grid
+    evidence = Evidence.decode(old.evidence)
+    before = (Evidence.decode(old.evidence), old.lm_age_s)
+    if first:
+        lm_age = visit.at - visit.modified_at if visit.modified_at and visit.modified_at <= visit.at else 0.0
+    elif changed != (modified is not None):   # Last-Modified is not the content's date here
+        lm_age = 0.0
+    else:
+        lm_age = old.lm_age_s * grid.keep(visit.at - old.visited_at)
+    if not first:
+        evidence.observe(grid, visit.at - old.visited_at, changed, None if modified is None else visit.at - modified)
+    belief = plan.prior.belief(evidence, lm_age)
+    worth = weight * _changing_level(belief.changing)
     due_from = visit.at
     if plan.policy == Policy.ADAPTIVE:
-        freq = plan.bounds.clamp(optimal_freq(est.rate, weight, plan.mu, plan.objective))
-        interval = 1.0 / freq
+        interval = 1.0 / plan.bounds.clamp(optimal_freq(belief.rate, worth, plan.mu, plan.objective))
     elif plan.policy == Policy.UNIFORM:
         interval = plan.uniform_s or plan.initial_s
     elif first:
@@ -148,6 +174,6 @@ def revisit(plan: Plan, old: History, visit: Visit, weight: float = 1.0) -> tupl
         due_from = visit.at - delta * NUTCH_SYNC_DELTA_RATE
     interval = plan.clamp(interval)
     new = History(old.etag, old.last_modified, old.fingerprint, visit.at, changed_at, interval,
-                  old.visits + 1, old.changes + int(changed), est.shape, est.exposure_s,
-                  rate_cell(est.rate, weight), weight)
-    return new, due_from + interval
+                  old.visits + 1, old.changes + int(changed), evidence.encode(), lm_age,
+                  rate_cell(belief.rate, worth), weight, belief.changing)
+    return Next(new, due_from + interval, census_delta(plan.prior, before if old.evidence else None, (evidence, lm_age)))

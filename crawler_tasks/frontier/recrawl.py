@@ -1,11 +1,12 @@
 """Continuous crawling: every fetched URL gets a next visit, within a revisit budget.
 
 The rules are pure (``crawler_tasks.freshness``): by default (``RECRAWL_POLICY=adaptive``)
-each URL's change rate is estimated from its visits (a changed main-text fingerprint, a
-304, Last-Modified), and the shard's revisit budget is spread over its URLs so as to
-maximize the expected freshness (or minimize age, ``RECRAWL_OBJECTIVE``) of the copies,
-weighted by page value: an indexable page counts 1, a seed 2, anything else (duplicates,
-soft 404s, errors) 0.1.
+each URL's change rate is a belief built from its visits (a changed main-text fingerprint,
+a 304, Last-Modified or the page's own modified date) over the shard's prior, which an EM
+fits to all the shard's pages at every plan; the shard's revisit budget is spread over its
+URLs so as to maximize the expected freshness (or minimize age, ``RECRAWL_OBJECTIVE``) of
+the copies, weighted by page value (an indexable page counts 1, a seed 2, anything else,
+duplicates, soft 404s, errors, 0.1) and by the chance the page changes at all.
 
 The budget is revisits per second per shard: ``RECRAWL_BUDGET_PER_S``, or, when 0, a share
 ``RECRAWL_HOST_SHARE`` of the politeness capacity of the shard's known hosts (one request
@@ -16,9 +17,10 @@ than its share, and discovery never starves revisits of theirs.
 
 State in the shard's Redis: ``hist`` (URL -> ``freshness.policy.History``), ``due``
 (``"<level> <url>"`` -> next visit), ``rates`` (allocation class -> URLs: the histogram the
-plan is solved over), ``hostrate`` (a host's pooled changes and exposure: the prior of its new
-URLs) and ``recrawl`` (the plan and the limiter). A Beat task (``crawler.recrawl``) solves the
-plan again and moves due URLs back into the front queues.
+plan is solved over), ``census`` (what the prior is fitted to, ``freshness.rate``),
+``hostrate`` (sitemap claims checked per host), ``rehosts`` (the hosts revisited) and
+``recrawl`` (the plan, the prior and the limiter). A Beat task (``crawler.recrawl``) solves
+the plan again and moves due URLs back into the front queues.
 
 A sitemap's ``<lastmod>`` later than our last visit claims a change. A claim is checked by the
 URL's next visit; once a host's claims have proved honest (``HONEST_SHARE`` of at least
@@ -44,7 +46,7 @@ from crawler_tasks.freshness.allocate import (
     solve_mu,
 )
 from crawler_tasks.freshness.policy import History, Plan, Policy, Visit, cell_rate, revisit
-from crawler_tasks.freshness.rate import pooled_rate
+from crawler_tasks.freshness.rate import Grid, Prior
 from crawler_tasks.frontier import Frontier, group_by
 from crawler_tasks.records import EntryKind, PageRecord
 from crawler_tasks.settings import Settings
@@ -98,6 +100,7 @@ class Recrawler:
         self.policy = Policy(settings.RECRAWL_POLICY)
         self.objective = Objective(settings.RECRAWL_OBJECTIVE)
         self.bounds = Bounds(1.0 / settings.RECRAWL_MAX_S, 1.0 / settings.RECRAWL_MIN_S)
+        self.grid = Grid.for_bounds(settings.RECRAWL_MIN_S, settings.RECRAWL_MAX_S)
 
     def _bounds(self, host: str) -> Bounds:
         """The revisit bounds of a host: its job rule's (urls/sites.py), else the crawl's."""
@@ -137,25 +140,28 @@ class Recrawler:
             hosts = [host_key(r.page.url) for r in group]
             pipe = client.pipeline(transaction=False)
             pipe.hmget(k.history, [r.page.url for r in group])
-            pipe.hmget(k.host_rates, [f"{h} {f}" for h in hosts for f in "ce"])
-            pipe.hmget(k.recrawl, ["mu", "uniform_s"])
+            pipe.hmget(k.recrawl, ["mu", "uniform_s", "prior"])
             pipe.hmget(k.claims, [r.page.url for r in group])
-            old, pooled, (mu, uniform_s), claims = pipe.execute()
+            old, (mu, uniform_s, prior), claims = pipe.execute()
+            prior = Prior.decode(prior, self.grid)
+            census: dict[str, float] = {}
             pipe = client.pipeline(transaction=False)
+            pipe.sadd(k.recrawl_hosts, *set(hosts))
             for i, (rec, raw) in enumerate(zip(group, old, strict=True)):
                 prev = History.decode(raw)
-                host_c, host_e = float(pooled[2 * i] or 0), float(pooled[2 * i + 1] or 0)
-                plan = Plan(self.policy, self._bounds(hosts[i]), self.settings.RECRAWL_INITIAL_S, mu=float(mu or 0),
-                            objective=self.objective, uniform_s=float(uniform_s or 0),
-                            prior_rate=pooled_rate(host_c, host_e, 1.0 / self.settings.RECRAWL_INITIAL_S))
+                plan = Plan(self.policy, self._bounds(hosts[i]), self.settings.RECRAWL_INITIAL_S, prior,
+                            mu=float(mu or 0), objective=self.objective, uniform_s=float(uniform_s or 0))
                 if rec.page.status == 304:
                     changed = False
                     counters["recrawl/not_modified"] += 1
                 else:
                     changed = bool(prev.visits) and (rec.parsed.fingerprint or "") != prev.fingerprint
                 visit = Visit(_epoch(rec.page.fetched_at) or now, changed,
-                              _epoch(rec.page.headers.get("last-modified")))
-                hist, due_at = revisit(plan, prev, visit, page_weight(rec))
+                              _epoch(rec.page.headers.get("last-modified")) or _epoch(rec.parsed.modified))
+                nxt = revisit(plan, prev, visit, page_weight(rec))
+                hist = nxt.history
+                for name, d in nxt.census.items():
+                    census[name] = census.get(name, 0.0) + d
                 hist.etag = rec.page.headers.get("etag") or (prev.etag if rec.page.status == 304 else "")
                 hist.last_modified = rec.page.headers.get("last-modified") or (
                     prev.last_modified if rec.page.status == 304 else "")
@@ -167,15 +173,15 @@ class Recrawler:
                 if prev.visits:
                     counters["recrawl/revisits"] += 1
                     counters["recrawl/changed" if changed else "recrawl/unchanged"] += 1
-                    pipe.hincrbyfloat(k.host_rates, f"{hosts[i]} c", float(changed))
-                    pipe.hincrbyfloat(k.host_rates, f"{hosts[i]} e", max(0.0, visit.at - prev.visited_at))
                 if hist.cell != prev.cell:
                     if prev.cell:
                         pipe.hincrby(k.rates, prev.cell, -1)
                     pipe.hincrby(k.rates, hist.cell, 1)
                 rec.revisit_s = round(hist.interval_s, 3)
                 pipe.hset(k.history, rec.page.url, hist.encode())
-                pipe.zadd(k.due, {f"{_level(hist.weight, self.settings.PRIORITY_LEVELS)} {rec.page.url}": due_at})
+                pipe.zadd(k.due, {f"{_level(hist.weight, self.settings.PRIORITY_LEVELS)} {rec.page.url}": nxt.due_at})
+            for name, d in census.items():
+                pipe.hincrbyfloat(k.census, name, d)
             pipe.execute()
         return counters
 
@@ -214,7 +220,7 @@ class Recrawler:
         s = self.settings
         if s.RECRAWL_BUDGET_PER_S > 0:
             return s.RECRAWL_BUDGET_PER_S
-        hosts = shard_client(s, shard).hlen(self.frontier.keys(shard).host_rates) / 2
+        hosts = shard_client(s, shard).scard(self.frontier.keys(shard).recrawl_hosts)
         return max(hosts, 1) * s.RECRAWL_HOST_SHARE / max(s.MIN_DELAY_S, 0.01)
 
     def classes(self, shard: int) -> list[PageClass]:
@@ -231,15 +237,23 @@ class Recrawler:
         return out
 
     def replan(self, shard: int) -> float:
-        """Solve the shard's allocation for its budget, and return that budget (revisits/s)."""
+        """Fit the shard's prior to its census, solve its allocation for its budget, and return
+        that budget (revisits/s)."""
         budget = self.budget(shard)
         classes = self.classes(shard)
         urls = sum(c.count for c in classes)
         mu = solve_mu(classes, budget * OVERBOOK, self.objective, self.bounds)
         fresh = expected_freshness(classes, FreqOf(mu, self.objective, self.bounds))
-        shard_client(self.settings, shard).hset(self.frontier.keys(shard).recrawl, mapping={
+        client = shard_client(self.settings, shard)
+        k = self.frontier.keys(shard)
+        pipe = client.pipeline(transaction=False)
+        pipe.hgetall(k.census)
+        pipe.hget(k.recrawl, "prior")
+        census, last = pipe.execute()
+        prior = Prior.fit(self.grid, census, Prior.decode(last, self.grid))
+        client.hset(k.recrawl, mapping={
             "mu": repr(mu), "budget": repr(budget), "freshness": f"{fresh:.4f}", "urls": int(urls),
-            "uniform_s": repr(urls / budget if budget else 0.0)})
+            "uniform_s": repr(urls / budget if budget else 0.0), "prior": prior.encode()})
         return budget
 
     def requeue_due(self, now: float | None = None, limit: int = 5000) -> int:

@@ -210,6 +210,7 @@ def _parse_into(w: Worker, rec: PageRecord, body: bytes, extra: list[PageRecord]
     if s.NEAR_DUPLICATES and result.simhash_words >= s.SIMHASH_MIN_WORDS:
         out.simhash = to_hex(result.simhash)
     out.text_chars = len(text.text)
+    out.modified = text.modified
     out.canonical = parsed.canonical
     out.noindex = parsed.noindex
     out.lang = text.lang or text.lang_declared or parsed.lang or None
