@@ -14,6 +14,13 @@ maximum when every page's marginal gain per revisit is the same multiplier ``mu`
 - age: ``w (x^2/2 - 1 + (1 + x) exp(-x)) / lam^2 = mu``, which always has a solution: every
   page is revisited, faster pages more often.
 
+A page whose rate is uncertain (a posterior over rates, ``freshness.rate``) gets the
+frequency where its *expected* marginal gain meets ``mu`` (``bayes_freq``): for a page seen
+changed at every visit, the posterior spreads over every rate above one change per visit,
+and the gain of a visit is near ``1 / lam`` for the fast ones, so its mean rate would
+overstate it. In the allocation it counts as the rate that gets that frequency
+(``rate_for_freq``).
+
 ``mu`` is found by bisection so that the revisits add up to the budget; pages are grouped
 in classes of the same rate and weight (a histogram), so that costs the same for a
 thousand pages as for a billion. The per-page inverse uses a table of the marginal curve.
@@ -98,6 +105,62 @@ def optimal_freq(rate: float, weight: float, mu: float, objective: Objective) ->
     else:
         x = _invert(_AGE, min(mu * rate * rate / weight, _AGE[-1]))
     return rate / x if x > 0 else math.inf
+
+
+def _peak_y() -> float:
+    """Where ``y / x(y)`` (a page's optimal frequency, in units of ``weight / mu``, against its
+    rate in units of ``weight / mu``) is at its highest: below it a faster page gets more
+    visits, above it fewer."""
+    best, arg = 0.0, 0.0
+    for x, y in zip(_XS, _FRESH, strict=True):
+        if y / x > best:
+            best, arg = y / x, y
+    return arg
+
+
+_PEAK_Y = _peak_y()
+
+
+def bayes_freq(rates: Sequence[float], probs: Sequence[float], weight: float, mu: float) -> float:
+    """Revisits per second for a page whose rate is ``rates[i]`` with chance ``probs[i]``: where
+    its expected marginal freshness per revisit meets ``mu`` (0: never worth a visit)."""
+    if weight <= 0 or mu <= 0:
+        return 0.0 if weight <= 0 else math.inf
+    target = mu / weight
+    pairs = [(lam, p) for lam, p in zip(rates, probs, strict=True) if p > 1e-9 and lam > 0]
+    if sum(p / lam for lam, p in pairs) * _FRESH[-1] <= target:   # the gain as visits get rare
+        return 0.0
+
+    def gain(freq: float) -> float:
+        return sum(p * _fresh_marginal(lam / freq) / lam for lam, p in pairs)
+
+    lo, hi = -12.0, 6.0   # log10 of the frequency; the gain falls as the frequency rises
+    for _ in range(50):
+        mid = (lo + hi) / 2
+        if gain(10 ** mid) > target:
+            lo = mid
+        else:
+            hi = mid
+    return 10 ** ((lo + hi) / 2)
+
+
+def rate_for_freq(freq: float, weight: float, mu: float, faster: bool) -> float:
+    """The rate whose optimal frequency (freshness) is ``freq``: on the side of the peak where
+    pages get fewer visits the faster they change (``faster``), or the other."""
+    if mu <= 0 or weight <= 0:
+        return 0.0
+    unit = weight / mu
+    lo, hi = (_PEAK_Y, 1.0) if faster else (1e-12, _PEAK_Y)
+    if freq <= 0:
+        return unit * (1.0 + 1e-9)
+    for _ in range(60):
+        mid = math.sqrt(lo * hi)
+        f = optimal_freq(mid * unit, weight, mu, Objective.FRESHNESS)
+        if (f < freq) != faster:
+            lo = mid
+        else:
+            hi = mid
+    return math.sqrt(lo * hi) * unit
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-from crawler_tasks.freshness.allocate import Bounds, Objective, optimal_freq
+from crawler_tasks.freshness.allocate import _PEAK_Y, Bounds, Objective, bayes_freq, optimal_freq, rate_for_freq
 from crawler_tasks.freshness.rate import Evidence, Prior, census_delta
 
 NUTCH_INC_RATE = 0.4
@@ -159,7 +159,14 @@ def revisit(plan: Plan, old: History, visit: Visit, weight: float = 1.0) -> Next
     belief = plan.prior.belief(evidence, lm_age)
     worth = weight * _changing_level(belief.changing)
     due_from = visit.at
-    if plan.policy == Policy.ADAPTIVE:
+    rate = belief.rate
+    if plan.policy == Policy.ADAPTIVE and plan.objective == Objective.FRESHNESS and worth > 0 and plan.mu > 0:
+        # the frequency the whole posterior asks for, counted as the rate that gets it
+        given = [p / belief.changing for p in belief.cells[:-1]]
+        freq = bayes_freq(grid.rates, given, worth, plan.mu)
+        rate = rate_for_freq(freq, worth, plan.mu, faster=rate > _PEAK_Y * worth / plan.mu)
+        interval = 1.0 / plan.bounds.clamp(freq)
+    elif plan.policy == Policy.ADAPTIVE:
         interval = 1.0 / plan.bounds.clamp(optimal_freq(belief.rate, worth, plan.mu, plan.objective))
     elif plan.policy == Policy.UNIFORM:
         interval = plan.uniform_s or plan.initial_s
@@ -175,5 +182,5 @@ def revisit(plan: Plan, old: History, visit: Visit, weight: float = 1.0) -> Next
     interval = plan.clamp(interval)
     new = History(old.etag, old.last_modified, old.fingerprint, visit.at, changed_at, interval,
                   old.visits + 1, old.changes + int(changed), evidence.encode(), lm_age,
-                  rate_cell(belief.rate, worth), weight, belief.changing)
+                  rate_cell(rate, worth), weight, belief.changing)
     return Next(new, due_from + interval, census_delta(plan.prior, before if old.evidence else None, (evidence, lm_age)))

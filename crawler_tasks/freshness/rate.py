@@ -74,6 +74,10 @@ class Grid:
     def rate(self, k: int) -> float:
         return 2.0 ** (k / CELLS_PER_OCTAVE)
 
+    @property
+    def rates(self) -> list[float]:
+        return [self.rate(k) for k in self.cells]
+
 
 @dataclass(slots=True)
 class Evidence:
