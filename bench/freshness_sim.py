@@ -262,10 +262,11 @@ def run_shape(shape: str, a: argparse.Namespace, horizons: list[float], s: Setup
     fresh_by: dict[str, list[list[float]]] = {}
     for label, policy in POLICIES:
         t0 = time.perf_counter()
-        r = simulate(policy, rates, horizons, s)
-        rows[label], spend[label], fresh_by[label] = r.freshness, r.per_s, r.fresh_by
-        print(f"{label:28s}" + "".join(f"{f:10.3f}" for f in r.freshness) + "   static share "
-              + " ".join(f"{x:.1%}" for x in r.static_share) + f"   ({r.visits} visits, {time.perf_counter() - t0:.1f} s)")
+        res = simulate(policy, rates, horizons, s)
+        rows[label], spend[label], fresh_by[label] = res.freshness, res.per_s, res.fresh_by
+        print(f"{label:28s}" + "".join(f"{f:10.3f}" for f in res.freshness) + "   static share "
+              + " ".join(f"{x:.1%}" for x in res.static_share)
+              + f"   ({res.visits} visits, {time.perf_counter() - t0:.1f} s)")
     nutch, est, best = rows["nutch"], rows["adaptive"], rows["optimal"]
     print(f"{'gap closed (nutch->optimal)':28s}" + "".join(
         f"{(e - n) / (g - n) if g > n else math.nan:10.2f}" for e, n, g in zip(est, nutch, best, strict=True)))

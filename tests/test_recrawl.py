@@ -14,9 +14,11 @@ from crawler_tasks.freshness.allocate import (
     Objective,
     PageClass,
     age,
+    bayes_freq,
     expected_freshness,
     freshness,
     optimal_freq,
+    rate_for_freq,
     solve_mu,
 )
 from crawler_tasks.freshness.policy import History, Plan, Policy, Visit, cell_rate, rate_cell, revisit
@@ -165,6 +167,21 @@ def test_marginal_gains_are_equal_at_the_optimum():
         assert gain == pytest.approx(mu, rel=0.02)
 
 
+def test_bayes_frequency_of_an_uncertain_rate():
+    mu = 2.0
+    for rate in (0.001, 0.05, 0.3):   # a certain rate: the optimum's frequency, and back
+        f = optimal_freq(rate, 1.0, mu, Objective.FRESHNESS)
+        assert bayes_freq([rate], [1.0], 1.0, mu) == pytest.approx(f, rel=1e-3)
+        assert rate_for_freq(f, 1.0, mu, faster=rate * mu > 0.54) == pytest.approx(rate, rel=1e-3)
+    # known only to change at least once in 10 s: the mean (1.1) would be given up on; the
+    # posterior's slower part still buys freshness, so the page keeps a few visits
+    spread = [0.1, 0.3, 1.0, 3.0]
+    assert optimal_freq(sum(spread) / 4, 1.0, 1.0, Objective.FRESHNESS) == 0.0
+    f = bayes_freq(spread, [0.25] * 4, 1.0, 1.0)
+    assert 0 < f < optimal_freq(0.1, 1.0, 1.0, Objective.FRESHNESS)
+    assert bayes_freq([4.0], [1.0], 1.0, 1.0) == 0.0   # too fast to keep at all
+
+
 def test_budget_spent_and_optimum_beats_uniform_and_proportional():
     rng = random.Random(5)
     classes = [PageClass(10 ** rng.uniform(-4, -0.5), 1.0, 1) for _ in range(400)]
@@ -282,6 +299,12 @@ def test_shard_plan_limits_revisits_to_the_budget(settings, rclient):
     t0 = 1_900_000_000.0
     burst = 2.0 * BURST_S * s.SHARDS   # the budget is per shard
     assert recrawler.requeue_due(now=t0) == burst
+    # the census counts every page once (none seen to change yet), and each plan fits the prior to it
+    shards = [frontier.keys(i) for i in range(s.SHARDS)]
+    assert sum(float(v) for k in shards for v in rclient.hgetall(k.census).values()) == pytest.approx(40)
+    grid = Grid.for_bounds(s.RECRAWL_MIN_S, s.RECRAWL_MAX_S)
+    priors = [Prior.decode(rclient.hget(k.recrawl, "prior"), grid) for k in shards if rclient.hlen(k.census)]
+    assert priors and all(p.weights != Prior(grid).weights and sum(p.weights) == pytest.approx(1) for p in priors)
     assert recrawler.requeue_due(now=t0 + 0.1) == 0
     assert recrawler.requeue_due(now=t0 + 1.0) == 2.0 * s.SHARDS
     assert recrawler.requeue_due(now=t0 + 60.0) == burst      # what was not spent is not saved up
