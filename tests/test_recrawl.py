@@ -349,3 +349,19 @@ def test_sitemap_lastmod_counts_once_the_host_proved_honest(settings, rclient):
     assert liar_due is not None and liar_due < now   # its own schedule: long before this test's clock
     # a lastmod older than our last visit claims nothing
     assert recrawler.sitemap_claims([(honest[1], visit1)], now=now) == 0
+
+
+def test_a_page_dated_by_itself_counts_as_long_unchanged(settings, rclient):
+    """No Last-Modified header, but the page says when it was last modified (meta or
+    JSON-LD, ``Parsed.modified``): its age is evidence, as a header's would be."""
+    s = dataclasses.replace(settings, CONTINUOUS=True, RECRAWL_BUDGET_PER_S=1.0,
+                            RECRAWL_MIN_S=1.0, RECRAWL_INITIAL_S=100.0, RECRAWL_MAX_S=1000.0)
+    frontier = Frontier(s)
+    recrawler = Recrawler(s, frontier)
+    dated, undated = _record("http://a.test/old", "x"), _record("http://a.test/new", "y")
+    dated.parsed.modified = "2024-01-01T00:00:00+00:00"
+    recrawler.record_visits([dated, undated], now=0)
+    k = frontier.keys(frontier.shard_of("a.test"))
+    old, new = (History.decode(rclient.hget(k.history, r.page.url)) for r in (dated, undated))
+    assert old.lm_age_s > 300 * 86_400 and new.lm_age_s == 0.0
+    assert old.changing < new.changing
