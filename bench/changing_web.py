@@ -313,7 +313,7 @@ def web_rates(a: argparse.Namespace) -> list[float]:
     """The shape's rates; the log-uniform web with other bounds when any of them is given."""
     n = a.hosts * a.pages
     if (a.fastest, a.slowest, a.static) == (None, None, None):
-        return draw_rates(a.shape, n, a.seed)
+        return draw_rates(a.shape, n, a.seed, host_pages=a.pages)
     if a.shape != "loguniform":
         raise SystemExit("--fastest, --slowest and --static shape the log-uniform web only")
     rng = random.Random(f"loguniform-{a.seed}")
@@ -328,7 +328,7 @@ def _row(label: str, cells: list[float], fmt: str = "10.3f") -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shape", default="loguniform", choices=("loguniform", "bimodal", "hot"))
+    ap.add_argument("--shape", default="loguniform", choices=("loguniform", "bimodal", "hot", "byhost"))
     ap.add_argument("--hosts", type=int, default=8)
     ap.add_argument("--pages", type=int, default=150, help="pages a host")
     ap.add_argument("--fastest", type=float, help="log-uniform web: shortest change period, s (2)")
@@ -357,7 +357,8 @@ def main() -> None:
     rates = web_rates(a)
     n = len(rates)
     budget = a.budget or Settings().RECRAWL_HOST_SHARE * a.hosts / a.delay
-    setup = Setup(budget, Bounds(1 / a.max_s, 1 / a.min_s), a.initial_s, a.hosts / a.delay, REPLAN_S, 0.0, a.seed)
+    setup = Setup(budget, Bounds(1 / a.max_s, 1 / a.min_s), a.initial_s, a.hosts / a.delay, REPLAN_S, 0.0, a.seed,
+                  host_pages=a.pages)
     counts = [0] * len(CLASSES)
     for rate in rates:
         counts[rate_class(rate)] += 1

@@ -12,7 +12,9 @@ Webs (``--shapes``, rates scaled like the crawl's settings, 3600:1 by default):
 
 - ``loguniform``: periods log-uniform from 2 s to 2 h, a fifth of the pages static;
 - ``bimodal``: a fifth static, the rest split between periods near 20 s and near 40 min;
-- ``hot``: mostly static (80 %), a tenth slow (1-2 h), a tenth hot (5-60 s).
+- ``hot``: mostly static (80 %), a tenth slow (1-2 h), a tenth hot (5-60 s);
+- ``byhost``: log-uniform periods, but every other host's pages are 90 % static and the
+  others' never are (what a host's pooled prior is for).
 
 Freshness (the share of pages whose copy equals the live page) is integrated exactly and
 reported at each horizon H as its mean over the last 70 % of [0, H] (the crawl's first
@@ -34,7 +36,7 @@ import random
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -69,16 +71,22 @@ def _hot(rng: random.Random, scale: float) -> float:
     return _loguniform(rng, 3600 * scale, 7200 * scale) if rng.random() < 0.5 else _loguniform(rng, 5 * scale, 60 * scale)
 
 
-def draw_rates(shape: str, n: int, seed: int, scale: float = 1.0) -> list[float]:
-    """Change rates (per second) of ``n`` pages of one web shape; 0 is a static page."""
+def draw_rates(shape: str, n: int, seed: int, scale: float = 1.0, host_pages: int = 150) -> list[float]:
+    """Change rates (per second) of ``n`` pages of one web shape (page i on host
+    i // host_pages); 0 is a static page."""
     rng = random.Random(f"{shape}-{seed}")
-    static = 0.8 if shape == "hot" else 0.2
     draw: Callable[[], float] = {
         "loguniform": lambda: _loguniform(rng, 2 * scale, 7200 * scale),
+        "byhost": lambda: _loguniform(rng, 2 * scale, 7200 * scale),
         "bimodal": lambda: _bimodal(rng, scale),
         "hot": lambda: _hot(rng, scale),
     }[shape]
-    return [0.0 if rng.random() < static else 1.0 / draw() for _ in range(n)]
+
+    def static(i: int) -> float:
+        if shape == "byhost":
+            return 0.9 if (i // host_pages) % 2 == 0 else 0.0
+        return 0.8 if shape == "hot" else 0.2
+    return [0.0 if rng.random() < static(i) else 1.0 / draw() for i in range(n)]
 
 
 def rate_class(rate: float) -> int:
@@ -171,6 +179,7 @@ class Setup:
     lm_origin: float
     seed: int
     last_modified: bool = True
+    host_pages: int = 150
 
 
 def simulate(policy: Policy | None, rates: list[float], horizons: list[float], s: Setup) -> Result:
@@ -183,6 +192,7 @@ def simulate(policy: Policy | None, rates: list[float], horizons: list[float], s
         meter.sizes[rate_class(r)] += 1
     grid = Grid.for_bounds(1.0 / s.bounds.max_freq, 1.0 / s.bounds.min_freq)
     census: dict[str, float] = {}
+    hosts: dict[int, list[float]] = {}   # host -> [pages, pages seen to change]
     plan = Plan(policy or Policy.ADAPTIVE, s.bounds, s.initial_s, Prior(grid), uniform_s=n / s.budget)
     true_mu = solve_mu([PageClass(r, 1.0, 1) for r in rates], s.budget * OVERBOOK, Objective.FRESHNESS, s.bounds)
     # the first pass: one visit per page, spread as discovery would find them
@@ -208,7 +218,11 @@ def simulate(policy: Policy | None, rates: list[float], horizons: list[float], s
             nxt = t + 1.0 / freq
         else:
             modified = (p.last_change if p.last_change > 0 else s.lm_origin) if s.last_modified else None
-            step_ = revisit(plan, p.hist, Visit(t, changed, modified))
+            host = hosts.setdefault(i // s.host_pages, [0.0, 0.0])
+            local = replace(plan, prior=plan.prior.for_host(*host))
+            step_ = revisit(local, p.hist, Visit(t, changed, modified))
+            host[0] += not p.hist.visits
+            host[1] += step_.first_change
             p.hist, nxt = step_.history, step_.due_at
             for name, d in step_.census.items():
                 census[name] = census.get(name, 0.0) + d
@@ -281,7 +295,7 @@ def run_shape(shape: str, a: argparse.Namespace, horizons: list[float], s: Setup
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shapes", default="loguniform,bimodal,hot")
+    ap.add_argument("--shapes", default="loguniform,bimodal,hot,byhost")
     ap.add_argument("--pages", type=int, default=1200)
     ap.add_argument("--budget", type=float, default=20.0, help="revisits per second")
     ap.add_argument("--scale", type=float, default=1.0, help="multiplies every change period")

@@ -59,7 +59,9 @@ Per shard ``s`` (``<prefix>:{s<s>}:...``):
                                   (freshness/rate.py): ``<cell>`` -> summed posteriors of the
                                   pages seen to change, ``u<bucket>`` -> pages never seen to,
                                   by how long they are known unchanged
-``hostrate``              hash    ``<host> n`` / ``<host> y``: sitemap lastmod claims checked / confirmed
+``hostrate``              hash    ``<host> p`` / ``<host> s``: the host's pages known, and seen to change
+                                  (its tilt of the prior); ``<host> n`` / ``<host> y``: sitemap
+                                  lastmod claims checked / confirmed
 ``rehosts``               set     hosts with a URL in ``hist`` (they set the revisit budget)
 ``claims``                hash    URL -> sitemap lastmod (epoch s) claiming a change since our last visit
 ``recrawl``               hash    the shard's revisit plan (``mu``, ``budget``, ``freshness``,

@@ -137,6 +137,7 @@ class Next:
     history: History
     due_at: float
     census: dict[str, float]
+    first_change: bool      # the first change ever seen on this URL (its host's count of such)
 
 
 def revisit(plan: Plan, old: History, visit: Visit, weight: float = 1.0) -> Next:
@@ -183,4 +184,5 @@ def revisit(plan: Plan, old: History, visit: Visit, weight: float = 1.0) -> Next
     new = History(old.etag, old.last_modified, old.fingerprint, visit.at, changed_at, interval,
                   old.visits + 1, old.changes + int(changed), evidence.encode(), lm_age,
                   rate_cell(rate, worth), weight, belief.changing)
-    return Next(new, due_from + interval, census_delta(plan.prior, before if old.evidence else None, (evidence, lm_age)))
+    return Next(new, due_from + interval, census_delta(plan.prior, before if old.evidence else None, (evidence, lm_age)),
+                evidence.changed and not before[0].changed)

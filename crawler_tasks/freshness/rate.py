@@ -31,7 +31,9 @@ how many change faster than they can be followed) and a new page starts from it.
 keeps a census: the summed posteriors of the pages seen to change, and a count of the
 others by how long they are known unchanged. At every plan an EM fits the prior to the
 census (``Prior.fit``); telling a static page from a slow one takes the whole census, not one
-page's visits. A posterior then tells the allocation two things: the chance the page
+page's visits. A host's pages start from the shard's prior tilted by how often its own pages
+are seen to change (``Prior.for_host``): a host whose pages never change pulls its new pages
+towards static. A posterior then tells the allocation two things: the chance the page
 changes at all, and its mean rate if it does.
 """
 from __future__ import annotations
@@ -46,6 +48,7 @@ FASTER = 2.0          # and this many times faster than 1 / RECRAWL_MIN_S
 MEMORY = 32.0         # evidence fades with a time constant of this many RECRAWL_MAX_S
 PRIOR_PAGES = 4.0     # the flat prior under the shard's is worth this many pages
 EM_ROUNDS = 40        # EM steps per fit of the prior (each fit starts from the last)
+HOST_PAGES = 8.0      # a host's own share of pages seen to change is pooled with this many of the shard's
 MAX_BUCKETS = 64      # interval lengths kept per page (a damaged history has no more)
 
 
@@ -151,29 +154,48 @@ class Belief:
 
 
 class Prior:
-    """A shard's prior over the grid's cells, then the static page (``weights``, summing to 1)."""
+    """A shard's prior over the grid's cells, then the static page (``weights``, summing to 1),
+    and the share of its pages seen to change (``seen_changed``: what a host is compared with)."""
 
-    __slots__ = ("grid", "weights")
+    __slots__ = ("grid", "weights", "seen_changed")
 
-    def __init__(self, grid: Grid, weights: Sequence[float] | None = None) -> None:
+    def __init__(self, grid: Grid, weights: Sequence[float] | None = None, seen_changed: float = 0.5) -> None:
         self.grid = grid
         n = len(grid.cells) + 1
         self.weights = list(weights) if weights is not None and len(weights) == n else [1.0 / n] * n
+        self.seen_changed = seen_changed
 
     def encode(self) -> str:
-        return f"{self.grid.lo}~" + ",".join(f"{w:.4g}" for w in self.weights)
+        return f"{self.grid.lo}~" + ",".join(f"{w:.4g}" for w in self.weights) + f"~{self.seen_changed:.4g}"
 
     @classmethod
     def decode(cls, raw: str | None, grid: Grid) -> "Prior":
         """The prior stored by ``encode`` (flat when missing, damaged or for other bounds)."""
-        lo, _, weights = (raw or "").partition("~")
+        lo, _, rest = (raw or "").partition("~")
+        weights, _, share = rest.partition("~")
         try:
             values = [float(w) for w in weights.split(",")]
+            seen = float(share)
         except ValueError:
             return cls(grid)
-        if lo != str(grid.lo) or not all(0.0 <= v < math.inf for v in values) or not sum(values) > 0:
+        if lo != str(grid.lo) or not all(0.0 <= v < math.inf for v in values) or not sum(values) > 0 \
+                or not 0.0 <= seen <= 1.0:
             return cls(grid)
-        return cls(grid, [v / sum(values) for v in values])
+        return cls(grid, [v / sum(values) for v in values], seen)
+
+    def for_host(self, pages: float, seen_changed: float) -> "Prior":
+        """The prior of a host of ``pages`` pages of which ``seen_changed`` were seen to change:
+        the shard's, its static page and changing pages reweighed by how much more (or less)
+        often the host's pages change than the shard's, pooled over HOST_PAGES pages of the
+        shard's share (a host of few pages is the shard's)."""
+        q = min(max(self.seen_changed, 0.01), 0.99)
+        h = (seen_changed + HOST_PAGES * q) / (pages + HOST_PAGES)
+        h = min(max(h, 0.001), 0.999)
+        if abs(h - q) < 1e-6:
+            return self
+        weights = [w * h / q for w in self.weights[:-1]] + [self.weights[-1] * (1 - h) / (1 - q)]
+        total = sum(weights)
+        return Prior(self.grid, [w / total for w in weights], self.seen_changed)
 
     @classmethod
     def fit(cls, grid: Grid, census: Mapping[str, float], start: "Prior | None" = None,
@@ -202,7 +224,7 @@ class Prior:
                 for i, p in enumerate(post):
                     mass[i] += p * scale
             weights = [(m + flat) / (pages + PRIOR_PAGES) for m in mass]
-        return cls(grid, weights)
+        return cls(grid, weights, sum(changed) / pages if pages > 0 else 0.5)
 
     def belief(self, evidence: Evidence, lm_age_s: float = 0.0) -> Belief:
         """The posterior of a page with ``evidence``, and a Last-Modified ``lm_age_s`` old at its

@@ -18,7 +18,7 @@ than its share, and discovery never starves revisits of theirs.
 State in the shard's Redis: ``hist`` (URL -> ``freshness.policy.History``), ``due``
 (``"<level> <url>"`` -> next visit), ``rates`` (allocation class -> URLs: the histogram the
 plan is solved over), ``census`` (what the prior is fitted to, ``freshness.rate``),
-``hostrate`` (sitemap claims checked per host), ``rehosts`` (the hosts revisited) and
+``hostrate`` (per host: pages, pages seen to change, sitemap claims checked), ``rehosts`` (the hosts revisited) and
 ``recrawl`` (the plan, the prior and the limiter). A Beat task (``crawler.recrawl``) solves
 the plan again and moves due URLs back into the front queues.
 
@@ -142,15 +142,21 @@ class Recrawler:
             pipe.hmget(k.history, [r.page.url for r in group])
             pipe.hmget(k.recrawl, ["mu", "uniform_s", "prior"])
             pipe.hmget(k.claims, [r.page.url for r in group])
-            old, (mu, uniform_s, prior), claims = pipe.execute()
+            pipe.hmget(k.host_rates, [f"{h} {f}" for h in hosts for f in "ps"])
+            old, (mu, uniform_s, prior), claims, pooled = pipe.execute()
             prior = Prior.decode(prior, self.grid)
+            host_pages: dict[str, list[float]] = {}
+            for i, h in enumerate(hosts):
+                host_pages[h] = [float(pooled[2 * i] or 0), float(pooled[2 * i + 1] or 0)]
             census: dict[str, float] = {}
             pipe = client.pipeline(transaction=False)
             pipe.sadd(k.recrawl_hosts, *set(hosts))
             for i, (rec, raw) in enumerate(zip(group, old, strict=True)):
                 prev = History.decode(raw)
-                plan = Plan(self.policy, self._bounds(hosts[i]), self.settings.RECRAWL_INITIAL_S, prior,
-                            mu=float(mu or 0), objective=self.objective, uniform_s=float(uniform_s or 0))
+                pages, seen_changed = host_pages[hosts[i]]
+                plan = Plan(self.policy, self._bounds(hosts[i]), self.settings.RECRAWL_INITIAL_S,
+                            prior.for_host(pages, seen_changed), mu=float(mu or 0), objective=self.objective,
+                            uniform_s=float(uniform_s or 0))
                 if rec.page.status == 304:
                     changed = False
                     counters["recrawl/not_modified"] += 1
@@ -160,6 +166,12 @@ class Recrawler:
                               _epoch(rec.page.headers.get("last-modified")) or _epoch(rec.parsed.modified))
                 nxt = revisit(plan, prev, visit, page_weight(rec))
                 hist = nxt.history
+                if not prev.visits:
+                    host_pages[hosts[i]][0] += 1
+                    pipe.hincrby(k.host_rates, f"{hosts[i]} p", 1)
+                if nxt.first_change:
+                    host_pages[hosts[i]][1] += 1
+                    pipe.hincrby(k.host_rates, f"{hosts[i]} s", 1)
                 for name, d in nxt.census.items():
                     census[name] = census.get(name, 0.0) + d
                 hist.etag = rec.page.headers.get("etag") or (prev.etag if rec.page.status == 304 else "")
