@@ -1,6 +1,7 @@
 """Main text and metadata extraction (crawler_tasks.parse.text) on real and odd pages."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -356,6 +357,12 @@ def _furnished(furniture: str, article: str = f"<p>{_STORY * 2}</p><p>{_STORY * 
     "<div class='entry-footer'><p>This story was first published in the morning edition and was updated at noon "
     "with the vote of the board.</p></div>",
     "<div class='article-tools'><p>Follow us on every one of the networks where we post the news of the day.</p></div>",
+    "<div class='story-foot'><p>This page is best viewed in an up-to-date web browser with style sheets enabled, which "
+    "all of the browsers of today are.</p></div>",
+    "<div class='right-rail'><p>Most read: the harbour master says that the ferry timetable will change in the "
+    "summer, when the work begins.</p></div>",
+    "<div class='modal-dialog'><p>We use cookies to improve your experience of the site and to show you the "
+    "stories that you will like.</p></div>",
 ])
 def test_furniture_named_by_class_or_id_goes(furniture: str) -> None:
     """Prose-like blocks that neither resiliparse's class rules nor the link-density
@@ -373,6 +380,9 @@ def test_furniture_named_by_class_or_id_goes(furniture: str) -> None:
     "<div class='post category-social tag-newsletter'><p>{}</p></div>",     # taxonomy names: the post's topics
     "<section id='social-security'><span id='x'></span><h2>4.2. Social security</h2><p>{}</p></section>",  # doc section
     "<section id='sharing-with-a-remote-team'><p>{}</p></section>",        # a heading's slug
+    "<div class='football'><p>{}</p></div>",                                # "foot" is a word of its own
+    "<div class='trail-guide'><p>{}</p></div>",                             # "rail" too
+    "<div class='modality'><p>{}</p></div>",
     "<div class='share'><p>{}</p><p>{}</p><p>{}</p><p>{}</p></div>",        # the article itself, badly named
 ])
 def test_furniture_look_alikes_stay(look_alike: str) -> None:
@@ -414,3 +424,91 @@ def test_stamped_signatures_of_several_names_start_the_comments() -> None:
     # the mark that parse.text leaves for a comment section ends the article and is never output
     assert trim_boilerplate(f"{story}\n{story}\n{COMMENTS_MARK}\n{story}", set()) == f"{story}\n{story}"
     assert trim_boilerplate(f"{COMMENTS_MARK}\nName\nName", set()) == "Name\nName"
+
+
+def _deep(html: str) -> str:
+    """The page's content four blocks below the body: past resiliparse's rules for the
+    page's top levels, so that its rules for lists and class names are the ones at work."""
+    return f"<html><body><div><div><div><div class='main'>{html}</div></div></div></div></body></html>"
+
+
+@pytest.mark.parametrize("wrap", [_deep, lambda html: f"<html><body>{html}</body></html>"])
+def test_prose_lists_with_links_stay_teaser_lists_go(wrap: Callable[[str], str]) -> None:
+    """A list whose items are sentences with links in them stays, nested deep or near
+    the top of the body (resiliparse drops every list with a fifth of link text, and
+    every list near the top); a list whose items begin with their headline links (a
+    teaser or "related" list) still goes, as do menus, one nested in a layout table
+    (that the link-density pass, which measures outermost blocks, did not see), and a
+    <ul> that only indents a column of links."""
+    prose = "".join(f"<li>{who} <a href='/b{i}'>rebuilt the landing stage</a> of the north pier in {year}</li>"
+                    for i, (who, year) in enumerate([("Ann", 1990), ("Bob", 2001), ("Cy", 2012)]))
+    teasers = "".join(f"<li><a href='/t{i}'>Ferry timetable number {i}</a> A short summary of the story.</li>"
+                      for i in range(4))
+    menu = "".join(f"<li><a href='/m{i}'>Section {i}</a></li>" for i in range(6))
+    nav = ("<ul><li><a href='/s'>Scoreboard</a></li><li>Schedules: <a href='/a'>North</a> | <a href='/b'>South</a>"
+           "</li><li>Standings: <a href='/c'>North</a> | <a href='/d'>South</a></li><li><a href='/e'>Teams</a> | "
+           "<a href='/f'>Statistics</a></li></ul>")
+    indent = "<ul><b>Archives</b><br><a href='/y'>Yesterday's issue</a><br><a href='/d'>By date</a></ul>"
+    html = wrap(f"<h1>Pier to be rebuilt</h1><p>{_STORY * 2}</p><ul>{prose}</ul>"
+                f"<table><tr><td><p>{_STORY}</p>{nav}{indent}</td></tr></table><p>{_STORY * 2}</p>"
+                f"<ul>{teasers}</ul><ul>{menu}</ul>")
+    text = extract_text(html, "u").text
+    assert "Bob rebuilt the landing stage of the north pier in 2001" in text
+    assert text.count("The harbour board agreed") == 5
+    assert "Ferry timetable" not in text and "short summary" not in text and "Section 3" not in text
+    assert "Standings" not in text and "Statistics" not in text and "Yesterday" not in text
+
+
+def test_embedded_quotation_stays_whatever_its_class_a_hidden_one_does_not() -> None:
+    """An embedded post is quoted content (resiliparse drops it for its class:
+    "twitter-tweet" reads as a social box); a quotation that its class hides stays hidden."""
+    tweet = ("<blockquote class='twitter-tweet'><p>The old pier closes for two summers from Monday, "
+             "the board says.</p>— Harbour Board (@harbourboard) May 2, 2024</blockquote>")
+    hidden = "<blockquote class='visually-hidden'><p>Screen readers get a summary of the vote here.</p></blockquote>"
+    text = extract_text(_deep(f"<h1>Pier</h1><p>{_STORY * 2}</p>{tweet}{hidden}<p>{_STORY * 2}</p>"), "u").text
+    assert "The old pier closes for two summers from Monday" in text
+    assert "Screen readers" not in text
+
+
+def test_title_in_the_body_is_metadata() -> None:
+    """A <title> printed in the body is no text of the page; the head's is its title."""
+    html = ("<html><head><title>Pier to be rebuilt</title></head><body><title>Pier to be rebuilt - Harbour News"
+            f"</title><h1>Pier to be rebuilt</h1><p>{_STORY * 3}</p></body></html>")
+    p = extract_text(html, "u")
+    assert p.title == "Pier to be rebuilt"
+    assert "Harbour News" not in p.text and p.text.startswith("Pier to be rebuilt\n")
+
+
+_BYLINE = "Filed by the harbour desk under Piers, Ferries and Tides"
+
+
+@pytest.mark.parametrize(("block", "stays"), [
+    (f"<div class='entry-meta'><span>{_BYLINE}</span></div>", False),
+    (f"<div class='metadata'><span>{_BYLINE}</span></div>", False),
+    (f"<p class='post-tags'>{_BYLINE}</p>", False),
+    # a theme that names the article's wrapper so: more text than a byline or a list of tags
+    (f"<div class='post-meta'><p>{_STORY}</p><p>{_BYLINE}</p><p>{_STORY}</p></div>", True),
+    (f"<div class='information'><span>{_BYLINE}</span></div>", True),  # "info" only after post, entry...
+    (f"<div class='metadatabase'><span>{_BYLINE}</span></div>", True),
+])
+def test_small_post_metadata_goes(block: str, stays: bool) -> None:
+    """Bylines, categories and tags in blocks their class names as the post's metadata go."""
+    text = extract_text(_furnished("", f"<p>{_STORY * 2}</p>{block}<p>{_STORY * 2}</p>"), "u").text
+    assert (_BYLINE in text) is stays
+    assert text.count("The harbour board agreed") == 4 + block.count(_STORY)
+
+
+@pytest.mark.parametrize("name", ["comments", "footer"])
+def test_big_block_named_like_furniture_survives_resiliparse_unless_it_is_comments_or_footer(name: str) -> None:
+    """A block the class rules keep because it holds the page's text loses the name that
+    resiliparse's own class rules (which weigh no text) would drop it by; a long comment
+    section or footer is no article, and still goes."""
+    wrapped = _deep(f"<h1>Pier</h1><div class='share_wrapper'><p>{_STORY * 2}</p><p>{_STORY * 2}</p></div>"
+                    f"<div class='more'><p>{_STORY}</p></div>")
+    assert extract_text(wrapped, "u").text.count("The harbour board agreed") == 5
+    block = (f"<div class='{name}'>" + "".join(
+        f"<p>Reader {i}: I could not agree more with what the board decided, it is about time that someone "
+        f"did something about that pier, which is older than all of us and falls apart.</p>" for i in range(5))
+        + "</div>")
+    text = extract_text(_deep(f"<h1>Pier</h1><p>{_STORY * 2}</p><p>{_STORY * 2}</p>{block}"), "u").text
+    assert text.count("The harbour board agreed") == 4 and "could not agree" not in text

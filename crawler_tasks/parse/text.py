@@ -11,20 +11,25 @@ trafilatura and resiliparse by ``bench/text_quality.py``:
    language, headings);
 2. blocks whose class or id names them as furniture that reads like prose
    (comment sections, share, social and newsletter boxes, "related" teasers,
-   promotions, tool bars, footers) are removed from it, unless they hold much
-   of the page's text or are a document's own sections named after their
-   headings; a comment section leaves a mark where the article ends.  Then
-   link-dense lists and tables (menus, tables of contents, "Prev / Next"
-   bars, index pages) go; resiliparse's main-content heuristics miss many
-   of both;
-3. resiliparse extracts the main content of what is left from that same
+   promotions, tool bars, footers, side rails, modal dialogs, and small
+   blocks of post metadata: bylines, categories, tags) are removed from it,
+   unless they hold much of the page's text or are a document's own sections
+   named after their headings; a comment section leaves a mark where the
+   article ends.  Then link-dense lists and tables (menus, tables of
+   contents, "Prev / Next" bars, index pages) go; resiliparse's main-content
+   heuristics miss many of both;
+3. what is left is shielded from resiliparse's own rules where they are blind
+   to text: lists that read as prose (it drops every ``<ul>`` with a fifth of
+   link text, and near the top of the body), embedded quotations and
+   furniture-named blocks that hold the page's text (it drops them by class);
+4. resiliparse extracts the main content of what is left from that same
    tree (no serialization and second parse), keeping block breaks (one
    line per block, a blank line between paragraphs); the whole text when
    its class rules left almost nothing;
-4. :mod:`crawler_tasks.parse.boilerplate` cuts that text to the article
+5. :mod:`crawler_tasks.parse.boilerplate` cuts that text to the article
    (banners above it, teasers and comments below it go), judging each line
    by its length, stop words and link text;
-5. resiliparse's n-gram profiles guess the language of the main text.
+6. resiliparse's n-gram profiles guess the language of the main text.
 
 Error policy: :func:`extract_text` never raises.  Input is cut at
 ``MAX_INPUT_BYTES``; on a failure the returned :class:`PageText` is empty
@@ -96,11 +101,20 @@ _MAIN_MIN_SHARE_INV = 10
 # tune half of bench/text_quality.py; each stem's look-alikes that name content
 # ("commentary", "shared", "subscript", "toolsets") are excluded.
 _FURNITURE_STEMS = ("comment", "related", "shar", "social", "newsletter", "subscri", "sponsor", "tool", "popup",
-                    "promo", "footer")
+                    "promo", "foot", "rail", "modal", "meta", "info", "tag", "categor")
+# "foot" alone or "footer...", "rail" (a news site's side column: "right-rail") and "modal"
+# (cookie and log-in dialogs), not "football", "trail", "modality".  The post's metadata
+# ("post-meta", "entry-info", "article-tags", "metadata": bylines, dates, categories) is
+# furniture too, but only in small blocks (``_META_MAX_CHARS``): some themes give those
+# names to the article's wrapper.
 _FURNITURE_RE = re.compile(
-    r"(?:[a-z0-9]+[-_])?(comment(?!ary)|related|shar(?=e(?!d)|ing)|social|newsletter|subscri(?=be|ption)"
-    r"|sponsor|tool(?=s(?![a-z])|bar)|popup|promo|footer)"
+    r"(?:[a-z0-9]+[-_])?(?:(comment(?!ary)|related|shar(?=e(?!d)|ing)|social|newsletter|subscri(?=be|ption)"
+    r"|sponsor|tool(?=s(?![a-z])|bar)|popup|promo|foot(?=er|(?![a-z]))|rail(?![a-z])|modal(?![a-z]))"
+    r"|(?:post|entry|article|story|content)[-_]?(?:meta|info|tags?|category)(?![a-z])|meta[-_]?data(?![a-z]))"
 )
+_META = "meta"  # the kind of a match of the last two alternatives
+_META_MAX_CHARS = 200
+_NEVER_ARTICLE = frozenset({"foot", "comment", _META})
 _FURNITURE_SELECTOR = ", ".join(f"[class*={stem} i], [id*={stem} i]" for stem in _FURNITURE_STEMS)
 _TAXONOMY = ("category-", "tag-", "author-")
 _SLUG_SEPARATORS = 3
@@ -119,8 +133,16 @@ _COMMENTS_MIN_CHARS = 100  # a comment section, not a "12 comments" link near th
 # are kept are each measured: 400 nested blocks cost 60 ms without it).
 _MAX_FURNITURE_NODES = 1000
 _FURNITURE_TEXT_BUDGET = 3
+_LIST_SAMPLE = 20  # items of a list read to tell a teaser list from a prose one
+# A list with more link text than this is navigation, even where _drop_link_dense did not
+# measure it (nested in a layout table): "Schedules: <a>A.F.C.</a> | <a>N.F.C.</a>".
+_PROSE_LIST_LINK_MAX = 0.5
+_HIDING_CLASS_RE = re.compile(r"hidden|invisible|display-none|collapsed", re.I)
+_WORD_CHAR_RE = re.compile(r"\w")
 _LINK_BLOCK_SELECTOR = ":is(ul, ol, dl, table):not(:is(ul, ol, dl, table) *)"  # outermost ones
-_HIDDEN_TAGS = frozenset({"script", "style", "noscript", "template", "iframe", "noembed", "noframes", "svg", "math"})
+# A <title> in the body (a misplaced one, or one a template printed twice) is metadata too.
+_HIDDEN_TAGS = frozenset({"script", "style", "noscript", "template", "iframe", "noembed", "noframes", "svg", "math",
+                          "title"})
 _HEADING_TAGS = frozenset({"h1", "h2", "h3"})
 _ALL_HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
 _META_TAGS = frozenset({"title", "meta", "script"})  # and [itemprop]
@@ -258,6 +280,7 @@ def _extract(
     if main_content:
         _drop_furniture(tree)
         _drop_link_dense(tree)
+        _shield_content(tree)
         page.text = trim_boilerplate(_main_text(tree, max_chars), _link_texts(tree))
     else:
         page.text = whole
@@ -320,22 +343,84 @@ def _drop_link_dense(tree: HTMLTree) -> None:
     body = tree.body
     if body is None:
         return
-    dense: list[ElementNode] = []
-    for block in body.query_selector_all(_LINK_BLOCK_SELECTOR).values():
-        links = block.query_selector_all("a[href]")
-        n = len(links)
-        if n < _LINK_DENSE_MIN_LINKS:
-            continue
-        step = max(1, n // _LINK_SAMPLE)
-        bound = _LINK_DENSITY_MAX * _visible_chars(block.text or "") / step
-        link_chars = 0
-        for link in map(links.item, range(0, n, step)):
-            link_chars += _visible_chars(link.text or "") if link is not None else 0
-            if link_chars > bound:
-                dense.append(block)
-                break
+    dense = [block for block in body.query_selector_all(_LINK_BLOCK_SELECTOR).values() if _link_dense(block)]
     for block in dense:  # after the walk, so that it never reads a removed node
         block.decompose()
+
+
+def _link_dense(block: ElementNode, share: float = _LINK_DENSITY_MAX) -> bool:
+    """Whether more than ``share`` of the block's visible text is link text."""
+    links = block.query_selector_all("a[href]")
+    n = len(links)
+    if n < _LINK_DENSE_MIN_LINKS:
+        return False
+    step = max(1, n // _LINK_SAMPLE)
+    bound = share * _visible_chars(block.text or "") / step
+    link_chars = 0
+    for link in map(links.item, range(0, n, step)):
+        link_chars += _visible_chars(link.text or "") if link is not None else 0
+        if link_chars > bound:
+            return True
+    return False
+
+
+def _shield_content(tree: HTMLTree) -> None:
+    """Keep resiliparse's tag and class rules off the lists and quotations that are left.
+
+    Its rules drop every ``<ul>`` near the top of the body or with more than a
+    fifth of link text, which takes an article's lists with them ("gero
+    <a>removed the windowtype attribute</a> from dialogs"), and blocks by class
+    alone, which takes embedded quotations (``<blockquote class="twitter-tweet">``).
+    A ``<ul>`` of items is renamed ``<ol>`` (the text is the same: no bullets
+    or numbers are written) unless it is link-dense (one nested in a layout
+    table was not measured by ``_drop_link_dense``) or more than half of its
+    first ``_LIST_SAMPLE`` items begin with a link: teaser and "related" lists
+    lead with their headlines.  Those, and a ``<ul>`` without items (an indent
+    around a column of links), stay resiliparse's to judge.  A ``<blockquote>``
+    loses its class unless the class hides it.
+    """
+    body = tree.body
+    if body is None:
+        return
+    for quote in body.query_selector_all("blockquote[class]").values():
+        if not _HIDING_CLASS_RE.search(quote.getattr("class") or ""):
+            quote.delattr("class")
+    for ul in body.query_selector_all("ul").values():
+        items = _list_items(ul)
+        if not items or (ul.query_selector("a[href]") is not None and (
+                2 * sum(map(_led_by_link, items)) > len(items) or _link_dense(ul, _PROSE_LIST_LINK_MAX))):
+            continue
+        ol = tree.create_element("ol")
+        parent = ul.parent
+        if ol is None or parent is None:
+            continue
+        while (child := ul.first_child) is not None:
+            ol.append_child(child)
+        parent.insert_before(ol, ul)
+        ul.decompose()
+
+
+def _list_items(ul: ElementNode) -> list[ElementNode]:
+    """The first ``_LIST_SAMPLE`` ``<li>`` children of a list."""
+    items: list[ElementNode] = []
+    child = ul.first_element_child
+    while child is not None and len(items) < _LIST_SAMPLE:
+        if child.tag == "li":
+            items.append(child)
+        child = child.next_element_sibling
+    return items
+
+
+def _led_by_link(item: ElementNode) -> bool:
+    """Whether the item's text begins with the text of its first link (bullets
+    and other non-word characters before it aside)."""
+    link = item.query_selector("a[href]")
+    label = _collapse(link.text or "") if link is not None else ""
+    if not label:
+        return False
+    text = _collapse(item.text or "")
+    at = text.find(label)
+    return at >= 0 and not _WORD_CHAR_RE.search(text, 0, at)
 
 
 def _drop_furniture(tree: HTMLTree) -> None:
@@ -346,7 +431,10 @@ def _drop_furniture(tree: HTMLTree) -> None:
     more than ``_FURNITURE_MAX_SHARE`` of the page's text (it is the page), or
     more than ``_FURNITURE_ALONE_SHARE`` unless two more blocks are named alike
     (a list of comments is long; one big "share" block is the article in a
-    container a theme named badly).  A comment section of some length leaves
+    container a theme named badly); such a block loses its class and id, or
+    resiliparse's own class rules, which do not weigh text, drop it whole
+    (footers and comment sections excepted: their names are never the
+    article's).  Post metadata goes only up to ``_META_MAX_CHARS``.  A comment section of some length leaves
     :data:`~crawler_tasks.parse.boilerplate.COMMENTS_MARK` in its place: the
     comment headings ("12 Responses", "Leave a reply") that told the trim where
     the article ends went with it.
@@ -362,6 +450,7 @@ def _drop_furniture(tree: HTMLTree) -> None:
     total = max(1, _visible_chars(body.text or ""))
     alike = Counter(kind for _, kind in named)
     drop: list[tuple[ElementNode, str, int]] = []
+    unname: list[ElementNode] = []
     budget = _FURNITURE_TEXT_BUDGET * total
     for node, kind in named:
         if drop and drop[-1][0].contains(node):
@@ -370,10 +459,17 @@ def _drop_furniture(tree: HTMLTree) -> None:
         budget -= chars
         if budget < 0:
             break
+        if kind == _META and chars > _META_MAX_CHARS:
+            continue
         if chars > _FURNITURE_MAX_SHARE * total or (
                 alike[kind] < _FURNITURE_ALIKE and chars > _FURNITURE_ALONE_SHARE * total):
+            if kind not in _NEVER_ARTICLE:
+                unname.append(node)
             continue
         drop.append((node, kind, chars))
+    for node in unname:
+        node.delattr("class")
+        node.delattr("id")
     for node, kind, chars in drop:  # after the walk, so that it never reads a removed node
         if kind == "comment" and chars >= _COMMENTS_MIN_CHARS:
             _mark_comments(tree, node)
@@ -402,7 +498,7 @@ def _furniture(node: ElementNode) -> str | None:
             continue
         match = _FURNITURE_RE.match(name)
         if match:
-            return None if _heading_anchor(node) else match.group(1)
+            return None if _heading_anchor(node) else match.group(1) or _META
     return None
 
 
