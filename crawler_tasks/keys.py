@@ -97,7 +97,8 @@ was found lapsed -> when first found so).
 Content (``<prefix>:{f<k>}:fp``): exact content fingerprint -> first URL;
 (``<prefix>:{f<k>}:payload``): WARC payload digest -> "first URL and WARC date".
 Near-duplicates (``<prefix>:{n<k>}:sim:<block>:<value>``): simhash permuted-blocks
-buckets (see dedup/nearindex.py, which builds those keys itself).
+buckets, fingerprint (and check) hex -> URL (see dedup/nearindex.py, which builds those
+keys itself).
 """
 from __future__ import annotations
 

@@ -293,8 +293,10 @@ class Settings:
     NEAR_DUPLICATES: bool = True
     # Pages within this many bits are near-duplicates (0..6). The index (four 16-bit
     # blocks) finds every pair within 3 bits, and a pair 4-6 bits apart when it agrees on
-    # one block (91 % at 4 bits, 77 % at 5). Unrelated pages sit ~31 bits apart (none
-    # closer than 15 among 10^5 pages); copies of real pages: 0.91 found at 3, 0.97 at 5.
+    # one block (91 % at 4 bits, 77 % at 5), or on one with a fragile bit flipped. Unrelated
+    # pages sit ~31 bits apart (none closer than 15 among 10^5 pages); copies of real
+    # pages: 0.91 found at 3, 0.97 at 5. Pages up to 8 bits apart are near-duplicates too
+    # when their checks agree (dedup/nearindex.py: WIDE_DISTANCE, CHECK_BITS).
     NEAR_DUP_BITS: int = 5
     # simhash reads at most this many characters of a page's text (it costs about as
     # much as parsing per character; the head of a page decides similarity well).

@@ -1,12 +1,13 @@
-"""Permuted-blocks simhash index in Redis: exact for d <= 3, bounded work per page."""
+"""Permuted-blocks simhash index in Redis: exact for d <= 3, bounded work per page; with
+NearPrints, fragile bits probed flipped and a check that admits pairs up to wide_distance."""
 from __future__ import annotations
 
 import random
 
 import pytest
 
-from crawler_tasks.dedup.nearindex import NearDupIndex
-from crawler_tasks.dedup.simhash import hamming
+from crawler_tasks.dedup.nearindex import CHECK_BITS, WIDE_DISTANCE, NearDupIndex
+from crawler_tasks.dedup.simhash import NearPrint, hamming, to_hex
 
 
 def flip(rng: random.Random, h: int, bits: int) -> int:
@@ -120,6 +121,11 @@ def test_rejects_bad_input(rclient, settings):
         index.check_and_add([("u", -1)])
     with pytest.raises(ValueError):
         NearDupIndex(rclient, settings.KEY_PREFIX, max_distance=7)
+    with pytest.raises(ValueError):
+        index.check_and_add([("u", NearPrint(1, 100, 1 << 64))])
+    for bad in ({"max_distance": 5, "wide_distance": 4}, {"check_bits": 65}, {"wide_distance": 65}):
+        with pytest.raises(ValueError):
+            NearDupIndex(rclient, settings.KEY_PREFIX, **bad)
     assert index.check_and_add([]) == []
 
 
@@ -173,3 +179,109 @@ def test_parts_in_one_round_trip_and_a_forgotten_script_is_loaded_again(rclient,
     # a lost script: the batch, SCRIPT LOAD, the batch again; then the next batch alone
     assert [b"SCRIPT" in c for c in sent] == [False, True, False, False], sent
     assert index.stats()["pages"] == 2
+
+
+Item = int | NearPrint
+
+
+def _parts(item: Item) -> tuple[int, int | None, int]:
+    return (item.simhash, item.check, item.fragile) if isinstance(item, NearPrint) else (item, None, 0)
+
+
+def expected_match(indexed: list[tuple[str, Item]], url: str, item: Item) -> int | None:
+    """The distance the index must report: the closest earlier item that shares one of the
+    query's own blocks, or one with a fragile bit flipped, and is within 5 bits, or within
+    WIDE_DISTANCE with checks within CHECK_BITS when both have one."""
+    h, check, fragile = _parts(item)
+    best = None
+    for other_url, other in indexed:
+        g, other_check, _ = _parts(other)
+        reachable = False
+        for b in range(4):
+            diff = (h ^ g) >> (16 * b) & 0xFFFF
+            reachable |= diff == 0 or bin(diff).count("1") == 1 and diff & (fragile >> (16 * b)) != 0
+        d = hamming(h, g)
+        if other_url == url or not reachable:
+            continue
+        if d <= 5 or (d <= WIDE_DISTANCE and check is not None and other_check is not None
+                      and hamming(check, other_check) <= CHECK_BITS):
+            best = d if best is None else min(best, d)
+    return best
+
+
+@pytest.mark.parametrize("parts", [1, 3])
+def test_near_prints_match_as_the_rule_says(rclient, settings, parts):
+    """Copies 1-10 bits away with checks near or far, fragile masks that hold some of the
+    flipped bits, bare simhashes among them: the index reports what the rule says."""
+    rng = random.Random(10 + parts)
+    index = NearDupIndex(rclient, settings.KEY_PREFIX, parts=parts, max_distance=5)
+    bases: list[NearPrint] = [NearPrint(rng.getrandbits(64), 100, rng.getrandbits(64),
+                                        sum(1 << j for j in rng.sample(range(64), 8))) for _ in range(300)]
+    items: list[tuple[str, Item]] = [(f"http://b/{i}", p) for i, p in enumerate(bases)]
+    for i, p in enumerate(bases[:250]):
+        for k in range(2):
+            flipped = rng.sample(range(64), rng.randint(1, 10))
+            h = p.simhash
+            for bit in flipped:
+                h ^= 1 << bit
+            check = flip(rng, p.check, rng.choice([0, 2, 6, 9, 11, 14, 32]))
+            fragile = sum(1 << j for j in {*rng.sample(flipped, min(len(flipped), rng.randint(1, 3))),
+                                           *rng.sample(range(64), 8)})
+            copy: Item = h if rng.random() < 0.15 else NearPrint(h, 100, check, fragile)
+            items.append((f"http://v/{i}/{k}", copy))
+    rng.shuffle(items)
+    indexed: list[tuple[str, Item]] = []
+    kinds = {"near": 0, "wide": 0, "flipped": 0}
+    for start in range(0, len(items), 50):
+        batch = items[start:start + 50]
+        for (url, item), result in zip(batch, index.check_and_add_distances(batch), strict=True):
+            expected = expected_match(indexed, url, item)
+            assert (result[1] if result else None) == expected, (url, result, expected)
+            if result:
+                match = dict(indexed)[result[0]]
+                assert hamming(_parts(item)[0], _parts(match)[0]) == result[1]
+                kinds["near" if result[1] <= 5 else "wide"] += 1
+                h, g = _parts(item)[0], _parts(match)[0]
+                kinds["flipped"] += all((h ^ g) >> (16 * b) & 0xFFFF for b in range(4))
+            indexed.append((url, item))
+    assert kinds["near"] > 150 and kinds["wide"] > 25 and kinds["flipped"] > 15, kinds   # all were exercised
+    stats = index.stats()
+    assert stats["entries"] == 4 * len(items) and stats["pages"] == len(items)
+    assert stats["probes"] == sum(4 + bin(_parts(item)[2]).count("1") for _, item in items)  # flipped: read only
+
+
+def test_a_copy_beyond_five_bits_is_found_on_its_check(rclient, settings):
+    h, check = 0x0123_4567_89AB_CDEF, 0xFEDC_BA98_7654_3210
+    far = h ^ 0b1111111          # 7 bits, all in the last block: the first three agree
+    spread = h ^ 1 << 63 ^ 1 << 47 ^ 1 << 31 ^ 1 << 15   # 4 bits, one in each block: none agrees
+    cases: list[tuple[Item, int | None]] = [
+        (NearPrint(far, 100, check ^ 0b11), 7),
+        (NearPrint(far, 100, ~check & (1 << 64) - 1), None),       # its check disagrees
+        (far, None),                                                # a bare simhash: 5 bits at most
+        (NearPrint(h ^ 0x0003_0003_0003_0003, 100, check), None),  # 8 bits, but no block agrees
+        (NearPrint(h ^ 0xFF, 100, check), 8),                      # 8 bits: WIDE_DISTANCE ...
+        (NearPrint(h ^ 0x1FF, 100, check), None),                  # ... not 9
+        (NearPrint(spread, 100, check), None),
+        (NearPrint(spread, 100, check, 1 << 63 | 1 << 1), 4),      # its fragile bits hold one that differs
+    ]
+    for n, (query, distance) in enumerate(cases):
+        index = NearDupIndex(rclient, f"{settings.KEY_PREFIX}c{n}", max_distance=5)
+        index.check_and_add([("http://a/", NearPrint(h, 100, check))])
+        found = index.check_and_add_distances([("http://b/", query)])[0]
+        assert (found[1] if found else None) == distance, (n, found)
+        assert index.stats()["confirmed"] == (distance is not None and distance > 5)
+
+
+def test_entries_with_and_without_a_check(rclient, settings):
+    """A NearPrint's entry holds its check after its fingerprint (32 hex digits); a bare
+    simhash's entry (an index made before NearPrints) is 16 and still matches within 5 bits."""
+    p = settings.KEY_PREFIX
+    index = NearDupIndex(rclient, p, max_distance=5)
+    h, check = 0x0001_0002_0003_ABCD, 0x1111_2222_3333_4444
+    assert index.check_and_add([("old", h), ("new", NearPrint(h ^ 1 << 40, 100, check))]) == [None, "old"]
+    assert rclient.hgetall(f"{p}:{{n0}}:sim:3:abcd") == {"000100020003abcd": "old",
+                                                         to_hex(h ^ 1 << 40) + to_hex(check): "new"}
+    # 6 bits from "old" (no check: too far), 7 from "new" (its check agrees)
+    assert index.check_and_add_distances([("q1", NearPrint(h ^ 0b111_1110, 100, check))]) == [("new", 7)]
+    index = NearDupIndex(rclient, p + "x", max_distance=5)
+    assert index.check_and_add([("old", h), ("q2", NearPrint(h ^ 0b111_1111, 100, check))]) == [None, None]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from crawler_tasks.dedup.simhash import NearPrint
 from crawler_tasks.frontier import Frontier
 from crawler_tasks.ops.seeds import seed_urls
 from crawler_tasks.output.spool import remove_spool, spool_path
@@ -843,3 +844,39 @@ def test_a_host_leased_again_while_its_last_turn_ends_is_not_lost(fast, monkeypa
         wanted = {f"/{c}/{i}.html" for c in "ab" for i in range(1, chain + 1)}
         assert wanted <= set(paths(web, 0)), (sorted(set(paths(web, 0))), took)
         assert took < 25.0   # the crawl ended by itself: no host waited out its lease
+
+
+def test_a_short_pages_copy_beyond_near_dup_bits_is_found_on_its_check(fast):
+    """A page of ~100 words and its repost (a 5-word line more) land 6-8 bits apart: the
+    index takes the copy on its NearPrint's check (same title, same links), which the
+    parse stage hands it; another such copy with another title is not taken."""
+    from crawler_tasks.dedup.simhash import hamming
+    from crawler_tasks.parse.page import analyse
+
+    page = "<html><head><title>{}</title></head><body><p>{}</p><p><a href='/'>home</a></p></body></html>"
+    rng = random.Random(5)
+    vocab = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9))) for _ in range(900)]
+
+    def near(body: bytes) -> NearPrint:
+        found = analyse(body, "http://x.test/", {}, fast.TEXT_MODE, fast.MAX_TEXT_CHARS, fast.SIMHASH_MAX_CHARS).near
+        assert found is not None
+        return found
+
+    def wide(a: NearPrint, b: NearPrint) -> bool:   # beyond 5 bits, within 8, agreeing on a block
+        return 5 < hamming(a.simhash, b.simhash) <= 8 and any((a.simhash ^ b.simhash) >> 16 * k & 0xFFFF == 0
+                                                             for k in range(4))
+
+    while True:   # a pair as the bench's misses, and a third page as far from both
+        text = " ".join(rng.choices(vocab, k=100))
+        bodies = {"original": page.format("Notes", text).encode()}
+        bodies["copy"] = page.format("Notes", "reposted by " + " ".join(rng.choices(vocab, k=3)) + " " + text).encode()
+        bodies["renamed"] = page.format("Other notes", "shared by " + " ".join(rng.choices(vocab, k=3)) + " " + text).encode()
+        a, b, c = map(near, bodies.values())
+        if wide(a, b) and wide(a, c) and wide(b, c):
+            break
+    assert hamming(a.check, b.check) <= 10 < min(hamming(a.check, c.check), hamming(b.check, c.check))
+    routes = {f"/{name}": (200, HTML, body) for name, body in bodies.items()}
+    with TestWeb(n_hosts=1, pages_per_host=1, host_specs={0: HostSpec(extra_routes=routes)}) as web:
+        recs = {r["url"].rsplit("/", 1)[1]: r for r in crawl_inline(fast, web.seeds())}
+        assert bool(recs["original"].get("near_duplicate_of")) != bool(recs["copy"].get("near_duplicate_of"))
+        assert not recs["renamed"].get("near_duplicate_of")

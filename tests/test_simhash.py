@@ -8,18 +8,25 @@ import zlib
 import pytest
 
 from crawler_tasks.dedup.simhash import (
+    _CHECK_MIX,
+    _LINKS_MIX,
+    BITS,
+    FRAGILE_BITS,
     LANE,
+    NearPrint,
     feature_hashes,
     from_hex,
     hamming,
     keys_of,
     link_page_text,
+    page_print,
     page_simhash,
     pair_keys,
     simhash64,
     simhash64_of_words,
     simhash64_with_count,
     title_mark,
+    title_name,
     to_hex,
     words_of,
 )
@@ -88,14 +95,16 @@ def test_hex_round_trip_and_hamming():
 
 def test_feature_hash_bits_are_balanced():
     """The 64 bits of a key's hash must each be set for about half of the keys: word
-    pairs, and pairs that share their first word (their bits must not follow it)."""
+    pairs, and pairs that share their first word (their bits must not follow it); so
+    for the hash functions of a NearPrint's check."""
     crcs = [zlib.crc32(w.encode()) for w in VOCAB]
-    for feats in (list(pair_keys(crcs)), [crcs[0] << 32 | c for c in crcs[1:]]):
-        _balanced(feats)
+    for mix in (None, _CHECK_MIX, _LINKS_MIX):
+        for feats in (list(pair_keys(crcs)), [crcs[0] << 32 | c for c in crcs[1:]]):
+            _balanced(feats, mix)
 
 
-def _balanced(feats: list[int]) -> None:
-    lanes = feature_hashes(feats)
+def _balanced(feats: list[int], mix: tuple[int, int] | None) -> None:
+    lanes = feature_hashes(feats) if mix is None else feature_hashes(feats, mix)
     hashes = [int.from_bytes(lanes[LANE * i + 2:LANE * i + 10], "little") for i in range(len(feats))]
     for j in range(64):
         share = sum(h >> j & 1 for h in hashes) / len(hashes)
@@ -217,3 +226,70 @@ def test_numbers_of_the_title_name_the_page():
     assert page_simhash(text, [], "Release notes", 12_000)[0] == simhash64(text)
     printed = page_simhash(text + " printed from the site", [], "Django 1.3.5 release notes (print)", 12_000)[0]
     assert hamming(printed, page_simhash(text, [], "Django 1.3.5 release notes", 12_000)[0]) <= 3
+
+
+def _short_page(rng: random.Random) -> str:
+    """A page of the kind whose copies land far: ~100 words of a 4,000-word vocabulary."""
+    return " ".join(rng.choices(VOCAB[:4000], cum_weights=CUM[:4000], k=rng.randint(80, 120)))
+
+
+def test_a_near_print_holds_the_pages_simhash():
+    """``page_print`` gives the crawl's fingerprint (``page_simhash``): of text, links and title."""
+    rng = random.Random(11)
+    text = _short_page(rng)
+    links = [" ".join(words(rng, 3)) for _ in range(200)]
+    for anchors, title in (([], ""), (links[:5], "Release 1.2 notes"), (links, "Index"), (["a b", "b c"], "T")):
+        p = page_print(text, anchors, title, 12_000)
+        assert (p.simhash, p.features) == page_simhash(text, anchors, title, 12_000)
+        assert p == page_print(text, iter(anchors), title, 12_000, keys_of(text))
+        assert bin(p.fragile).count("1") == FRAGILE_BITS and 0 <= p.check < 1 << BITS
+    assert page_print("", links, "Index", 12_000) == NearPrint(0, 0)     # no text, no fingerprint
+
+
+def test_near_print_value_is_stable_across_runs():
+    """The check is stored in the index and compared between processes and machines."""
+    p = page_print("The quick brown fox jumps over the lazy dog", ["home", "next page"], "Fox", 12_000)
+    assert (to_hex(p.simhash), to_hex(p.check), to_hex(p.fragile)) == ("36aad6f4e2898440", "07837eb38132e1cd", "00000000000013ae")
+
+
+def test_title_name():
+    assert title_name("") == title_name("  \n") == 0
+    assert title_name("Index —  Python 3.11 docs") == title_name("index — python 3.11 DOCS ")
+    assert title_name("Index") != title_name("Index - Mirror")
+
+
+def test_a_copys_check_agrees_and_a_siblings_does_not():
+    """A short page with a line more: the check agrees about as well as the simhash does.
+    What the text cannot tell apart, the check does: a page with another title; an index
+    page of one template whose entries (its links) are other ones (the Python docs'
+    genindex-Y and genindex-Z: one letter of text apart); an unrelated page."""
+    rng = random.Random(12)
+    copies, siblings = [], []
+    for _ in range(40):
+        text, title = _short_page(rng), " ".join(words(rng, 4))
+        nav = ["home", "about us", "contact"]
+        entries = [[" ".join(words(rng, 2)) for _ in range(15)] for _ in range(2)]
+        page = page_print(text, nav + entries[0], title, 12_000)
+        copy = page_print("reposted by " + " ".join(words(rng, 4)) + " " + text, nav + entries[0], title, 12_000)
+        copies.append(hamming(page.check, copy.check) - hamming(page.simhash, copy.simhash))
+        for other in (page_print(text, nav + entries[0], title + " (print)", 12_000),
+                      page_print(text.replace(" ", " z ", 1), nav + entries[1], title, 12_000),
+                      page_print(_short_page(rng), nav + entries[0], title, 12_000)):
+            siblings.append(hamming(page.check, other.check))
+    assert abs(sum(copies) / len(copies)) < 2, copies
+    assert min(siblings) > 12, siblings
+
+
+def test_fragile_bits_are_the_ones_a_line_more_flips():
+    """The bits a 5-word line flips in a short page are mostly among its FRAGILE_BITS
+    least confident ones (which the index probes flipped), far more than 8 in 64 by chance."""
+    rng = random.Random(13)
+    flipped = fragile = 0
+    for _ in range(60):
+        text = _short_page(rng)
+        page = page_print(text, [], "", 12_000)
+        copy = page_print(text + " mirrored from " + " ".join(words(rng, 3)), [], "", 12_000)
+        diff = page.simhash ^ copy.simhash
+        flipped += bin(diff).count("1")
+        fragile += bin(diff & copy.fragile).count("1")
+    assert flipped > 100 and fragile > 0.4 * flipped, (fragile, flipped)   # 60 %

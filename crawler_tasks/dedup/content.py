@@ -14,14 +14,14 @@ requests of a crawl of many small hosts, and looks like a scanner to site operat
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from redis.client import Pipeline
 
 from crawler_tasks.connection import global_client, replies_of, shard_client
 from crawler_tasks.counters import Counters, bump
 from crawler_tasks.dedup.nearindex import NearDupIndex
-from crawler_tasks.dedup.simhash import from_hex
+from crawler_tasks.dedup.simhash import NearPrint, from_hex
 from crawler_tasks.keys import GlobalKeys, ShardKeys, shard_of
 from crawler_tasks.records import EntryKind, PageRecord
 from crawler_tasks.settings import Settings
@@ -53,11 +53,12 @@ class ContentIndex:
         return ShardKeys(self.settings.KEY_PREFIX, shard)
 
     # -- marking a batch's records ------------------------------------------------------
-    def mark(self, records: list[PageRecord], counters: Counters) -> None:
-        """Exact duplicates, soft 404s and near-duplicates, then the per-host counts."""
+    def mark(self, records: list[PageRecord], counters: Counters, prints: Mapping[str, NearPrint] | None = None) -> None:
+        """Exact duplicates, soft 404s and near-duplicates, then the per-host counts;
+        ``prints``: the pages' NearPrints by URL (see ``mark_near_duplicates``)."""
         self.mark_duplicates(records, counters)
         self.mark_soft404(records, counters)
-        self.mark_near_duplicates(records, counters)
+        self.mark_near_duplicates(records, counters, prints or {})
         self.count_host_duplicates(records)
 
     def mark_duplicates(self, records: list[PageRecord], counters: Counters) -> None:
@@ -120,14 +121,18 @@ class ContentIndex:
                     rec.parsed.soft_404 = True
                     bump(counters, "dedup/soft_404")
 
-    def mark_near_duplicates(self, records: list[PageRecord], counters: Counters) -> None:
-        """simhash within NEAR_DUP_BITS of a page seen before: ``near_duplicate_of`` that page.
-        Links of near-duplicates are still followed (a false match must not hide a site)."""
+    def mark_near_duplicates(self, records: list[PageRecord], counters: Counters,
+                             prints: Mapping[str, NearPrint]) -> None:
+        """simhash within NEAR_DUP_BITS of a page seen before, or further with agreeing
+        checks (``nearindex``; a page without its NearPrint in ``prints`` is checked by its
+        simhash alone): ``near_duplicate_of`` that page. Links of near-duplicates are
+        still followed (a false match must not hide a site)."""
         candidates = [r for r in records if r.parsed.simhash and r.page.status == 200 and not r.parsed.duplicate_of
                       and r.page.kind == EntryKind.PAGE and not r.parsed.soft_404]
         if not candidates:
             return
-        matches = self.near.check_and_add([(r.page.url, from_hex(r.parsed.simhash or "")) for r in candidates])
+        matches = self.near.check_and_add([(r.page.url, prints.get(r.page.url) or from_hex(r.parsed.simhash or ""))
+                                           for r in candidates])
         for rec, match in zip(candidates, matches, strict=True):
             if match:
                 rec.parsed.near_duplicate_of = match

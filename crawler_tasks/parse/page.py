@@ -13,7 +13,7 @@ from typing import Any
 from crawler_tasks.dedup.evidence import MAX_CHARS as SKETCH_CHARS
 from crawler_tasks.dedup.evidence import TextSketch, head_words, text_sketch
 from crawler_tasks.dedup.fingerprint import collapse_words_utf8, fingerprint_collapsed
-from crawler_tasks.dedup.simhash import page_simhash, pair_keys
+from crawler_tasks.dedup.simhash import NearPrint, page_print, pair_keys
 from crawler_tasks.parse.html import ParsedPage, parse_html, prepare_document
 from crawler_tasks.parse.pdf import AS_HTML_TYPE, is_pdf, read_pdf
 from crawler_tasks.parse.pdf import MAX_PAGES as PDF_MAX_PAGES
@@ -27,6 +27,7 @@ class Analysis:
     fingerprint: str = ""     # of the text, case-folded and whitespace-collapsed ("": no text)
     simhash: int = 0
     simhash_words: int = 0    # distinct features behind the simhash (0: not computed)
+    near: NearPrint | None = None   # the simhash with what the near-duplicate index checks (None: not computed)
     sketch: TextSketch | None = None   # the text's part of the trap evidence (None: not asked)
 
 
@@ -68,7 +69,7 @@ def analyse(body: bytes, url: str, html_options: dict[str, Any], text_mode: str,
         if spaced and simhash_max_chars == SKETCH_CHARS:
             shared = crcs
     if simhash_max_chars > 0:   # a page of links (an index) is also its anchor text
-        result.simhash, result.simhash_words = page_simhash(
-            flat, [link.text for link in parsed.links], text.title or parsed.title, simhash_max_chars,
-            pair_keys(shared) if shared is not None else None)
+        result.near = page_print(flat, [link.text for link in parsed.links], text.title or parsed.title,
+                                 simhash_max_chars, pair_keys(shared) if shared is not None else None)
+        result.simhash, result.simhash_words = result.near.simhash, result.near.features
     return result

@@ -14,7 +14,7 @@ from typing import Any
 
 from crawler_tasks.counters import Counters, bump
 from crawler_tasks.dedup.evidence import EMPTY_TEXT, TextSketch
-from crawler_tasks.dedup.simhash import to_hex
+from crawler_tasks.dedup.simhash import NearPrint, to_hex
 from crawler_tasks.frontier import Discovered
 from crawler_tasks.output.feed import feed_record
 from crawler_tasks.output.jsonl import once_written
@@ -55,6 +55,7 @@ def parse_stage(w: Worker, pages: list[Capture], group_id: str) -> list[PageReco
     # and the page's WARC response record, and the type its text was read as
     texts: dict[str, tuple[PageText, Anchors, str | None, str | None]] = {}
     sketches: dict[str, TextSketch] = {}   # of the pages' texts, for the trap evidence
+    prints: dict[str, NearPrint] = {}      # of the pages with a simhash, for the near-duplicate index
     for cap in pages:
         rec, ref = PageRecord(cap.page), cap.body
         page = rec.page
@@ -67,7 +68,9 @@ def parse_stage(w: Worker, pages: list[Capture], group_id: str) -> list[PageReco
                     _parse_sitemap_into(rec, body)
                 else:
                     pdf = is_pdf(page.content_type, body[:1024])
-                    text, anchors, sketches[page.url] = _parse_into(w, rec, body, extra, pdf)
+                    text, anchors, sketches[page.url], near = _parse_into(w, rec, body, extra, pdf)
+                    if near is not None:
+                        prints[page.url] = near
                     texts[page.url] = (text, anchors, cap.warc_id, PDF_TYPE if pdf else page.content_type)
             except Exception as exc:  # noqa: BLE001 - bad input is a per-URL error, never a dead worker
                 log_once(f"parse/{type(exc).__name__}", "cannot parse %s", page.url)
@@ -78,7 +81,7 @@ def parse_stage(w: Worker, pages: list[Capture], group_id: str) -> list[PageReco
         records.append(rec)
     records += extra
     counters: Counters = {}
-    w.content.mark(records, counters)
+    w.content.mark(records, counters, prints)
     probes = w.content.hosts_to_probe(records)
     if probes:   # the host shows the sign of a catch-all answer: one probe, fetched first
         w.frontier.put_discovered([Discovered(url=u, host=host_key(u), kind=EntryKind.PROBE) for u in probes])
@@ -168,10 +171,10 @@ def _sandboxed(sandbox: ParseSandbox, body: bytes, url: str, args: tuple[Any, ..
 
 
 def _parse_into(w: Worker, rec: PageRecord, body: bytes, extra: list[PageRecord],
-                pdf: bool = False) -> tuple[PageText, Anchors, TextSketch]:
+                pdf: bool = False) -> tuple[PageText, Anchors, TextSketch, NearPrint | None]:
     """Fill the record from the HTML (or the PDF); returns the page's text and outlinks
     (with anchor text and rel) for the indexer feed, which must not travel through the
-    broker, and its text's sketch."""
+    broker, its text's sketch, and its NearPrint when it has a simhash."""
     s = w.settings
     page, out = rec.page, rec.parsed
     options: dict[str, Any] = dict(content_type=page.content_type, headers=page.headers, agent=w.robots_agent,
@@ -190,7 +193,7 @@ def _parse_into(w: Worker, rec: PageRecord, body: bytes, extra: list[PageRecord]
         except ParseFailed as exc:
             page.error_kind, page.error = ErrorKind.PARSE_LIMIT, str(exc)
             w.count({"parse/stopped": 1})
-            return PageText(url=page.url), [], EMPTY_TEXT
+            return PageText(url=page.url), [], EMPTY_TEXT, None
     parsed, text = result.parsed, result.text
     if text.error:   # an unreadable PDF (encrypted, broken), or a text extraction that failed
         w.count({"parse/text_error": 1})
@@ -207,8 +210,10 @@ def _parse_into(w: Worker, rec: PageRecord, body: bytes, extra: list[PageRecord]
         page.error_kind, page.error = ErrorKind.PARSE_LIMIT, f"parse budget cut the page: {parsed.limited}"
     out.title = parsed.title or text.title
     out.fingerprint = result.fingerprint or None
+    near = None
     if s.NEAR_DUPLICATES and result.simhash_words >= s.SIMHASH_MIN_WORDS:
         out.simhash = to_hex(result.simhash)
+        near = result.near
     out.text_chars = len(text.text)
     out.modified = text.modified
     out.canonical = parsed.canonical
@@ -233,4 +238,4 @@ def _parse_into(w: Worker, rec: PageRecord, body: bytes, extra: list[PageRecord]
         w.count({"parse/outlinks_dropped": len(links) - s.MAX_OUTLINKS_PER_PAGE})
         links = links[: s.MAX_OUTLINKS_PER_PAGE]
     rec.found = Found(links=links)
-    return text, anchors, result.sketch or EMPTY_TEXT
+    return text, anchors, result.sketch or EMPTY_TEXT, near
