@@ -180,6 +180,7 @@ class Setup:
     seed: int
     last_modified: bool = True
     host_pages: int = 150
+    min_chance: float = 0.02   # RECRAWL_MIN_CHANGE_CHANCE
 
 
 def simulate(policy: Policy | None, rates: list[float], horizons: list[float], s: Setup) -> Result:
@@ -193,7 +194,8 @@ def simulate(policy: Policy | None, rates: list[float], horizons: list[float], s
     grid = Grid.for_bounds(1.0 / s.bounds.max_freq, 1.0 / s.bounds.min_freq)
     census: dict[str, float] = {}
     hosts: dict[int, list[float]] = {}   # host -> [pages, pages seen to change]
-    plan = Plan(policy or Policy.ADAPTIVE, s.bounds, s.initial_s, Prior(grid), uniform_s=n / s.budget)
+    plan = Plan(policy or Policy.ADAPTIVE, s.bounds, s.initial_s, Prior(grid), uniform_s=n / s.budget,
+                min_chance=s.min_chance)
     true_mu = solve_mu([PageClass(r, 1.0, 1) for r in rates], s.budget * OVERBOOK, Objective.FRESHNESS, s.bounds)
     # the first pass: one visit per page, spread as discovery would find them
     due = [(i / s.discover_per_s, 0, i) for i in range(n)]
@@ -242,14 +244,14 @@ def simulate(policy: Policy | None, rates: list[float], horizons: list[float], s
 def _replan(plan: Plan, pages: list[Page], census: dict[str, float], s: Setup) -> Plan:
     prior = Prior.fit(plan.prior.grid, census, plan.prior)
     if plan.policy != Policy.ADAPTIVE:
-        return Plan(plan.policy, s.bounds, plan.initial_s, prior, uniform_s=plan.uniform_s)
+        return replace(plan, prior=prior)
     cells: dict[str, int] = {}
     for p in pages:
         if p.hist.cell:
             cells[p.hist.cell] = cells.get(p.hist.cell, 0) + 1
     classes = [PageClass(*cell_rate(c), count=k) for c, k in cells.items()]
     mu = solve_mu(classes, s.budget * OVERBOOK, Objective.FRESHNESS, s.bounds)
-    return Plan(plan.policy, s.bounds, plan.initial_s, prior, mu=mu, uniform_s=plan.uniform_s)
+    return replace(plan, prior=prior, mu=mu)
 
 
 def expected_optimum(rates: list[float], budget: float, bounds: Bounds) -> float:

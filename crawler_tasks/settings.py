@@ -445,6 +445,10 @@ class Settings:
     RECRAWL_INITIAL_S: float = 86_400.0
     RECRAWL_MIN_S: float = 3_600.0
     RECRAWL_MAX_S: float = 30 * 86_400.0
+    # Adaptive: a revisit is put off until the page has at least this chance of having
+    # changed (at most RECRAWL_MAX_S): with a plentiful budget the optimum still spends it
+    # on pages that most likely never change, each visit almost surely a 304 (0: off).
+    RECRAWL_MIN_CHANGE_CHANCE: float = 0.02
     # Beat: how often due URLs are moved back into the front queues, seconds.
     RECRAWL_CHECK_S: float = 5.0
     # Workers started by manage.py crawl send task events (Flower needs them).
@@ -518,6 +522,7 @@ class Settings:
             (self.RECRAWL_OBJECTIVE in ("freshness", "age"), "RECRAWL_OBJECTIVE must be freshness or age"),
             (self.RECRAWL_BUDGET_PER_S >= 0 and 0 < self.RECRAWL_HOST_SHARE <= 1,
              "RECRAWL_BUDGET_PER_S must be >= 0 and RECRAWL_HOST_SHARE in (0, 1]"),
+            (0 <= self.RECRAWL_MIN_CHANGE_CHANCE < 1, "RECRAWL_MIN_CHANGE_CHANCE must be in [0, 1)"),
             (0 < self.RECRAWL_MIN_S <= self.RECRAWL_INITIAL_S <= self.RECRAWL_MAX_S,
              "RECRAWL_MIN_S <= RECRAWL_INITIAL_S <= RECRAWL_MAX_S must hold, all > 0"),
             (self.DELAY_FACTOR >= 0, "DELAY_FACTOR must be >= 0"),

@@ -365,3 +365,20 @@ def test_a_page_dated_by_itself_counts_as_long_unchanged(settings, rclient):
     old, new = (History.decode(rclient.hget(k.history, r.page.url)) for r in (dated, undated))
     assert old.lm_age_s > 300 * 86_400 and new.lm_age_s == 0.0
     assert old.changing < new.changing
+
+
+def test_a_revisit_waits_until_a_change_is_worth_a_request():
+    """With a plentiful budget (a small ``mu``) a page unchanged for days is still worth a
+    visit every few minutes to the optimum; RECRAWL_MIN_CHANGE_CHANCE puts it off until it
+    has a 2 % chance of having changed, and leaves a page that changes alone."""
+    quiet = History()
+    busy = History()
+    for plan in (_plan(Policy.ADAPTIVE, mu=1e-4), _plan(Policy.ADAPTIVE, mu=1e-4, min_chance=0.02)):
+        h, _ = _step(plan, History(), Visit(0.0, False))
+        b, _ = _step(plan, History(), Visit(0.0, False))
+        for _ in range(40):
+            h, _ = _step(plan, h, Visit(h.visited_at + 100.0, False))
+            b, _ = _step(plan, b, Visit(b.visited_at + 100.0, True, b.visited_at + 60.0))
+        if plan.min_chance:
+            assert h.interval_s > 2 * quiet.interval_s and b.interval_s == pytest.approx(busy.interval_s)
+        quiet, busy = h, b

@@ -106,6 +106,7 @@ class Plan:
     mu: float = 0.0                          # adaptive: the budget's multiplier
     objective: Objective = Objective.FRESHNESS
     uniform_s: float = 0.0                   # uniform: pages / budget
+    min_chance: float = 0.0                  # adaptive: RECRAWL_MIN_CHANGE_CHANCE
 
     def clamp(self, interval_s: float) -> float:
         return min(max(interval_s, 1.0 / self.bounds.max_freq), 1.0 / self.bounds.min_freq)
@@ -127,6 +128,25 @@ def _changing_level(p: float) -> float:
     if p < _MIN_CHANGING / 2 ** 0.125:
         return 0.0
     return float(f"{2.0 ** (round(4 * math.log2(min(p, 1.0))) / 4):.4g}")
+
+
+def _worth_a_request(rates: list[float], cells: tuple[float, ...], interval: float, floor: float,
+                     longest: float) -> float:
+    """``interval`` stretched until the page has at least a ``floor`` chance of having changed
+    by the visit (``longest`` at most): where the budget is plentiful, the optimum still
+    spends it on pages that most likely never change, and a request that almost surely
+    returns a 304 is a cost to the site for nothing."""
+    def chance(t: float) -> float:
+        return sum(p * -math.expm1(-lam * t) for lam, p in zip(rates, cells, strict=False))
+    if chance(interval) >= floor:
+        return interval
+    if chance(longest) <= floor:
+        return longest
+    lo, hi = interval, longest
+    for _ in range(40):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if chance(mid) < floor else (lo, mid)
+    return hi
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +187,9 @@ def revisit(plan: Plan, old: History, visit: Visit, weight: float = 1.0) -> Next
         freq = bayes_freq(grid.rates, given, worth, plan.mu)
         rate = rate_for_freq(freq, worth, plan.mu, faster=rate > _PEAK_Y * worth / plan.mu)
         interval = 1.0 / plan.bounds.clamp(freq)
+        if plan.min_chance > 0:
+            interval = _worth_a_request(grid.rates, belief.cells, interval, plan.min_chance,
+                                        1.0 / plan.bounds.min_freq)
     elif plan.policy == Policy.ADAPTIVE:
         interval = 1.0 / plan.bounds.clamp(optimal_freq(belief.rate, worth, plan.mu, plan.objective))
     elif plan.policy == Policy.UNIFORM:

@@ -156,7 +156,7 @@ class Recrawler:
                 pages, seen_changed = host_pages[hosts[i]]
                 plan = Plan(self.policy, self._bounds(hosts[i]), self.settings.RECRAWL_INITIAL_S,
                             prior.for_host(pages, seen_changed), mu=float(mu or 0), objective=self.objective,
-                            uniform_s=float(uniform_s or 0))
+                            uniform_s=float(uniform_s or 0), min_chance=self.settings.RECRAWL_MIN_CHANGE_CHANCE)
                 if rec.page.status == 304:
                     changed = False
                     counters["recrawl/not_modified"] += 1
