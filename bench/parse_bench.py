@@ -78,7 +78,7 @@ def analyse_pass(pages: list[tuple[str, bytes]]) -> float:
 STEPS = ((page, "parse_html"), (text, "_parse"), (text, "_main_text"), (text, "_drop_furniture"),
          (text, "trim_boilerplate"),
          (text, "_drop_link_dense"), (text, "_link_texts"), (page, "collapse_words_utf8"),
-         (page, "fingerprint_collapsed"), (page, "page_simhash"))
+         (page, "fingerprint_collapsed"), (page, "page_print"))
 
 
 def analyse_steps(pages: list[tuple[str, bytes]]) -> Counter[str]:
