@@ -144,12 +144,13 @@ def bayes_freq(rates: Sequence[float], probs: Sequence[float], weight: float, mu
     return 10 ** ((lo + hi) / 2)
 
 
-def rate_for_freq(freq: float, weight: float, mu: float, faster: bool) -> float:
-    """The rate whose optimal frequency (freshness) is ``freq``: on the side of the peak where
-    pages get fewer visits the faster they change (``faster``), or the other."""
+def rate_for_freq(freq: float, weight: float, mu: float, near: float) -> float:
+    """The rate whose optimal frequency (freshness) is ``freq``, on the side of the optimum's
+    peak where ``near`` is (past it, pages get fewer visits the faster they change)."""
     if mu <= 0 or weight <= 0:
         return 0.0
     unit = weight / mu
+    faster = near > _PEAK_Y * unit
     lo, hi = (_PEAK_Y, 1.0) if faster else (1e-12, _PEAK_Y)
     if freq <= 0:
         return unit * (1.0 + 1e-9)

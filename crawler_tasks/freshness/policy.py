@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-from crawler_tasks.freshness.allocate import _PEAK_Y, Bounds, Objective, bayes_freq, optimal_freq, rate_for_freq
+from crawler_tasks.freshness.allocate import Bounds, Objective, bayes_freq, optimal_freq, rate_for_freq
 from crawler_tasks.freshness.rate import Evidence, Prior, census_delta
 
 NUTCH_INC_RATE = 0.4
@@ -167,8 +167,8 @@ def revisit(plan: Plan, old: History, visit: Visit, weight: float = 1.0) -> Next
     modified = visit.modified_at if visit.modified_at and old.visited_at < visit.modified_at <= visit.at else None
     changed_at = (modified or visit.at) if changed else (old.changed_at or visit.at)
     grid = plan.prior.grid
-    evidence = Evidence.decode(old.evidence)
-    before = (Evidence.decode(old.evidence), old.lm_age_s)
+    before = Evidence.decode(old.evidence)
+    evidence = Evidence(before.dated, before.unchanged_s, dict(before.undated), before.changed)
     if first:
         lm_age = visit.at - visit.modified_at if visit.modified_at and visit.modified_at <= visit.at else 0.0
     elif changed != (modified is not None):   # Last-Modified is not the content's date here
@@ -185,7 +185,7 @@ def revisit(plan: Plan, old: History, visit: Visit, weight: float = 1.0) -> Next
         # the frequency the whole posterior asks for, counted as the rate that gets it
         given = [p / belief.changing for p in belief.cells[:-1]]
         freq = bayes_freq(grid.rates, given, worth, plan.mu)
-        rate = rate_for_freq(freq, worth, plan.mu, faster=rate > _PEAK_Y * worth / plan.mu)
+        rate = rate_for_freq(freq, worth, plan.mu, near=rate)
         interval = 1.0 / plan.bounds.clamp(freq)
         if plan.min_chance > 0:
             interval = _worth_a_request(grid.rates, belief.cells, interval, plan.min_chance,
@@ -207,5 +207,6 @@ def revisit(plan: Plan, old: History, visit: Visit, weight: float = 1.0) -> Next
     new = History(old.etag, old.last_modified, old.fingerprint, visit.at, changed_at, interval,
                   old.visits + 1, old.changes + int(changed), evidence.encode(), lm_age,
                   rate_cell(rate, worth), weight, belief.changing)
-    return Next(new, due_from + interval, census_delta(plan.prior, before if old.evidence else None, (evidence, lm_age)),
-                evidence.changed and not before[0].changed)
+    return Next(new, due_from + interval, census_delta(plan.prior, (before, old.lm_age_s) if old.evidence else None,
+                              (evidence, lm_age)),
+                evidence.changed and not before.changed)
