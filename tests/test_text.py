@@ -512,3 +512,50 @@ def test_big_block_named_like_furniture_survives_resiliparse_unless_it_is_commen
         + "</div>")
     text = extract_text(_deep(f"<h1>Pier</h1><p>{_STORY * 2}</p><p>{_STORY * 2}</p>{block}"), "u").text
     assert text.count("The harbour board agreed") == 4 and "could not agree" not in text
+
+
+@pytest.mark.parametrize("wrap", [_deep, lambda html: f"<html><body>{html}</body></html>"])
+def test_figure_captions_and_object_fallbacks_stay_alt_texts_and_player_notices_do_not(
+        wrap: Callable[[str], str]) -> None:
+    """resiliparse's switch for alt texts also skips figures and objects whole: a caption,
+    or the text that a page gives in place of a plugin's content, went with the image."""
+    figure = ("<figure><img src='/p.jpg' alt='Photo of a grey stone pier at low tide'><figcaption>The old pier "
+              "at low tide, photographed by the harbour board in March.</figcaption></figure>")
+    movie = ("<object type='application/x-shockwave-flash' data='/v.swf'><p>The engineers explain how the "
+             "tides limit the work on the pier.</p></object>")
+    player = "<video src='/v.mp4'>Your browser does not support the video element.</video>"
+    text = extract_text(wrap(f"<h1>Pier</h1><p>{_STORY * 2}</p>{figure}{movie}{player}<p>{_STORY * 2}</p>"),
+                        "u").text
+    assert "The old pier at low tide, photographed by the harbour board in March." in text
+    assert "The engineers explain how the tides limit the work" in text
+    assert "grey stone" not in text and "does not support" not in text
+    assert text.count("The harbour board agreed") == 4
+
+
+@pytest.mark.parametrize("wrap", [_deep, lambda html: f"<html><body>{html}</body></html>"])
+def test_list_of_sentences_about_links_stays_however_much_link_text(wrap: Callable[[str], str]) -> None:
+    """A changelog's items say who did what, and the what is a link: more link text than
+    _PROSE_LIST_LINK_MAX, but words of their own in most items; a navigation list with
+    one label per item ("Schedules: North | South") still goes."""
+    done = "".join(f"<li>&#127775; {who} <a href='/b{i}'>fixed the crash of the timetable printer</a> in the "
+                   f"ferry office</li>" for i, who in enumerate(["Ann", "Bob", "Cy"]))  # 0.63 of link text
+    nav = "".join(f"<li>{label}: <a href='/{label}n'>North side</a> | <a href='/{label}s'>South side</a></li>"
+                  for label in ("Schedules", "Standings", "Results"))
+    text = extract_text(wrap(f"<h1>Pier news</h1><p>{_STORY * 2}</p><ul>{done}</ul><p>{_STORY * 2}</p>"
+                             f"<ul>{nav}</ul>"), "u").text
+    assert "Bob fixed the crash of the timetable printer in the ferry office" in text
+    assert "Standings" not in text and "North side" not in text
+    assert text.count("The harbour board agreed") == 4
+
+
+def test_ul_that_indents_a_quotation_stays_one_that_indents_links_goes() -> None:
+    """Old pages indent a quotation with a <ul> that has no items; resiliparse drops
+    every <ul> near the top of the body.  An indent around a column of links still goes."""
+    quote = ("<ul><i>Whenever a programmer adds skins to a media player, the speakers of his computer "
+             "should play a loud and unpleasant noise.</i></ul>")
+    links = ("<ul><b>Archives of the daily</b><br><a href='/y'>Yesterday's issue</a><br><a href='/d'>By date</a>"
+             "</ul>")  # 0.55 of link text: not a block that _drop_link_dense removes
+    text = extract_text(f"<html><body><h1>Players</h1><p>{_STORY * 2}</p><p><b>Makali wrote:</b></p>{quote}"
+                        f"<p>{_STORY * 2}</p>{links}<p>{_STORY * 2}</p></body></html>", "u").text
+    assert "Whenever a programmer adds skins to a media player" in text
+    assert "Yesterday" not in text and "Archives" not in text

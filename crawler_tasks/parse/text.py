@@ -20,12 +20,14 @@ trafilatura and resiliparse by ``bench/text_quality.py``:
    heuristics miss many of both;
 3. what is left is shielded from resiliparse's own rules where they are blind
    to text: lists that read as prose (it drops every ``<ul>`` with a fifth of
-   link text, and near the top of the body), embedded quotations and
-   furniture-named blocks that hold the page's text (it drops them by class);
+   link text, and near the top of the body, and with it a ``<ul>`` that old
+   pages use to indent a quotation), embedded quotations and furniture-named
+   blocks that hold the page's text (it drops them by class);
 4. resiliparse extracts the main content of what is left from that same
    tree (no serialization and second parse), keeping block breaks (one
-   line per block, a blank line between paragraphs); the whole text when
-   its class rules left almost nothing;
+   line per block, a blank line between paragraphs), figures with their
+   captions and the fallback text of objects, but not images' alt texts; the
+   whole text when its class rules left almost nothing;
 5. :mod:`crawler_tasks.parse.boilerplate` cuts that text to the article
    (banners above it, teasers and comments below it go), judging each line
    by its length, stop words and link text;
@@ -137,6 +139,14 @@ _LIST_SAMPLE = 20  # items of a list read to tell a teaser list from a prose one
 # A list with more link text than this is navigation, even where _drop_link_dense did not
 # measure it (nested in a layout table): "Schedules: <a>A.F.C.</a> | <a>N.F.C.</a>".
 _PROSE_LIST_LINK_MAX = 0.5
+# ... unless most of its items have this many words of their own besides their links: a
+# changelog's "gero <a>removed the windowtype attribute</a> from dialogs" is prose.
+_PROSE_ITEM_OWN_WORDS = 3
+# Images and their areas have no text but alt texts, which labelled main texts leave out, and
+# media players none but a "no support" notice: skipped.  resiliparse's own switch for alt
+# texts skips far more: figures with their captions, and the fallback content of an
+# <object>, which is what a browser without the plugin shows (all of them, for Flash).
+_SKIPPED_MEDIA = ["img", "area", "video", "audio"]
 _HIDING_CLASS_RE = re.compile(r"hidden|invisible|display-none|collapsed", re.I)
 _WORD_CHAR_RE = re.compile(r"\w")
 _LINK_BLOCK_SELECTOR = ":is(ul, ol, dl, table):not(:is(ul, ol, dl, table) *)"  # outermost ones
@@ -372,12 +382,15 @@ def _shield_content(tree: HTMLTree) -> None:
     <a>removed the windowtype attribute</a> from dialogs"), and blocks by class
     alone, which takes embedded quotations (``<blockquote class="twitter-tweet">``).
     A ``<ul>`` of items is renamed ``<ol>`` (the text is the same: no bullets
-    or numbers are written) unless it is link-dense (one nested in a layout
-    table was not measured by ``_drop_link_dense``) or more than half of its
-    first ``_LIST_SAMPLE`` items begin with a link: teaser and "related" lists
-    lead with their headlines.  Those, and a ``<ul>`` without items (an indent
-    around a column of links), stay resiliparse's to judge.  A ``<blockquote>``
-    loses its class unless the class hides it.
+    or numbers are written) unless more than half of its first ``_LIST_SAMPLE``
+    items begin with a link (teaser and "related" lists lead with their
+    headlines) or it is link-dense (one nested in a layout table was not
+    measured by ``_drop_link_dense``) and its items are not prose (most have
+    fewer than ``_PROSE_ITEM_OWN_WORDS`` words besides their links).  A ``<ul>``
+    without items (an indent, which old pages put around quotations) is renamed
+    too unless it is link-dense: an indent around a column of links.  What is
+    not renamed stays resiliparse's to judge.  A ``<blockquote>`` loses its
+    class unless the class hides it.
     """
     body = tree.body
     if body is None:
@@ -387,8 +400,9 @@ def _shield_content(tree: HTMLTree) -> None:
             quote.delattr("class")
     for ul in body.query_selector_all("ul").values():
         items = _list_items(ul)
-        if not items or (ul.query_selector("a[href]") is not None and (
-                2 * sum(map(_led_by_link, items)) > len(items) or _link_dense(ul, _PROSE_LIST_LINK_MAX))):
+        if ul.query_selector("a[href]") is not None and (
+                2 * sum(map(_led_by_link, items)) > len(items) or (_link_dense(ul, _PROSE_LIST_LINK_MAX) and (
+                    not items or 2 * sum(map(_has_own_words, items)) <= len(items)))):
             continue
         ol = tree.create_element("ol")
         parent = ul.parent
@@ -409,6 +423,20 @@ def _list_items(ul: ElementNode) -> list[ElementNode]:
             items.append(child)
         child = child.next_element_sibling
     return items
+
+
+def _has_own_words(item: ElementNode) -> bool:
+    """Whether the item has ``_PROSE_ITEM_OWN_WORDS`` words outside its links."""
+    words = _count_words(item.text or "")
+    for link in item.query_selector_all("a[href]").values():
+        words -= _count_words(link.text or "")
+        if words < _PROSE_ITEM_OWN_WORDS:
+            return False
+    return words >= _PROSE_ITEM_OWN_WORDS
+
+
+def _count_words(text: str) -> int:
+    return sum(1 for word in text.split() if _WORD_CHAR_RE.search(word))
 
 
 def _led_by_link(item: ElementNode) -> bool:
@@ -521,16 +549,18 @@ def _heading_anchor(node: ElementNode) -> bool:
 
 def _main_text(tree: HTMLTree, max_chars: int) -> str:
     """resiliparse's main content; the whole text when that kept almost nothing
-    of a page that has text (its class rules matched the article's container)."""
+    of a page that has text (its class rules matched the article's container).
+    Figures and their captions stay, images go (``_SKIPPED_MEDIA``)."""
     main = _tidy(
         extract_plain_text(
-            tree, preserve_formatting=True, main_content=True, list_bullets=False, comments=False, alt_texts=False,
+            tree, preserve_formatting=True, main_content=True, list_bullets=False, comments=False,
+            skip_elements=_SKIPPED_MEDIA,
         ),
         max_chars,
     )
     if len(main) < _MAIN_MIN_CHARS:
-        whole = _tidy(extract_plain_text(tree, preserve_formatting=True, list_bullets=False, alt_texts=False),
-                      max_chars)
+        whole = _tidy(extract_plain_text(tree, preserve_formatting=True, list_bullets=False,
+                                         skip_elements=_SKIPPED_MEDIA), max_chars)
         if len(whole) > _MAIN_MIN_SHARE_INV * max(len(main), 1):
             return whole
     return main
