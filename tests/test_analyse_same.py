@@ -28,7 +28,7 @@ from crawler_tasks.settings import Settings
 from tests.realpages import PARTS, REPO, corpus
 from testweb.pages import Pages
 
-REFERENCE = "f6a55f9"
+REFERENCE = "b7882b8"
 PAGES_PER_PART = 80
 
 _CHILD = """
