@@ -449,7 +449,8 @@ class Settings:
     # changed (at most RECRAWL_MAX_S): with a plentiful budget the optimum still spends it
     # on pages that most likely never change, each visit almost surely a 304 (0: off).
     RECRAWL_MIN_CHANGE_CHANCE: float = 0.02
-    # Beat: how often due URLs are moved back into the front queues, seconds.
+    # Beat: how often due URLs are moved back into the front queues, seconds (those due within
+    # half of it are moved at once: a revisit is as often early as late, never a whole tick late).
     RECRAWL_CHECK_S: float = 5.0
     # Workers started by manage.py crawl send task events (Flower needs them).
     TASK_EVENTS: bool = True

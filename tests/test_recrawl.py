@@ -382,3 +382,15 @@ def test_a_revisit_waits_until_a_change_is_worth_a_request():
         if plan.min_chance:
             assert h.interval_s > 2 * quiet.interval_s and b.interval_s == pytest.approx(busy.interval_s)
         quiet, busy = h, b
+
+
+def test_requeue_moves_what_falls_due_before_the_next_half_tick(settings, rclient):
+    s = dataclasses.replace(settings, CONTINUOUS=True, RECRAWL_BUDGET_PER_S=100.0, RECRAWL_CHECK_S=2.0)
+    frontier = Frontier(s)
+    recrawler = Recrawler(s, frontier)
+    now = 1_900_000_000.0
+    k = frontier.keys(frontier.shard_of("h.test"))
+    rclient.zadd(k.due, {"0 http://h.test/soon": now + 0.9, "0 http://h.test/later": now + 1.1})
+    assert recrawler.requeue_due(now=now) == 1
+    assert [m for m in rclient.zrange(k.due, 0, -1)] == ["0 http://h.test/later"]
+    assert recrawler.requeue_due(now=now + 0.2) == 1 and rclient.zcard(k.due) == 0

@@ -4,7 +4,8 @@
 -- KEYS[2] the shard's queued-URL counter, KEYS[3] the shard's recrawl hash (fields tokens,
 -- refill_at: the limiter), KEYS[4..] front queues (priority 0 first).
 -- ARGV[1] now, ARGV[2] most URLs to move in this call, ARGV[3] revisits per second (0: no
--- limit), ARGV[4] most tokens saved up (a burst).
+-- limit), ARGV[4] most tokens saved up (a burst), ARGV[5] the latest next visit moved (now plus
+-- half the check's period: a visit due between two checks is as early as late, not always late).
 -- The URL-seen filter is not consulted (these URLs are known on purpose). The host is
 -- the URL's authority, which is the politeness key of a normalized URL.
 -- Returns the number of URLs moved.
@@ -20,7 +21,7 @@ end
 if limit < 1 then
   return 0
 end
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, limit)
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[5], 'LIMIT', 0, limit)
 local F = #KEYS - 3
 for _, member in ipairs(due) do
   redis.call('ZREM', KEYS[1], member)

@@ -278,7 +278,8 @@ class Recrawler:
             k = self.frontier.keys(shard)
             moved += int(self.frontier.run_script(  # type: ignore[call-overload]
                 shard, "recrawl", [k.due, k.queued, k.recrawl] + k.fronts(self.frontier.levels),
-                [now, limit, budget, max(1.0, budget * max(BURST_S, self.settings.RECRAWL_CHECK_S))]))
+                [now, limit, budget, max(1.0, budget * max(BURST_S, self.settings.RECRAWL_CHECK_S)),
+                 now + self.settings.RECRAWL_CHECK_S / 2]))
         return moved
 
     def summary(self) -> RecrawlSummary:
