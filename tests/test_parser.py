@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from crawler_tasks.parse.budget import MAX_TEXT_CHARS
 from crawler_tasks.parse.html import Link, ParsedPage, decode_html, is_html, parse_html
 from crawler_tasks.urls import Resolver, normalize_url
 
@@ -26,7 +27,7 @@ def urls(page: ParsedPage) -> list[str]:
     return [link.url for link in page.links]
 
 
-def check_invariants(page: ParsedPage, max_text_chars: int = 100_000) -> None:
+def check_invariants(page: ParsedPage, max_text_chars: int = MAX_TEXT_CHARS) -> None:
     assert isinstance(page, ParsedPage)
     assert isinstance(page.title, str) and isinstance(page.text, str)
     assert len(page.text) <= max_text_chars

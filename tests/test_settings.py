@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from crawler_tasks.exceptions import ConfigError
+from crawler_tasks.parse import budget
 from crawler_tasks.robots import product_token
 from crawler_tasks.settings import Settings
 
@@ -12,6 +13,9 @@ def test_defaults_validate():
     s.validate()
     assert product_token(s.USER_AGENT) == "simbot"   # the robots.txt name workers use by default
     assert s.uses_default_contact
+    # the parse room's own defaults (used by callers without settings) are the settings' defaults
+    assert (s.MAX_TEXT_CHARS, s.PARSE_MAX_ELEMENTS, s.PARSE_MAX_DEPTH, s.PARSE_MAX_ATTRS) == (
+        budget.MAX_TEXT_CHARS, budget.MAX_ELEMENTS, budget.MAX_DEPTH, budget.MAX_ATTRS)
 
 
 def test_env_overrides_and_types():

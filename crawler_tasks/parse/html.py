@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from selectolax.lexbor import LexborHTMLParser
 
-from crawler_tasks.parse.budget import MAX_ATTRS, MAX_DEPTH, MAX_ELEMENTS, apply_budget, needs_budget
+from crawler_tasks.parse.budget import MAX_ATTRS, MAX_DEPTH, MAX_ELEMENTS, MAX_TEXT_CHARS, apply_budget, needs_budget
 from crawler_tasks.parse.directives import (
     header_values,
     link_header_canonical,
@@ -136,7 +136,7 @@ def parse_html(
     content_type: str | None = None,
     headers: Mapping[str, str] | None = None,
     agent: str = "",
-    max_text_chars: int = 100_000,
+    max_text_chars: int = MAX_TEXT_CHARS,
     drop_params: frozenset[str] | None = None,
     max_elements: int = MAX_ELEMENTS,
     max_depth: int = MAX_DEPTH,

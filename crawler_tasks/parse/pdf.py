@@ -35,6 +35,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from crawler_tasks.parse.budget import MAX_TEXT_CHARS
+
 __all__ = ["AS_HTML_TYPE", "MAX_LINKS", "MAX_PAGES", "PDF_TYPE", "PdfText", "is_pdf", "read_pdf"]
 
 PDF_TYPE = "application/pdf"   # what the feed says of a PDF, whatever type it came under
@@ -103,7 +105,7 @@ class PdfText:
                         "</body></html>"]).encode("utf-8", "replace")
 
 
-def read_pdf(body: bytes, max_pages: int = MAX_PAGES, max_chars: int = 100_000,
+def read_pdf(body: bytes, max_pages: int = MAX_PAGES, max_chars: int = MAX_TEXT_CHARS,
              max_links: int = MAX_LINKS) -> PdfText:
     """Title, language, paragraphs and links of the first pages of a PDF; never raises."""
     out = PdfText()

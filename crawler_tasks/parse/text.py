@@ -55,7 +55,7 @@ from resiliparse.parse.html import DocumentNode, ElementNode, HTMLTree
 from resiliparse.parse.lang import detect_fast
 
 from crawler_tasks.parse.boilerplate import COMMENTS_MARK, trim_boilerplate
-from crawler_tasks.parse.budget import MAX_ATTRS, MAX_DEPTH, MAX_ELEMENTS, apply_budget, needs_budget
+from crawler_tasks.parse.budget import MAX_ATTRS, MAX_DEPTH, MAX_ELEMENTS, MAX_TEXT_CHARS, apply_budget, needs_budget
 from crawler_tasks.parse.encoding import decode_html
 from crawler_tasks.parse.html import Document
 
@@ -207,7 +207,7 @@ def extract_text(
     *,
     main_content: bool = True,
     full_text: bool = False,
-    max_chars: int = 100_000,
+    max_chars: int = MAX_TEXT_CHARS,
     content_type: str | None = None,
     headers: Mapping[str, str] | None = None,
     count_words: bool = True,
