@@ -22,8 +22,12 @@ reported at each horizon H as its mean over the last 70 % of [0, H] (the crawl's
 documented defaults), ``adaptive`` (rates estimated from scratch) and ``optimal`` (the same
 scheduler given the true rates). The gap closed is ``(adaptive - nutch) / (optimal - nutch)``.
 ``--classes`` adds the fetches/s each policy spends on each class of page in the window.
+``--true-prior`` adds ``adaptive, true prior``: our rule with the shard's prior fixed to the
+web's real rate distribution instead of learnt, i.e. what a page-by-page learner could do
+if it knew the shape of the web from the start (how many pages never change), not which
+page is which.
 
-    python bench/freshness_sim.py [--shapes loguniform,bimodal,hot] [--horizons 1200,3600] [--classes] [--smoke]
+    python bench/freshness_sim.py [--shapes loguniform,bimodal,hot] [--horizons 1200,3600] [--classes] [--true-prior] [--smoke]
 
 ``--smoke``: 200 pages of the log-uniform web, horizons of 120 and 600 s (a second or two).
 """
@@ -51,7 +55,7 @@ from crawler_tasks.freshness.allocate import (  # noqa: E402
     solve_mu,
 )
 from crawler_tasks.freshness.policy import History, Plan, Policy, Visit, cell_rate, revisit  # noqa: E402
-from crawler_tasks.freshness.rate import Grid, Prior  # noqa: E402
+from crawler_tasks.freshness.rate import CELLS_PER_OCTAVE, Grid, Prior  # noqa: E402
 
 WINDOW = 0.7            # freshness at H is the mean over [(1 - WINDOW) H, H]
 CLASSES = (("static", math.inf, math.inf), ("< 1/10 min", 600.0, math.inf), ("1/10 min-1/min", 60.0, 600.0),
@@ -183,9 +187,10 @@ class Setup:
     min_chance: float = 0.02   # RECRAWL_MIN_CHANGE_CHANCE
 
 
-def simulate(policy: Policy | None, rates: list[float], horizons: list[float], s: Setup) -> Result:
+def simulate(policy: Policy | None, rates: list[float], horizons: list[float], s: Setup,
+             known: Prior | None = None) -> Result:
     """``policy`` None: the scheduler given the true rates (the optimum's allocation, visited
-    the same way)."""
+    the same way); ``known``: the shard's prior, instead of one fitted to the census."""
     n = len(rates)
     pages = [Page(r, random.Random(f"{s.seed}-{i}")) for i, r in enumerate(rates)]
     meter = Meter(n, horizons)
@@ -204,7 +209,7 @@ def simulate(policy: Policy | None, rates: list[float], horizons: list[float], s
     h_max = max(horizons)
     while t < h_max and due:
         if t >= next_plan:
-            plan = _replan(plan, pages, census, s)
+            plan = _replan(plan, pages, census, s, known)
             next_plan = t + s.replan_s
         at, first, i = due[0]
         if at > t:
@@ -241,8 +246,8 @@ def simulate(policy: Policy | None, rates: list[float], horizons: list[float], s
     return result
 
 
-def _replan(plan: Plan, pages: list[Page], census: dict[str, float], s: Setup) -> Plan:
-    prior = Prior.fit(plan.prior.grid, census, plan.prior)
+def _replan(plan: Plan, pages: list[Page], census: dict[str, float], s: Setup, known: Prior | None) -> Plan:
+    prior = known or Prior.fit(plan.prior.grid, census, plan.prior)
     if plan.policy != Policy.ADAPTIVE:
         return replace(plan, prior=prior)
     cells: dict[str, int] = {}
@@ -252,6 +257,15 @@ def _replan(plan: Plan, pages: list[Page], census: dict[str, float], s: Setup) -
     classes = [PageClass(*cell_rate(c), count=k) for c, k in cells.items()]
     mu = solve_mu(classes, s.budget * OVERBOOK, Objective.FRESHNESS, s.bounds)
     return replace(plan, prior=prior, mu=mu)
+
+
+def true_prior(rates: list[float], grid: Grid) -> Prior:
+    """The prior that is the web's own rate distribution, on ``grid``."""
+    weights = [0.0] * (len(grid.cells) + 1)
+    for r in rates:
+        k = len(weights) - 1 if r <= 0 else min(max(round(CELLS_PER_OCTAVE * math.log2(r)), grid.lo), grid.hi) - grid.lo
+        weights[k] += 1.0 / len(rates)
+    return Prior(grid, weights, 1.0 - weights[-1])
 
 
 def expected_optimum(rates: list[float], budget: float, bounds: Bounds) -> float:
@@ -276,21 +290,26 @@ def run_shape(shape: str, a: argparse.Namespace, horizons: list[float], s: Setup
     rows: dict[str, list[float]] = {}
     spend: dict[str, list[list[float]]] = {}
     fresh_by: dict[str, list[list[float]]] = {}
-    for label, policy in POLICIES:
+    runs: list[tuple[str, Policy | None, Prior | None]] = [(label, policy, None) for label, policy in POLICIES]
+    if a.true_prior:
+        runs.insert(3, ("adaptive, true prior", Policy.ADAPTIVE,
+                        true_prior(rates, Grid.for_bounds(1.0 / s.bounds.max_freq, 1.0 / s.bounds.min_freq))))
+    for label, policy, known in runs:
         t0 = time.perf_counter()
-        res = simulate(policy, rates, horizons, s)
+        res = simulate(policy, rates, horizons, s, known)
         rows[label], spend[label], fresh_by[label] = res.freshness, res.per_s, res.fresh_by
         print(f"{label:28s}" + "".join(f"{f:10.3f}" for f in res.freshness) + "   static share "
               + " ".join(f"{x:.1%}" for x in res.static_share)
               + f"   ({res.visits} visits, {time.perf_counter() - t0:.1f} s)")
-    nutch, est, best = rows["nutch"], rows["adaptive"], rows["optimal"]
-    print(f"{'gap closed (nutch->optimal)':28s}" + "".join(
-        f"{(e - n) / (g - n) if g > n else math.nan:10.2f}" for e, n, g in zip(est, nutch, best, strict=True)))
+    nutch, best = rows["nutch"], rows["optimal"]
+    for label in [r[0] for r in runs if r[0].startswith("adaptive")]:
+        print(f"{'gap, ' + label:28s}" + "".join(
+            f"{(e - n) / (g - n) if g > n else math.nan:10.2f}" for e, n, g in zip(rows[label], nutch, best, strict=True)))
     if a.classes:
         for hi, h in enumerate(horizons):
             print(f"  fetches/s in the window of H={h:g}s: " + " | ".join(f"{lab}" for lab, _, _ in CLASSES))
-            for label, _ in POLICIES:
-                print(f"    {label:10s}" + "".join(f"{v:9.2f}" for v in spend[label][hi])
+            for label, _, _ in runs:
+                print(f"    {label:22s}" + "".join(f"{v:9.2f}" for v in spend[label][hi])
                       + "   freshness " + " ".join(f"{v:.3f}" for v in fresh_by[label][hi]))
     return rows
 
@@ -312,6 +331,7 @@ def main() -> None:
     ap.add_argument("--no-last-modified", action="store_true", help="the server sends no Last-Modified")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--classes", action="store_true", help="fetches/s per change-rate class")
+    ap.add_argument("--true-prior", action="store_true", help="also our rule given the web's rate distribution")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: a second or two")
     a = ap.parse_args()
     if a.smoke:
