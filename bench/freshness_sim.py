@@ -23,9 +23,9 @@ documented defaults), ``adaptive`` (rates estimated from scratch) and ``optimal`
 scheduler given the true rates). The gap closed is ``(adaptive - nutch) / (optimal - nutch)``.
 ``--classes`` adds the fetches/s each policy spends on each class of page in the window.
 ``--true-prior`` adds ``adaptive, true prior``: our rule with the shard's prior fixed to the
-web's real rate distribution instead of learnt, i.e. what a page-by-page learner could do
-if it knew the shape of the web from the start (how many pages never change), not which
-page is which.
+web's real rate distribution (every host's alike, so no host tilt) instead of learnt: what a
+page-by-page learner could do if it knew the shape of the web from the start (how many pages
+never change), not which page is which.
 
     python bench/freshness_sim.py [--shapes loguniform,bimodal,hot] [--horizons 1200,3600] [--classes] [--true-prior] [--smoke]
 
@@ -226,7 +226,7 @@ def simulate(policy: Policy | None, rates: list[float], horizons: list[float], s
         else:
             modified = (p.last_change if p.last_change > 0 else s.lm_origin) if s.last_modified else None
             host = hosts.setdefault(i // s.host_pages, [0.0, 0.0])
-            local = replace(plan, prior=plan.prior.for_host(*host))
+            local = plan if known else replace(plan, prior=plan.prior.for_host(*host))
             step_ = revisit(local, p.hist, Visit(t, changed, modified))
             host[0] += not p.hist.visits
             host[1] += step_.first_change
@@ -265,7 +265,7 @@ def true_prior(rates: list[float], grid: Grid) -> Prior:
     for r in rates:
         k = len(weights) - 1 if r <= 0 else min(max(round(CELLS_PER_OCTAVE * math.log2(r)), grid.lo), grid.hi) - grid.lo
         weights[k] += 1.0 / len(rates)
-    return Prior(grid, weights, 1.0 - weights[-1])
+    return Prior(grid, weights)
 
 
 def expected_optimum(rates: list[float], budget: float, bounds: Bounds) -> float:
